@@ -1,0 +1,23 @@
+# `make demo` and `make test` set everything up on a fresh machine.
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $$(scripts/find-python) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e ".[test]"
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/h5lens demo
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+
+bench: $(STAMP)
+	$(VENV)/bin/python benchmarks/scan_chunks.py
+
+clean:
+	rm -rf $(VENV) h5lens-demo

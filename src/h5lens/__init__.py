@@ -1,0 +1,37 @@
+"""h5lens: index HDF5 once, read it as zarr v3 forever."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from h5lens.codecs import register as _register_codecs  # noqa: E402
+
+_register_codecs()  # also discoverable through the "zarr.codecs" entry point
+
+from h5lens.api import index, open_group, open_store  # noqa: E402
+from h5lens.errors import (  # noqa: E402
+    H5LensError,
+    ManifestFormatError,
+    MaterializeLimitError,
+    NotHDF5Error,
+    SourceNotFoundError,
+    StaleSourceError,
+    UnsupportedFeatureError,
+)
+from h5lens.manifest.model import Manifest  # noqa: E402
+from h5lens.store import ManifestStore  # noqa: E402
+
+__all__ = [
+    "H5LensError",
+    "Manifest",
+    "ManifestFormatError",
+    "ManifestStore",
+    "MaterializeLimitError",
+    "NotHDF5Error",
+    "SourceNotFoundError",
+    "StaleSourceError",
+    "UnsupportedFeatureError",
+    "index",
+    "open_group",
+    "open_store",
+]

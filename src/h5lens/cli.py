@@ -1,0 +1,207 @@
+"""The ``h5lens`` command.
+
+Every command exits 0 on success and 2 with a one-line ``h5lens: error: ...``
+message on bad input; nothing is written unless the command succeeds.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from h5lens.errors import H5LensError
+
+app = typer.Typer(
+    name="h5lens",
+    help="Index HDF5 files (h5ad, h5td, NWB, any HDF5) into zarr v3 reference manifests and read them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str) -> None:
+    first = message.strip().splitlines()[0] if message.strip() else "failed"
+    typer.echo(f"h5lens: error: {first}", err=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _storage_options(pairs: list[str], anon: bool, endpoint_url: str | None) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            _fail(f"--storage-option expects KEY=VALUE, got {pair!r}")
+        options[key] = _parse_value(value)
+    if anon:
+        options["anon"] = True
+    if endpoint_url:
+        options["endpoint_url"] = endpoint_url
+    return options
+
+
+def _parse_value(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+StorageOption = Annotated[
+    list[str], typer.Option("--storage-option", "-s", help="fsspec storage option KEY=VALUE (repeatable).")
+]
+Anon = Annotated[bool, typer.Option("--anon", help="Anonymous access to object storage.")]
+EndpointUrl = Annotated[str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint URL.")]
+
+
+@app.command()
+def index(
+    source: Annotated[str, typer.Argument(help="HDF5 file: local path or fsspec URL (s3://...).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Where to write the manifest JSON.")],
+    inline_threshold: Annotated[
+        int, typer.Option(help="Copy referenced chunks of at most this many bytes into the manifest.")
+    ] = 1000,
+    convention: Annotated[
+        str, typer.Option(help="'released' (what convention readers ship) or 'proposal'.")
+    ] = "released",
+    slab_bytes: Annotated[int, typer.Option(help="Virtual chunk size for big contiguous datasets.")] = 4 << 20,
+    materialize_limit: Annotated[
+        int | None, typer.Option(help="Refuse to copy more than this many bytes of one dataset.")
+    ] = None,
+    url: Annotated[
+        str | None, typer.Option(help="URL to record for the source (default: the absolute source path).")
+    ] = None,
+    storage_option: StorageOption = [],  # noqa: B006 - typer needs a literal default
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """Index SOURCE into a reference manifest written to OUTPUT."""
+    import h5lens
+
+    options = _storage_options(storage_option, anon, endpoint_url)
+    if convention not in ("released", "proposal"):
+        _fail(f"--convention must be 'released' or 'proposal', got {convention!r}")
+    try:
+        manifest = h5lens.index(
+            source,
+            storage_options=options or None,
+            inline_threshold=inline_threshold,
+            convention=convention,
+            slab_bytes=slab_bytes,
+            materialize_limit=materialize_limit,
+            url=url,
+        )
+        manifest.to_json(output, storage_options=options or None)
+    except (H5LensError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        _fail(str(e))
+    from h5lens.report import summarize
+
+    summary = summarize(manifest)
+    typer.echo(
+        f"{output}: {summary['arrays']} arrays, {summary['groups']} groups, "
+        f"{summary['referenced_chunks']} referenced chunks ({summary['referenced_bytes']} bytes), "
+        f"{summary['inline_chunks']} inline chunks ({summary['inline_bytes']} bytes)"
+    )
+
+
+def _open(manifest: str, options: dict[str, Any]):
+    import h5lens
+
+    try:
+        return h5lens.Manifest.from_json(manifest, storage_options=options or None)
+    except (H5LensError, FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        _fail(f"{manifest}: {e}" if manifest not in str(e) else str(e))
+
+
+@app.command()
+def inspect(
+    manifest: Annotated[str, typer.Argument(help="Manifest JSON (path or URL).")],
+    storage_option: StorageOption = [],  # noqa: B006
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """Show the tree of a manifest: shapes, dtypes, codecs, chunks, inline vs referenced bytes."""
+    from h5lens.report import print_tree
+
+    print_tree(_open(manifest, _storage_options(storage_option, anon, endpoint_url)))
+
+
+@app.command()
+def ls(
+    manifest: Annotated[str, typer.Argument(help="Manifest JSON (path or URL).")],
+    path: Annotated[str, typer.Argument(help="Group path inside the manifest.")] = "",
+    storage_option: StorageOption = [],  # noqa: B006
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """List the members of a group."""
+    loaded = _open(manifest, _storage_options(storage_option, anon, endpoint_url))
+    key = path.strip("/")
+    if key not in loaded.nodes:
+        _fail(f"{path}: no such node in {manifest}")
+    for name in loaded.children(key):
+        child = f"{key}/{name}" if key else name
+        kind = "/" if loaded.nodes[child]["node_type"] == "group" else ""
+        typer.echo(f"{name}{kind}")
+
+
+@app.command()
+def cat(
+    manifest: Annotated[str, typer.Argument(help="Manifest JSON (path or URL).")],
+    path: Annotated[str, typer.Argument(help="Array path inside the manifest.")],
+    storage_option: StorageOption = [],  # noqa: B006
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """Print the values of an array."""
+    import numpy as np
+
+    import h5lens
+
+    options = _storage_options(storage_option, anon, endpoint_url)
+    loaded = _open(manifest, options)
+    key = path.strip("/")
+    if loaded.nodes.get(key, {}).get("node_type") != "array":
+        _fail(f"{path}: no such array in {manifest}")
+    try:
+        values = h5lens.open_group(loaded, storage_options=options or None)[key][...]
+    except (H5LensError, OSError) as e:
+        _fail(str(e))
+    with np.printoptions(threshold=200, edgeitems=5):
+        typer.echo(np.asarray(values))
+
+
+@app.command()
+def demo(
+    directory: Annotated[Path, typer.Option("--dir", help="Where to write the sample and its manifest.")] = Path(
+        "h5lens-demo"
+    ),
+) -> None:
+    """Write a sample h5ad, index it, and read it back through zarr."""
+    from h5lens.demo import run_demo
+
+    try:
+        run_demo(directory)
+    except H5LensError as e:
+        _fail(str(e))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point."""
+    try:
+        app(args=argv, prog_name="h5lens")
+    except KeyboardInterrupt:
+        typer.echo("h5lens: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main(sys.argv[1:])

@@ -1,0 +1,173 @@
+"""The in-memory manifest: zarr.json documents plus one chunk table per array.
+
+A :class:`ChunkTable` holds where each chunk of one array lives as numpy arrays
+shaped like the chunk grid (source index, offset, length), with named
+sentinels for chunks that are absent (read as the fill value) and chunks whose
+bytes are stored inline. This maps one-to-one onto kerchunk references and
+onto Parquet columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from h5lens.errors import ManifestFormatError
+
+MISSING = -1  # no chunk: readers see the fill value
+INLINE = -2  # bytes stored in ChunkTable.inline
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file that chunk references point into, with what identifies its version."""
+
+    url: str
+    size: int | None = None
+    mtime: float | None = None
+    etag: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"url": self.url, "size": self.size}
+        if self.mtime is not None:
+            out["mtime"] = self.mtime
+        if self.etag is not None:
+            out["etag"] = self.etag
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Source:
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+            raise ManifestFormatError(f"Expected a source object with a 'url'. Got {data!r}")
+        return cls(data["url"], data.get("size"), data.get("mtime"), data.get("etag"))
+
+
+@dataclass
+class ChunkTable:
+    """Where each chunk of one array lives; arrays shaped like the chunk grid."""
+
+    source: np.ndarray  # int32: source index, MISSING or INLINE
+    offset: np.ndarray  # uint64
+    length: np.ndarray  # uint64
+    inline: dict[int, bytes] = field(default_factory=dict)  # flat chunk index -> bytes
+
+    @classmethod
+    def empty(cls, grid_shape: tuple[int, ...]) -> ChunkTable:
+        return cls(
+            np.full(grid_shape, MISSING, dtype=np.int32),
+            np.zeros(grid_shape, dtype=np.uint64),
+            np.zeros(grid_shape, dtype=np.uint64),
+        )
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        return tuple(self.source.shape)
+
+    def __post_init__(self) -> None:
+        if not (self.source.shape == self.offset.shape == self.length.shape):
+            raise ManifestFormatError(
+                f"Expected source, offset and length grids of one shape. Got "
+                f"{self.source.shape}, {self.offset.shape}, {self.length.shape}"
+            )
+
+    def set_inline(self, index: tuple[int, ...], data: bytes) -> None:
+        flat = int(np.ravel_multi_index(index, self.grid_shape)) if self.grid_shape else 0
+        self.source[index] = INLINE
+        self.offset[index] = 0
+        self.length[index] = len(data)
+        self.inline[flat] = data
+
+    def lookup(self, index: tuple[int, ...]) -> tuple[int, int, int] | bytes | None:
+        """``(source, offset, length)``, the inline bytes, or None for an absent chunk."""
+        if len(index) != self.source.ndim or any(
+            i < 0 or i >= n for i, n in zip(index, self.source.shape, strict=True)
+        ):
+            return None
+        src = int(self.source[index])
+        if src == MISSING:
+            return None
+        if src == INLINE:
+            flat = int(np.ravel_multi_index(index, self.grid_shape)) if self.grid_shape else 0
+            return self.inline[flat]
+        return src, int(self.offset[index]), int(self.length[index])
+
+    @property
+    def n_present(self) -> int:
+        return int(np.count_nonzero(self.source != MISSING))
+
+    @property
+    def referenced_bytes(self) -> int:
+        return int(self.length[self.source >= 0].sum())
+
+    @property
+    def inline_bytes(self) -> int:
+        return sum(len(b) for b in self.inline.values())
+
+
+@dataclass
+class Manifest:
+    """zarr v3 metadata documents plus chunk references for one HDF5 file.
+
+    ``nodes`` maps a node path (``""`` for the root, ``"X/data"``) to its
+    ``zarr.json`` document; ``chunks`` maps each array path to its table.
+    """
+
+    nodes: dict[str, dict[str, Any]]
+    chunks: dict[str, ChunkTable]
+    sources: list[Source]
+    convention: str = "released"
+    writer: str = ""
+    # where the manifest was read from: relative source URLs resolve against it
+    location: str | None = None
+
+    # -- views -----------------------------------------------------------
+    def arrays(self) -> list[str]:
+        return [p for p, doc in self.nodes.items() if doc.get("node_type") == "array"]
+
+    def groups(self) -> list[str]:
+        return [p for p, doc in self.nodes.items() if doc.get("node_type") == "group"]
+
+    def children(self, path: str) -> list[str]:
+        """Names of the direct children of group ``path``, sorted."""
+        return sorted(self._children_index().get(path, ()))
+
+    def _children_index(self) -> dict[str, set[str]]:
+        index: dict[str, set[str]] = {}
+        for node in self.nodes:
+            if node == "":
+                continue
+            parent, _, name = node.rpartition("/")
+            index.setdefault(parent, set()).add(name)
+        return index
+
+    @property
+    def n_chunks(self) -> int:
+        return sum(t.n_present for t in self.chunks.values())
+
+    # -- serialisation ---------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The kerchunk reference JSON (version 1, zarr v3 keys) as a dict."""
+        from h5lens.manifest.refs_json import manifest_to_refs
+
+        return manifest_to_refs(self)
+
+    def to_json(self, path: str, *, storage_options: dict[str, Any] | None = None) -> None:
+        """Write the manifest to ``path`` (local or fsspec URL) atomically."""
+        from h5lens.manifest.refs_json import write_json
+
+        write_json(self, path, storage_options=storage_options)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Manifest:
+        from h5lens.manifest.refs_json import manifest_from_refs
+
+        return manifest_from_refs(data)
+
+    @classmethod
+    def from_json(cls, path: str, *, storage_options: dict[str, Any] | None = None) -> Manifest:
+        """Read a manifest written by :meth:`to_json` (or any kerchunk v1 refs with zarr v3 keys)."""
+        from h5lens.manifest.refs_json import read_json
+
+        return read_json(path, storage_options=storage_options)

@@ -1,0 +1,257 @@
+"""Manifest ⇄ kerchunk reference JSON (version 1) with zarr v3 keys.
+
+Layout written::
+
+    {"version": 1,
+     "templates": {"u": "<source url>"},
+     "refs": {"zarr.json": "<json>", "X/zarr.json": "<json>",
+              "X/c/0/0": ["{{u}}", offset, length], "s/c": "base64:..."},
+     "h5lens": {"version": ..., "convention": ..., "sources": [{url, size, mtime|etag}]}}
+
+Keys are written in a fixed order (metadata by path, then chunks in C order),
+so the same input gives byte-identical output.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+import numpy as np
+import orjson
+
+from h5lens.errors import ManifestFormatError
+from h5lens.manifest.model import INLINE, MISSING, ChunkTable, Manifest, Source
+
+FORMAT_KEY = "h5lens"
+
+
+def template_name(index: int) -> str:
+    return "u" if index == 0 else f"u{index}"
+
+
+def metadata_key(path: str) -> str:
+    return f"{path}/zarr.json" if path else "zarr.json"
+
+
+def chunk_prefix(path: str) -> str:
+    return f"{path}/c" if path else "c"
+
+
+def dumps_document(doc: dict[str, Any]) -> str:
+    """A zarr.json document as zarr-python writes it: NaN/Infinity as bare tokens."""
+    return json.dumps(doc, separators=(",", ":"), allow_nan=True)
+
+
+def grid_shape_of(doc: dict[str, Any]) -> tuple[int, ...]:
+    shape = doc["shape"]
+    chunk_shape = doc["chunk_grid"]["configuration"]["chunk_shape"]
+    return tuple(-(-s // c) if c else 0 for s, c in zip(shape, chunk_shape, strict=True))
+
+
+def manifest_to_refs(manifest: Manifest) -> dict[str, Any]:
+    refs: dict[str, Any] = {}
+    for path in sorted(manifest.nodes):
+        refs[metadata_key(path)] = dumps_document(manifest.nodes[path])
+    templates = {template_name(i): s.url for i, s in enumerate(manifest.sources)}
+    names = ["{{" + template_name(i) + "}}" for i in range(len(manifest.sources))]
+    for path in sorted(manifest.chunks):
+        table = manifest.chunks[path]
+        prefix = chunk_prefix(path)
+        if table.grid_shape == ():
+            entry = _ref_entry(table, (), 0, names)
+            if entry is not None:
+                refs[prefix] = entry
+            continue
+        present = np.argwhere(table.source != MISSING)
+        for index in present:
+            idx = tuple(int(i) for i in index)
+            flat = int(np.ravel_multi_index(idx, table.grid_shape))
+            entry = _ref_entry(table, idx, flat, names)
+            refs[prefix + "/" + "/".join(map(str, idx))] = entry
+    return {
+        "version": 1,
+        "templates": templates,
+        "refs": refs,
+        FORMAT_KEY: {
+            "version": manifest.writer,
+            "convention": manifest.convention,
+            "sources": [s.to_dict() for s in manifest.sources],
+        },
+    }
+
+
+def _ref_entry(table: ChunkTable, idx: tuple[int, ...], flat: int, names: list[str]) -> Any:
+    src = int(table.source[idx])
+    if src == MISSING:
+        return None
+    if src == INLINE:
+        return "base64:" + base64.b64encode(table.inline[flat]).decode("ascii")
+    return [names[src], int(table.offset[idx]), int(table.length[idx])]
+
+
+def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> Manifest:
+    if not isinstance(data, dict):
+        raise ManifestFormatError(f"Expected a JSON object. Got {type(data).__name__}")
+    version = data.get("version")
+    if version is None:
+        refs = data
+    elif version == 1:
+        refs = data.get("refs")
+    else:
+        raise ManifestFormatError(f"Expected reference format version 1. Got {version!r}")
+    if not isinstance(refs, dict):
+        raise ManifestFormatError("Expected a 'refs' object")
+    templates: dict[str, str] = dict(data.get("templates") or {}) if version == 1 else {}
+    info = data.get(FORMAT_KEY) or {}
+
+    sources: list[Source] = [Source.from_dict(s) for s in info.get("sources", [])]
+    source_index: dict[str, int] = {}
+    for name, url in templates.items():
+        match = next((i for i, s in enumerate(sources) if s.url == url), None)
+        if match is None:
+            sources.append(Source(url))
+            match = len(sources) - 1
+        source_index["{{" + name + "}}"] = match
+
+    nodes: dict[str, dict[str, Any]] = {}
+    for key, value in refs.items():
+        if key == "zarr.json" or key.endswith("/zarr.json"):
+            path = key[: -len("zarr.json")].rstrip("/")
+            nodes[path] = _parse_document(key, value)
+    chunks: dict[str, ChunkTable] = {}
+    for path, doc in nodes.items():
+        if doc.get("node_type") != "array":
+            continue
+        _check_array_document(path, doc)
+        chunks[path] = ChunkTable.empty(grid_shape_of(doc))
+
+    for key, value in refs.items():
+        if key == "zarr.json" or key.endswith("/zarr.json"):
+            continue
+        path, idx = _split_chunk_key(key, chunks)
+        table = chunks[path]
+        if isinstance(value, str):
+            payload = base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode()
+            table.set_inline(idx, payload)
+        elif isinstance(value, list) and len(value) == 3:
+            url = value[0]
+            src = source_index.get(url)
+            if src is None:
+                src = _literal_source(url, sources, source_index)
+            table.source[idx] = src
+            table.offset[idx] = int(value[1])
+            table.length[idx] = int(value[2])
+        else:
+            raise ManifestFormatError(f"{key}: expected [url, offset, length] or inline data. Got {value!r}")
+    return Manifest(
+        nodes=nodes,
+        chunks=chunks,
+        sources=sources,
+        convention=info.get("convention", "released"),
+        writer=info.get("version", ""),
+        location=location,
+    )
+
+
+def _literal_source(url: str, sources: list[Source], index: dict[str, int]) -> int:
+    for i, s in enumerate(sources):
+        if s.url == url:
+            index[url] = i
+            return i
+    if "{{" in url:
+        raise ManifestFormatError(f"Reference names an undefined template: {url!r}")
+    sources.append(Source(url))
+    index[url] = len(sources) - 1
+    return index[url]
+
+
+def _parse_document(key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        doc = value
+    elif isinstance(value, str):
+        try:
+            doc = json.loads(value)
+        except ValueError as e:
+            raise ManifestFormatError(f"{key}: not valid JSON ({e})") from None
+    else:
+        raise ManifestFormatError(f"{key}: expected a zarr.json document. Got {type(value).__name__}")
+    if doc.get("zarr_format") != 3 or doc.get("node_type") not in ("array", "group"):
+        raise ManifestFormatError(f"{key}: expected zarr v3 metadata (zarr_format 3, node_type array|group)")
+    return doc
+
+
+def _check_array_document(path: str, doc: dict[str, Any]) -> None:
+    grid = doc.get("chunk_grid", {})
+    if grid.get("name") != "regular":
+        raise ManifestFormatError(f"{path}: only regular chunk grids are supported. Got {grid.get('name')!r}")
+    encoding = doc.get("chunk_key_encoding", {"name": "default"})
+    sep = encoding.get("configuration", {}).get("separator", "/")
+    if encoding.get("name") != "default" or sep != "/":
+        raise ManifestFormatError(f"{path}: only the default chunk key encoding with '/' is supported")
+
+
+def _split_chunk_key(key: str, chunks: dict[str, ChunkTable]) -> tuple[str, tuple[int, ...]]:
+    # "a/c/b/c/0/1": the chunk part is "c" followed only by integers
+    parts = key.split("/")
+    for cut in range(len(parts) - 1, -1, -1):
+        if parts[cut] == "c" and all(p.isdigit() for p in parts[cut + 1 :]):
+            path = "/".join(parts[:cut])
+            if path in chunks:
+                idx = tuple(int(p) for p in parts[cut + 1 :])
+                table = chunks[path]
+                if len(idx) != len(table.grid_shape) or any(
+                    i >= n for i, n in zip(idx, table.grid_shape, strict=True)
+                ):
+                    raise ManifestFormatError(f"{key}: chunk index outside the grid {table.grid_shape}")
+                return path, idx
+    raise ManifestFormatError(f"{key}: not a metadata key nor a chunk key of any array")
+
+
+def write_json(manifest: Manifest, path: str, *, storage_options: dict[str, Any] | None = None) -> None:
+    """Serialise and write atomically: a temporary file renamed into place."""
+    payload = orjson.dumps(manifest.to_dict())
+    write_bytes_atomic(path, payload, storage_options=storage_options)
+
+
+def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, Any] | None = None) -> None:
+    if "://" not in path or path.startswith("file://"):
+        local = path.removeprefix("file://")
+        directory = os.path.dirname(os.path.abspath(local))
+        tmp = os.path.join(directory, f".{os.path.basename(local)}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(payload)
+            os.replace(tmp, local)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return
+    import fsspec
+
+    # Object stores publish an object only when its upload completes: one PUT is atomic.
+    fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    fs.pipe_file(fs_path, payload)
+
+
+def read_json(path: str, *, storage_options: dict[str, Any] | None = None) -> Manifest:
+    import fsspec
+
+    try:
+        with fsspec.open(path, "rb", **(storage_options or {})) as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise ManifestFormatError(f"{path}: cannot read manifest ({e})") from e
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:  # bare NaN tokens are not JSON to orjson; the stdlib reads them
+            data = json.loads(raw)
+        except ValueError as e:
+            raise ManifestFormatError(f"{path}: not a JSON manifest ({e})") from None
+    location = path if "://" in path else os.path.abspath(path)
+    return manifest_from_refs(data, location=location)

@@ -1,0 +1,71 @@
+"""Human-readable summaries of a manifest (for the CLI)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from h5lens.manifest.model import Manifest
+
+
+def summarize(manifest: Manifest) -> dict[str, int]:
+    """Counts of nodes, chunks and bytes, referenced vs inline."""
+    tables = manifest.chunks.values()
+    inline_chunks = sum(len(t.inline) for t in tables)
+    return {
+        "arrays": len(manifest.arrays()),
+        "groups": len(manifest.groups()),
+        "referenced_chunks": sum(t.n_present for t in tables) - inline_chunks,
+        "referenced_bytes": sum(t.referenced_bytes for t in tables),
+        "inline_chunks": inline_chunks,
+        "inline_bytes": sum(t.inline_bytes for t in tables),
+    }
+
+
+def _dtype_label(data_type: Any) -> str:
+    if isinstance(data_type, str):
+        return data_type
+    return str(data_type.get("name", data_type))
+
+
+def _codec_label(codecs: list[dict[str, Any]]) -> str:
+    return " → ".join(c["name"] for c in codecs if c["name"] != "bytes") or "raw"
+
+
+def print_tree(manifest: Manifest) -> None:
+    """Print the manifest as a tree with shapes, dtypes, codecs and chunk counts."""
+    from rich.console import Console
+    from rich.tree import Tree
+
+    def label(path: str) -> str:
+        doc = manifest.nodes[path]
+        name = path.rsplit("/", 1)[-1] if path else "/"
+        if doc["node_type"] == "group":
+            links = doc.get("attributes", {}).get("_LINKS", [])
+            extra = f" [dim]({len(links)} links)[/dim]" if links else ""
+            return f"[bold]{name}/[/bold]{extra}"
+        table = manifest.chunks[path]
+        shape = "×".join(map(str, doc["shape"])) or "scalar"
+        inline = len(table.inline)
+        return (
+            f"{name} [cyan]{shape}[/cyan] {_dtype_label(doc['data_type'])} [magenta]{_codec_label(doc['codecs'])}"
+            f"[/magenta] chunks: {table.n_present - inline} referenced ({table.referenced_bytes} B), "
+            f"{inline} inline ({table.inline_bytes} B)"
+        )
+
+    def add(node: Tree, path: str) -> None:
+        for name in manifest.children(path):
+            child = f"{path}/{name}" if path else name
+            branch = node.add(label(child))
+            if manifest.nodes[child]["node_type"] == "group":
+                add(branch, child)
+
+    sources = ", ".join(s.url for s in manifest.sources)
+    root = Tree(f"{label('')} [dim]{sources} · convention {manifest.convention}[/dim]")
+    add(root, "")
+    console = Console()
+    console.print(root)
+    totals = summarize(manifest)
+    console.print(
+        f"{totals['arrays']} arrays, {totals['groups']} groups; referenced {totals['referenced_chunks']} chunks "
+        f"/ {totals['referenced_bytes']} B; inline {totals['inline_chunks']} chunks / {totals['inline_bytes']} B"
+    )

@@ -1,0 +1,288 @@
+"""Walk records → Manifest: one zarr.json document and one chunk table per node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import h5py
+import numpy as np
+
+from h5lens.errors import H5LensError, MaterializeLimitError, NotHDF5Error, UnsupportedFeatureError
+from h5lens.manifest.model import ChunkTable, Manifest
+from h5lens.scan import chunks as chunk_scan
+from h5lens.scan.attrs import read_attributes
+from h5lens.scan.codecs import ambiguous_length, read_pipeline, translate_pipeline, untranslatable
+from h5lens.scan.dtypes import TypePlan, fill_value_json, plan_type
+from h5lens.scan.materialize import (
+    chunk_selection,
+    compound_plan,
+    compound_values,
+    encode_chunks,
+    read_values,
+)
+from h5lens.scan.source import OpenSource
+from h5lens.scan.walk import DatasetRecord, GroupRecord, Walk, walk
+
+CONVENTIONS = ("released", "proposal")
+DEFAULT_INLINE_THRESHOLD = 1000
+# Materialised arrays larger than this are compressed inline.
+_COMPRESS_INLINE_ABOVE = 64 << 10
+_DEFAULT_KEY_ENCODING = {"name": "default", "configuration": {"separator": "/"}}
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    inline_threshold: int = DEFAULT_INLINE_THRESHOLD
+    convention: str = "released"
+    slab_bytes: int = chunk_scan.DEFAULT_SLAB_BYTES
+    materialize_limit: int | None = None  # bytes; None: no limit
+
+
+def build_manifest(opened: OpenSource, options: ScanOptions, *, writer: str) -> Manifest:
+    if options.convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {CONVENTIONS}. Got {options.convention!r}")
+    h5 = opened.h5
+    found = walk(h5)
+    resolve = _resolver(h5, found)
+    nan_strings = options.convention == "proposal"
+
+    nodes: dict[str, dict[str, Any]] = {}
+    tables: dict[str, ChunkTable] = {}
+    for group in found.groups:
+        nodes[group.key] = _group_document(h5, group, resolve, nan_strings)
+    for record in found.datasets:
+        try:
+            doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings)
+        except H5LensError:
+            raise
+        except (OSError, RuntimeError, KeyError) as e:
+            raise NotHDF5Error(f"{record.h5_path}: cannot read dataset ({_first_line(e)})") from None
+        nodes[record.key] = doc
+        tables[record.key] = table
+
+    _inline_small_chunks(opened, tables, options.inline_threshold)
+    return Manifest(nodes, tables, [opened.source], options.convention, writer)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _resolver(h5: h5py.File, found: Walk):
+    def resolve(ref: h5py.Reference) -> str | None:
+        try:
+            target = h5[ref]
+        except (ValueError, KeyError, OSError, RuntimeError):
+            return None
+        return found.path_of(target) or target.name
+
+    return resolve
+
+
+def _group_document(h5: h5py.File, group: GroupRecord, resolve, nan_strings: bool) -> dict[str, Any]:
+    attributes = read_attributes(h5[group.h5_path], group.h5_path, resolve, nan_as_string=nan_strings)
+    if group.links:
+        attributes["_LINKS"] = [{"name": e.name, "source": e.source, "path": e.path} for e in group.links]
+    return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
+
+
+def _array(
+    ds: h5py.Dataset, record: DatasetRecord, options: ScanOptions, resolve, nan_strings: bool
+) -> tuple[dict[str, Any], ChunkTable]:
+    path = record.h5_path
+    plan = plan_type(ds.dtype, path)
+    attributes = read_attributes(ds, path, resolve, nan_as_string=nan_strings)
+    dcpl = ds.id.get_create_plist()
+    layout = dcpl.get_layout()
+
+    if ds.shape is None:  # null dataspace (h5py.Empty): no elements at all
+        if plan.kind == "compound" and not plan.raw:
+            plan = compound_plan(plan, compound_values(np.zeros(0, ds.dtype), plan, path, resolve))
+        doc = _document(plan, (0,), (1,), _value_codecs(plan, 0), ds.fillvalue, attributes)
+        doc["attributes"]["_EMPTY"] = True
+        return doc, ChunkTable.empty((0,))
+
+    shape = tuple(ds.shape) + plan.extra_shape
+    base_itemsize = ds.dtype.base.itemsize if ds.dtype.subdtype else ds.dtype.itemsize
+    filters = read_pipeline(dcpl)
+    chunked = layout == h5py.h5d.CHUNKED
+    hdf5_chunks = tuple(ds.chunks) + plan.extra_shape if chunked else None
+
+    referencable = plan.raw and layout in (h5py.h5d.CHUNKED, h5py.h5d.CONTIGUOUS) and not _external(dcpl)
+    pipeline = translate_pipeline(filters, base_itemsize) if referencable and chunked else []
+    if pipeline is None:
+        referencable = False
+
+    if referencable:
+        codecs = [_bytes_codec(plan)] + pipeline
+        if chunked:
+            doc = _document(plan, shape, hdf5_chunks, codecs, ds.fillvalue, attributes)
+            scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks)
+            table = scan.table
+            redo = scan.masked
+            suspect = ambiguous_length(filters, _chunk_nbytes(doc, base_itemsize))
+            if suspect is not None:
+                masked = set(redo)
+                for index in np.argwhere((table.source == 0) & (table.length == suspect)):
+                    if tuple(int(i) for i in index) not in masked:
+                        redo.append(tuple(int(i) for i in index))
+        else:
+            chunk_shape = chunk_scan.plan_slabs(shape, base_itemsize, options.slab_bytes)
+            doc = _document(plan, shape, chunk_shape, codecs, ds.fillvalue, attributes)
+            table, tail = chunk_scan.scan_contiguous(ds.id.get_offset(), shape, chunk_shape, base_itemsize)
+            redo = [tail] if tail is not None else []
+        if redo:  # chunks whose stored bytes the array's codecs cannot decode as they are
+            _check_limit(path, options, len(redo) * _chunk_nbytes(doc, base_itemsize), "chunks that skip filters")
+            regions = [(idx, read_values(ds, plan, chunk_selection(idx, doc_chunks(doc), shape), path, resolve)) for idx in redo]
+            _store_inline(table, redo, encode_chunks(doc, regions))
+        return _finish_scalar(doc, table, options), table
+
+    # Everything else is decoded by h5py and stored inline.
+    reason = _materialize_reason(plan, layout, dcpl, filters, base_itemsize)
+    estimate = int(np.prod(shape, dtype=np.int64)) * max(base_itemsize, 1)
+    _check_limit(path, options, estimate, reason)
+    values = read_values(ds, plan, (), path, resolve)
+    if plan.kind == "compound" and not plan.raw:
+        plan = compound_plan(plan, values)
+    values = values.reshape(shape) if values.shape != shape else values
+    chunk_shape = hdf5_chunks or chunk_scan.plan_slabs(shape, _value_itemsize(plan, values), options.slab_bytes)
+    codecs = _value_codecs(plan, values.nbytes)
+    doc = _document(plan, shape, chunk_shape, codecs, ds.fillvalue, attributes)
+    table = ChunkTable.empty(chunk_scan.grid_shape(shape, chunk_shape))
+    if shape and 0 in shape:
+        return _finish_scalar(doc, table, options), table
+    regions = [(idx, values[chunk_selection(idx, chunk_shape, shape)]) for idx in np.ndindex(table.grid_shape)]
+    if not shape:
+        regions = [((), values)]
+    encoded = encode_chunks(doc, regions)
+    _store_inline(table, list(encoded), encoded)
+    return _finish_scalar(doc, table, options), table
+
+
+def doc_chunks(doc: dict[str, Any]) -> tuple[int, ...]:
+    return tuple(doc["chunk_grid"]["configuration"]["chunk_shape"])
+
+
+def _external(dcpl: h5py.h5p.PropDCID) -> bool:
+    return dcpl.get_external_count() > 0
+
+
+def _materialize_reason(plan: TypePlan, layout: int, dcpl, filters, itemsize: int) -> str:
+    if not plan.raw:
+        return f"{plan.kind} values are not stored in the dataset's chunks"
+    if layout == h5py.h5d.COMPACT:
+        return "compact storage"
+    if layout == h5py.h5d.VIRTUAL:
+        return "virtual dataset"
+    if _external(dcpl):
+        return "external raw storage"
+    names = ", ".join(f.label for f in untranslatable(filters, itemsize))
+    return f"filters with no zarr codec: {names}"
+
+
+def _check_limit(path: str, options: ScanOptions, nbytes: int, reason: str) -> None:
+    if options.materialize_limit is not None and nbytes > options.materialize_limit:
+        raise MaterializeLimitError(
+            f"{path}: {reason}; its {nbytes} bytes would be copied into the manifest, "
+            f"more than materialize_limit={options.materialize_limit}"
+        )
+
+
+def _chunk_nbytes(doc: dict[str, Any], itemsize: int) -> int:
+    return int(np.prod(doc_chunks(doc), dtype=np.int64)) * itemsize
+
+
+def _value_itemsize(plan: TypePlan, values: np.ndarray) -> int:
+    if plan.kind in ("string", "reference", "vlen-bytes"):
+        return 16  # a typical short string; only used to size chunks
+    return values.dtype.itemsize
+
+
+def _store_inline(table: ChunkTable, indices: list[tuple[int, ...]], encoded: dict[tuple[int, ...], bytes]) -> None:
+    for idx in indices:
+        data = encoded.get(tuple(idx))
+        if data is None:  # equal to the fill value everywhere: absent is exact
+            table.source[tuple(idx)] = -1
+            continue
+        table.set_inline(tuple(idx), data)
+
+
+def _bytes_codec(plan: TypePlan) -> dict[str, Any]:
+    if plan.endian is None:
+        return {"name": "bytes", "configuration": {}}
+    return {"name": "bytes", "configuration": {"endian": plan.endian}}
+
+
+def _value_codecs(plan: TypePlan, nbytes: int) -> list[dict[str, Any]]:
+    if plan.kind in ("string", "reference"):
+        return [{"name": "vlen-utf8", "configuration": {}}]
+    if plan.kind == "vlen-bytes":
+        return [{"name": "vlen-bytes", "configuration": {}}]
+    endian = None if plan.numpy_dtype.itemsize <= 1 and plan.kind != "compound" else "little"
+    codecs: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": endian} if endian else {}}]
+    if plan.kind == "compound":
+        codecs = [{"name": "bytes", "configuration": {}}]
+    if nbytes > _COMPRESS_INLINE_ABOVE:
+        codecs.append({"name": "zstd", "configuration": {"level": 3, "checksum": False}})
+    return codecs
+
+
+def _document(
+    plan: TypePlan,
+    shape: tuple[int, ...],
+    chunk_shape: tuple[int, ...],
+    codecs: list[dict[str, Any]],
+    fill: Any,
+    attributes: dict[str, Any],
+) -> dict[str, Any]:
+    attributes = dict(attributes)
+    if plan.dtype_attr is not None:
+        attributes["_DTYPE"] = plan.dtype_attr
+    if plan.reference_fields:
+        attributes["_REFERENCE_FIELDS"] = list(plan.reference_fields)
+    if plan.enum is not None:
+        attributes["_ENUM"] = plan.enum
+    return {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": list(shape),
+        "data_type": plan.data_type,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(1, c) for c in chunk_shape]}},
+        "chunk_key_encoding": _DEFAULT_KEY_ENCODING,
+        "fill_value": fill_value_json(plan, fill),
+        "codecs": codecs,
+        "attributes": attributes,
+    }
+
+
+def _finish_scalar(doc: dict[str, Any], table: ChunkTable, options: ScanOptions) -> dict[str, Any]:
+    """The proposal writes 0-d datasets as shape (1,) with ``_SCALAR: true``."""
+    if doc["shape"] or options.convention != "proposal":
+        return doc
+    doc["shape"] = [1]
+    doc["chunk_grid"] = {"name": "regular", "configuration": {"chunk_shape": [1]}}
+    doc["attributes"]["_SCALAR"] = True
+    table.source = table.source.reshape(1)
+    table.offset = table.offset.reshape(1)
+    table.length = table.length.reshape(1)
+    return doc
+
+
+def _inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], threshold: int) -> None:
+    """Copy referenced chunks of at most ``threshold`` bytes into the manifest, reading in file order."""
+    if threshold <= 0:
+        return
+    wanted: list[tuple[int, int, str, tuple[int, ...]]] = []
+    for path, table in tables.items():
+        small = np.argwhere((table.source >= 0) & (table.length <= threshold))
+        for index in small:
+            idx = tuple(int(i) for i in index)
+            wanted.append((int(table.offset[idx]), int(table.length[idx]), path, idx))
+    wanted.sort()
+    for offset, length, path, idx in wanted:
+        tables[path].set_inline(idx, opened.read(offset, length))
+
+
+__all__ = ["ScanOptions", "build_manifest", "CONVENTIONS", "DEFAULT_INLINE_THRESHOLD", "UnsupportedFeatureError"]

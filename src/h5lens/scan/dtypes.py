@@ -1,0 +1,247 @@
+"""HDF5 element types → zarr v3 ``data_type``, ``fill_value`` and storage plan.
+
+Each HDF5 type falls in one of three groups:
+
+* **raw**: the bytes HDF5 stores are exactly what a zarr v3 ``bytes`` codec
+  decodes (numbers, bool, fixed-length strings, opaque, packed compounds):
+  chunks are referenced by byte range;
+* **materialised**: the values live elsewhere (variable-length strings in the
+  global heap, object references) or must be rewritten (compounds with
+  variable-length or reference fields, padded compounds): h5py reads them and
+  h5lens stores them inline;
+* **refused**: nothing in zarr v3 can hold them without loss (region
+  references, ragged sequences of numbers, compounds with subarray fields):
+  :class:`~h5lens.errors.UnsupportedFeatureError` names the path.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+import numpy as np
+
+from h5lens.errors import UnsupportedFeatureError
+
+# _DTYPE names as hdmf-zarr writes them: numpy type names, "str", "object_reference".
+DTYPE_STR = "str"
+DTYPE_OBJECT_REFERENCE = "object_reference"
+
+
+@dataclass(frozen=True)
+class TypePlan:
+    """How one HDF5 element type is written to zarr v3."""
+
+    data_type: Any  # zarr v3 data_type JSON (a name or a {"name", "configuration"} dict)
+    numpy_dtype: np.dtype  # the dtype zarr reads back (native byte order)
+    endian: str | None  # "little" / "big" for the bytes codec, None for 1-byte and non-raw types
+    raw: bool  # the stored HDF5 bytes decode as-is
+    kind: str  # "numeric", "bool", "bytes", "string", "reference", "compound", "opaque", "enum"
+    dtype_attr: str | None  # value of the _DTYPE attribute, None for compounds
+    extra_shape: tuple[int, ...] = ()  # HDF5 array element types add trailing dimensions
+    reference_fields: tuple[str, ...] = ()
+    enum: dict[str, int] | None = None
+    string_fields: tuple[str, ...] = field(default=())  # compound fields re-stored as U{N}
+
+
+def _zdtype(dtype: np.dtype) -> Any:
+    from zarr.core.dtype import get_data_type_from_native_dtype
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return get_data_type_from_native_dtype(dtype)
+
+
+def _endian(dtype: np.dtype) -> str | None:
+    if dtype.itemsize <= 1 or dtype.byteorder == "|":
+        return None
+    if dtype.byteorder == "=":
+        return "little" if np.little_endian else "big"
+    return "little" if dtype.byteorder == "<" else "big"
+
+
+def plan_type(dtype: np.dtype, path: str) -> TypePlan:
+    """Return how to store elements of h5py dtype ``dtype`` (the dataset at ``path``)."""
+    if dtype.subdtype is not None:
+        base, extra = dtype.subdtype
+        inner = plan_type(base, path)
+        return TypePlan(**{**inner.__dict__, "extra_shape": tuple(extra) + inner.extra_shape})
+
+    string_info = h5py.check_string_dtype(dtype)
+    if string_info is not None:
+        if string_info.length is None:
+            return TypePlan("string", np.dtypes.StringDType(), None, False, "string", DTYPE_STR)
+        return TypePlan(
+            {"name": "null_terminated_bytes", "configuration": {"length_bytes": dtype.itemsize}},
+            np.dtype(f"S{dtype.itemsize}"),
+            None,
+            True,
+            "bytes",
+            "bytes",
+        )
+
+    ref_class = h5py.check_ref_dtype(dtype)
+    if ref_class is h5py.RegionReference:
+        raise UnsupportedFeatureError(
+            f"{path}: region references have no zarr v3 form and no reader of the "
+            "unified convention implements _REGION_REFERENCE"
+        )
+    if ref_class is h5py.Reference:
+        return TypePlan(
+            "string", np.dtypes.StringDType(), None, False, "reference", DTYPE_OBJECT_REFERENCE
+        )
+
+    vlen_base = h5py.check_vlen_dtype(dtype)
+    if vlen_base is not None:
+        if vlen_base == np.dtype("uint8") or vlen_base == np.dtype("int8"):
+            return TypePlan(
+                "variable_length_bytes", np.dtype("O"), None, False, "vlen-bytes", "bytes"
+            )
+        raise UnsupportedFeatureError(
+            f"{path}: variable-length sequences of {vlen_base} (ragged arrays) have no zarr v3 data type"
+        )
+
+    if dtype.fields is not None:
+        return _plan_compound(dtype, path)
+
+    if dtype.kind == "b":
+        return TypePlan("bool", np.dtype(bool), None, True, "bool", "bool")
+
+    if dtype.kind in "iuf":
+        enum = h5py.check_enum_dtype(dtype)
+        native = dtype.newbyteorder("=")
+        return TypePlan(
+            native.name,
+            native,
+            _endian(dtype),
+            True,
+            "enum" if enum is not None else "numeric",
+            native.name,
+            enum={str(k): int(v) for k, v in enum.items()} if enum is not None else None,
+        )
+    if dtype.kind == "c":
+        native = dtype.newbyteorder("=")
+        return TypePlan(native.name, native, _endian(dtype), True, "numeric", native.name)
+    if dtype.kind == "V":
+        return TypePlan(
+            {"name": "raw_bytes", "configuration": {"length_bytes": dtype.itemsize}},
+            np.dtype(f"V{dtype.itemsize}"),
+            None,
+            True,
+            "opaque",
+            "bytes",
+        )
+    raise UnsupportedFeatureError(f"{path}: HDF5 type {dtype!r} has no zarr v3 data type")
+
+
+def _field_json(dtype: np.dtype) -> Any:
+    return _zdtype(dtype).to_json(zarr_format=3)
+
+
+def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
+    """Compounds become zarr v3 ``structured``; packed ones are referenced as they are."""
+    raw = True
+    reference_fields: list[str] = []
+    string_fields: list[str] = []
+    fields_out: list[tuple[str, np.dtype]] = []
+    offset = 0
+    for name in dtype.names:
+        field_dtype, field_offset = dtype.fields[name][:2]
+        if field_offset != offset:
+            raw = False  # padding between fields: zarr's structured layout is packed
+        offset = field_offset + field_dtype.itemsize
+        if field_dtype.subdtype is not None:
+            raise UnsupportedFeatureError(
+                f"{path}: compound field {name!r} is an array member {field_dtype}; "
+                "zarr v3 structured fields cannot hold subarrays"
+            )
+        if h5py.check_ref_dtype(field_dtype) is h5py.RegionReference:
+            raise UnsupportedFeatureError(f"{path}: compound field {name!r} holds region references")
+        if h5py.check_ref_dtype(field_dtype) is h5py.Reference:
+            reference_fields.append(name)
+            raw = False
+            fields_out.append((name, None))  # width known once the paths are resolved
+            continue
+        string_info = h5py.check_string_dtype(field_dtype)
+        if string_info is not None and string_info.length is None:
+            string_fields.append(name)
+            raw = False
+            fields_out.append((name, None))
+            continue
+        if h5py.check_vlen_dtype(field_dtype) is not None:
+            raise UnsupportedFeatureError(
+                f"{path}: compound field {name!r} is a variable-length sequence; zarr v3 "
+                "structured fields must have a fixed size"
+            )
+        if field_dtype.fields is not None:
+            inner = _plan_compound(field_dtype, f"{path}.{name}")
+            if not inner.raw:
+                raise UnsupportedFeatureError(
+                    f"{path}: nested compound field {name!r} holds variable-length or reference "
+                    "members; only flat compounds can be rewritten"
+                )
+            fields_out.append((name, field_dtype))
+            continue
+        if field_dtype.byteorder not in ("=", "|", "<" if np.little_endian else ">"):
+            raw = False  # zarr's bytes codec has one byte order for the whole record
+        fields_out.append((name, field_dtype))
+    if offset != dtype.itemsize:
+        raw = False  # trailing padding
+    if raw:
+        native = np.dtype([(n, d.newbyteorder("=") if d.fields is None else d) for n, d in fields_out])
+        data_type = structured_json(native)
+    else:
+        native = None
+        data_type = None  # decided by materialize once variable widths are known
+    return TypePlan(
+        data_type,
+        native,
+        None,
+        raw,
+        "compound",
+        None,
+        reference_fields=tuple(reference_fields),
+        string_fields=tuple(string_fields),
+    )
+
+
+def structured_json(dtype: np.dtype) -> dict[str, Any]:
+    """The convention's ``structured`` data_type: ``[[name, type], ...]`` fields."""
+    fields = []
+    for name in dtype.names:
+        field_dtype = dtype.fields[name][0]
+        if field_dtype.fields is not None:
+            fields.append([name, structured_json(field_dtype)])
+        else:
+            fields.append([name, _field_json(field_dtype)])
+    return {"name": "structured", "configuration": {"fields": fields}}
+
+
+def fill_value_json(plan: TypePlan, fill: Any) -> Any:
+    """The zarr v3 JSON form of fill value ``fill`` for arrays of ``plan``."""
+    if plan.kind in ("string", "reference"):
+        return ""
+    if plan.kind == "vlen-bytes":
+        return ""
+    zdtype = _zdtype(plan.numpy_dtype)
+    if fill is None:
+        fill = zdtype.default_scalar()
+    if plan.kind == "compound":
+        # The convention writes compound fill values as base64 of the record's bytes.
+        import base64
+
+        record = np.zeros((), dtype=plan.numpy_dtype)
+        if fill is not None and getattr(fill, "dtype", None) is not None and fill.dtype.names:
+            for name in plan.numpy_dtype.names:
+                if name in fill.dtype.names:
+                    try:
+                        record[name] = fill[name]
+                    except (TypeError, ValueError):
+                        pass
+        return base64.b64encode(record.tobytes()).decode("ascii")
+    if plan.kind == "bytes":
+        fill = np.bytes_(fill if isinstance(fill, bytes) else bytes(fill))
+    value = zdtype.cast_scalar(fill) if hasattr(zdtype, "cast_scalar") else fill
+    return zdtype.to_json_scalar(value, zarr_format=3)

@@ -1,0 +1,151 @@
+"""Read and re-encode what cannot be referenced by byte range.
+
+Values are read with h5py (which applies every HDF5 filter, resolves the
+global heap and references) and encoded into zarr chunks by zarr itself, in an
+in-memory store, so inline chunks are exactly what a zarr reader decodes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import h5py
+import numpy as np
+
+from h5lens.errors import UnsupportedFeatureError
+from h5lens.scan.dtypes import TypePlan, structured_json
+
+ResolvePath = Callable[[h5py.Reference], str | None]
+
+
+def read_values(
+    ds: h5py.Dataset, plan: TypePlan, selection: Any, path: str, resolve: ResolvePath
+) -> np.ndarray:
+    """The values of ``ds[selection]`` in the form zarr stores for ``plan``."""
+    if plan.kind == "string":
+        try:
+            values = ds.asstr(encoding="utf-8")[selection]
+        except UnicodeDecodeError as e:
+            raise UnsupportedFeatureError(f"{path}: string data that is not UTF-8 ({e.reason})") from None
+        return np.asarray(values, dtype=np.dtypes.StringDType())
+    if plan.kind == "reference":
+        refs = np.asarray(ds[selection], dtype=object)
+        paths = [_ref_path(r, path, resolve) for r in refs.ravel()]
+        return np.array(paths, dtype=np.dtypes.StringDType()).reshape(refs.shape)
+    if plan.kind == "vlen-bytes":
+        raw = np.asarray(ds[selection], dtype=object)
+        out = np.empty(raw.shape, dtype=object)
+        for i, v in enumerate(raw.ravel()):
+            out.flat[i] = bytes(np.asarray(v, dtype=np.uint8))
+        return out
+    if plan.kind == "compound" and not plan.raw:
+        return compound_values(np.asarray(ds[selection]), plan, path, resolve)
+    values = np.asarray(ds[selection])
+    if plan.kind == "compound":
+        return values.astype(plan.numpy_dtype)
+    return values
+
+
+def _ref_path(ref: Any, path: str, resolve: ResolvePath) -> str:
+    if not ref:
+        return ""  # a null reference
+    target = resolve(ref)
+    if target is None:
+        raise UnsupportedFeatureError(f"{path}: an object reference points at nothing reachable")
+    return target
+
+
+def compound_values(values: np.ndarray, plan: TypePlan, path: str, resolve: ResolvePath) -> np.ndarray:
+    """Rewrite a compound array: references → target paths, vlen strings → text, packed native layout."""
+    columns: dict[str, np.ndarray] = {}
+    fields: list[tuple[str, Any]] = []
+    for name in values.dtype.names:
+        column = values[name]
+        if name in plan.reference_fields:
+            text = [_ref_path(r, f"{path} field {name!r}", resolve) for r in column.ravel()]
+            columns[name] = _fixed_text(text, column.shape, f"{path} field {name!r}")
+        elif name in plan.string_fields:
+            text = [_decode_field(v, f"{path} field {name!r}") for v in column.ravel()]
+            columns[name] = _fixed_text(text, column.shape, f"{path} field {name!r}")
+        else:
+            dtype = column.dtype
+            columns[name] = column.astype(dtype.newbyteorder("=") if dtype.fields is None else dtype)
+        fields.append((name, columns[name].dtype))
+    out = np.empty(values.shape, dtype=np.dtype(fields))
+    for name, column in columns.items():
+        out[name] = column
+    return out
+
+
+def _decode_field(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        raise UnsupportedFeatureError(f"{where}: string data that is not UTF-8") from None
+
+
+def _fixed_text(text: list[str], shape: tuple[int, ...], where: str) -> np.ndarray:
+    if any(t.endswith("\x00") for t in text):
+        raise UnsupportedFeatureError(f"{where}: strings ending in NUL cannot be stored as fixed-length text")
+    width = max((len(t) for t in text), default=1) or 1
+    return np.array(text, dtype=f"<U{width}").reshape(shape)
+
+
+def compound_plan(plan: TypePlan, values: np.ndarray) -> TypePlan:
+    """The plan of a rewritten compound, now that its field widths are known."""
+    return TypePlan(
+        structured_json(values.dtype),
+        values.dtype,
+        None,
+        False,
+        "compound",
+        None,
+        reference_fields=plan.reference_fields,
+        string_fields=plan.string_fields,
+    )
+
+
+def encode_chunks(
+    doc: dict[str, Any], regions: list[tuple[tuple[int, ...], np.ndarray]]
+) -> dict[tuple[int, ...], bytes]:
+    """Encode ``(chunk index, values)`` pairs with the array described by ``doc``.
+
+    Returns the encoded bytes per chunk index; a chunk whose values all equal the
+    fill value is left out (zarr reads it as the fill value).
+    """
+    import zarr
+    from zarr.storage import MemoryStore
+
+    from h5lens.manifest.refs_json import dumps_document
+
+    from zarr.core.buffer import default_buffer_prototype
+
+    store_dict: dict[str, Any] = {}
+    meta = {k: v for k, v in doc.items() if k != "attributes"}  # attributes play no part in encoding
+    store_dict["zarr.json"] = default_buffer_prototype().buffer.from_bytes(dumps_document(meta).encode())
+    store = MemoryStore(store_dict)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        array = zarr.open_array(store, mode="r+", zarr_format=3)
+        chunk_shape = tuple(doc["chunk_grid"]["configuration"]["chunk_shape"])
+        shape = tuple(doc["shape"])
+        for index, values in regions:
+            if not shape:
+                array[()] = values
+                continue
+            array[chunk_selection(index, chunk_shape, shape)] = values
+    out: dict[tuple[int, ...], bytes] = {}
+    for key, buffer in store_dict.items():
+        if key == "zarr.json":
+            continue
+        parts = key.split("/")[1:]  # "c/0/1" -> ["0", "1"]
+        out[tuple(int(p) for p in parts)] = buffer.to_bytes()
+    return out
+
+
+def chunk_selection(index: tuple[int, ...], chunk_shape: tuple[int, ...], shape: tuple[int, ...]) -> tuple:
+    return tuple(slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, chunk_shape, shape, strict=True))

@@ -1,0 +1,136 @@
+"""h5py traversal → node records. No zarr here.
+
+The walk is depth-first in h5py's iteration order (by name, or by creation
+order where the file tracks it), so output is deterministic. Each object is
+recorded once, at the first path that reaches it; further hard links to it,
+soft links and external links become link entries on the parent group
+(the convention's parent-centric ``_LINKS``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+import h5py
+
+from h5lens.errors import NotHDF5Error
+from h5lens.keys import escape_key
+
+
+@dataclass(frozen=True)
+class LinkEntry:
+    """One ``_LINKS`` entry: a child that is a link, not an object of its own."""
+
+    name: str  # escaped child name
+    source: str  # "." for the same file, else the external file name
+    path: str  # target path ("/a/b"), escaped for same-file targets
+
+
+@dataclass
+class GroupRecord:
+    h5_path: str
+    key: str  # zarr path, escaped segments, "" for the root
+    links: list[LinkEntry] = field(default_factory=list)
+
+
+@dataclass
+class DatasetRecord:
+    h5_path: str
+    key: str
+
+
+@dataclass
+class Walk:
+    """Everything the walk found, plus the object-address → path map for references."""
+
+    groups: list[GroupRecord]
+    datasets: list[DatasetRecord]
+    canonical: dict[tuple[int, int], str]  # (fileno, addr) -> "/escaped/zarr/path"
+
+    def path_of(self, obj: h5py.HLObject) -> str | None:
+        return self.canonical.get(_identity(obj))
+
+
+def _identity(obj: h5py.HLObject) -> tuple[int, int]:
+    info = h5py.h5o.get_info(obj.id)
+    return (info.fileno, info.addr)
+
+
+def zarr_path(key: str) -> str:
+    return "/" + key
+
+
+def walk(h5: h5py.File) -> Walk:
+    """Record every group, dataset and link reachable from the root of ``h5``."""
+    groups: list[GroupRecord] = []
+    datasets: list[DatasetRecord] = []
+    canonical: dict[tuple[int, int], str] = {_identity(h5): "/"}
+    pending_soft: list[tuple[GroupRecord, str, str]] = []  # (parent, child name, target)
+
+    stack: list[tuple[h5py.Group, GroupRecord]] = []
+    root = GroupRecord("/", "")
+    groups.append(root)
+    stack.append((h5, root))
+    while stack:
+        group, record = stack.pop()
+        children: list[tuple[h5py.Group, GroupRecord]] = []
+        for name in _member_names(group, record.h5_path):
+            child_h5 = posixpath.join(record.h5_path, name)
+            child_key = f"{record.key}/{escape_key(name)}" if record.key else escape_key(name)
+            link = group.get(name, getlink=True)
+            if isinstance(link, h5py.SoftLink):
+                pending_soft.append((record, escape_key(name), _absolute(record.h5_path, link.path)))
+                continue
+            if isinstance(link, h5py.ExternalLink):
+                record.links.append(LinkEntry(escape_key(name), link.filename, link.path))
+                continue
+            try:
+                obj = group[name]
+            except (KeyError, OSError, RuntimeError) as e:
+                raise NotHDF5Error(f"{child_h5}: cannot open object ({e})") from None
+            identity = _identity(obj)
+            if identity in canonical:  # a second hard link to an object already recorded
+                record.links.append(LinkEntry(escape_key(name), ".", canonical[identity]))
+                continue
+            canonical[identity] = zarr_path(child_key)
+            if isinstance(obj, h5py.Group):
+                child = GroupRecord(child_h5, child_key)
+                groups.append(child)
+                children.append((obj, child))
+            elif isinstance(obj, h5py.Dataset):
+                datasets.append(DatasetRecord(child_h5, child_key))
+            else:  # committed datatypes are type definitions, not data
+                continue
+        stack.extend(reversed(children))  # depth-first, in iteration order
+
+    for record, name, target in pending_soft:
+        record.links.append(LinkEntry(name, ".", _soft_target(h5, target, canonical)))
+    for record in groups:
+        record.links.sort(key=lambda entry: entry.name)
+    return Walk(groups, datasets, canonical)
+
+
+def _member_names(group: h5py.Group, h5_path: str) -> list[str]:
+    try:
+        return list(group.keys())
+    except (OSError, RuntimeError) as e:
+        raise NotHDF5Error(f"{h5_path}: cannot list group members ({e})") from None
+
+
+def _absolute(group_path: str, target: str) -> str:
+    return posixpath.normpath(posixpath.join(group_path, target))
+
+
+def _soft_target(h5: h5py.File, target: str, canonical: dict[tuple[int, int], str]) -> str:
+    """The recorded path of what a soft link reaches; its escaped text if it dangles."""
+    try:
+        obj = h5.get(target)
+    except (KeyError, OSError, RuntimeError):
+        obj = None
+    if obj is not None:
+        found = canonical.get(_identity(obj))
+        if found is not None:
+            return found
+    parts = [escape_key(p) for p in target.split("/") if p]
+    return "/" + "/".join(parts)

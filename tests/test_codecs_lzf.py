@@ -1,0 +1,206 @@
+"""h5lens.lzf: a zarr v3 array over the raw chunk bytes of h5py's LZF filter reads what h5py reads."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import h5py
+import numpy as np
+import pytest
+import zarr
+from zarr.core.buffer import cpu
+from zarr.core.dtype import parse_dtype
+from zarr.storage import MemoryStore
+
+from h5lens.codecs import LZFCodec, register
+from h5lens.codecs import lzf as lzf_mod
+
+DTYPES = ["u1", "<i2", ">i4", "<u4", "<f4", "<f8", ">f8", "<i8", "<c8"]
+KINDS = ["smooth", "random", "mixed"]
+
+
+def _backends() -> list:
+    out = []
+    for cls in (lzf_mod._PythonLzf, lzf_mod._Imagecodecs):
+        try:
+            out.append(pytest.param(cls(), id=cls.name))
+        except ImportError:
+            out.append(pytest.param(None, id=cls.name, marks=pytest.mark.skip(reason=f"{cls.name} missing")))
+    return out
+
+
+@pytest.fixture(params=_backends())
+def backend(request, monkeypatch):
+    monkeypatch.setattr(lzf_mod, "_BACKEND", request.param)
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _registered():
+    register()
+
+
+def _data(kind: str, dtype: str, shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape))
+    rng = np.random.default_rng(seed)
+    if kind == "smooth":
+        return (np.arange(n) % 23).astype(dt).reshape(shape)
+    raw = np.frombuffer(rng.bytes(n * dt.itemsize), dtype=dt).reshape(shape).copy()
+    if kind == "mixed":  # some chunks compress, some do not
+        raw.reshape(-1)[: n // 2] = 0
+    return raw
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    return a.astype(a.dtype.newbyteorder("="))
+
+
+def _same(got: np.ndarray, expect: np.ndarray) -> bool:
+    e = _native(expect)  # compare bytes: NaN-safe, dtype-exact
+    return got.dtype == e.dtype and got.shape == e.shape and got.tobytes() == e.tobytes()
+
+
+def _bytes_codec(dt: np.dtype) -> dict:
+    if dt.itemsize == 1 or dt.byteorder == "|":
+        return {"name": "bytes"}
+    return {"name": "bytes", "configuration": {"endian": "big" if dt.byteorder == ">" else "little"}}
+
+
+def _zarr_over_hdf5_chunks(dset: h5py.Dataset, bytes_codecs: list[dict]) -> tuple[zarr.Array, list[int]]:
+    """A zarr v3 array whose chunk keys hold the HDF5 chunk bytes verbatim."""
+    dt = dset.dtype
+    zdt = parse_dtype(_native(np.empty(0, dt)).dtype, zarr_format=3)
+    meta = {
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": list(dset.shape),
+        "data_type": zdt.to_json(zarr_format=3),
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(dset.chunks)}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": zdt.to_json_scalar(zdt.default_scalar(), zarr_format=3),
+        "codecs": [_bytes_codec(dt), *bytes_codecs],
+        "attributes": {},
+    }
+    store = {"zarr.json": cpu.Buffer.from_bytes(json.dumps(meta).encode())}
+    masks = []
+    for i in range(dset.id.get_num_chunks()):
+        info = dset.id.get_chunk_info(i)
+        mask, raw = dset.id.read_direct_chunk(info.chunk_offset)
+        masks.append(mask)
+        index = [o // c for o, c in zip(info.chunk_offset, dset.chunks, strict=True)]
+        store["c/" + "/".join(map(str, index))] = cpu.Buffer.from_bytes(raw)
+    return zarr.open_array(MemoryStore(store), mode="r"), masks
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reads_what_h5py_reads(tmp_path, backend, dtype, kind):
+    shape, chunks = (50, 37), (16, 16)  # edge chunks on both axes
+    data = _data(kind, dtype, shape)
+    with h5py.File(tmp_path / "lzf.h5", "w") as f:
+        dset = f.create_dataset("x", data=data, chunks=chunks, compression="lzf")
+        assert dset.id.get_create_plist().get_filter(0)[0] == lzf_mod.HDF5_FILTER_ID
+        arr, masks = _zarr_over_hdf5_chunks(dset, [{"name": "h5lens.lzf"}])
+        expect = dset[...]
+        assert _same(arr[...], expect)
+        assert _same(arr[3:41, 5:30], expect[3:41, 5:30])
+    if kind == "smooth":
+        assert not any(masks)
+    else:  # incompressible chunks are stored raw with the LZF bit set in the filter mask
+        assert any(masks)
+        if kind == "mixed":
+            assert not all(masks)
+
+
+@pytest.mark.parametrize("dtype", ["<i2", "<f8", ">u4"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_shuffle_then_lzf(tmp_path, backend, dtype, kind):
+    data = _data(kind, dtype, (40, 33))
+    with h5py.File(tmp_path / "s.h5", "w") as f:
+        dset = f.create_dataset("x", data=data, chunks=(8, 16), shuffle=True, compression="lzf")
+        plist = dset.id.get_create_plist()
+        (shuffle_id, _, shuffle_cd, _), (lzf_id, _, _, _) = plist.get_filter(0), plist.get_filter(1)
+        assert (shuffle_id, lzf_id) == (2, 32000)
+        codecs = [
+            {"name": "numcodecs.shuffle", "configuration": {"elementsize": shuffle_cd[0]}},
+            {"name": "h5lens.lzf"},
+        ]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # numcodecs.* "not in the spec" warnings
+            arr, _ = _zarr_over_hdf5_chunks(dset, codecs)
+            assert _same(arr[...], dset[...])
+
+
+@pytest.mark.parametrize("shape,chunks", [((1000,), (128,)), ((7, 9, 11), (4, 4, 4))])
+def test_other_ranks(tmp_path, backend, shape, chunks):
+    for kind in KINDS:
+        data = _data(kind, "<f4", shape, seed=3)
+        with h5py.File(tmp_path / f"r-{kind}.h5", "w") as f:
+            dset = f.create_dataset("x", data=data, chunks=chunks, compression="lzf")
+            arr, _ = _zarr_over_hdf5_chunks(dset, [{"name": "h5lens.lzf"}])
+            assert _same(arr[...], dset[...])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_round_trip_and_h5py_reads_our_chunks(tmp_path, backend, kind):
+    """zarr writes with the codec, reads back; h5py decodes the same chunk bytes too."""
+    shape, chunks = (50, 37), (16, 16)
+    data = _data(kind, "<i4", shape, seed=5)
+    stored: dict = {}
+    store = MemoryStore(stored)
+    arr = zarr.create_array(
+        store, shape=shape, chunks=chunks, dtype="int32", serializer={"name": "bytes", "configuration": {"endian": "little"}},
+        compressors=[LZFCodec()], fill_value=0,
+    )
+    arr[...] = data
+    assert np.array_equal(arr[...], data)
+    assert zarr.open_array(store, mode="r").metadata.to_dict()["codecs"][1] == {"name": "h5lens.lzf"}
+
+    nbytes = int(np.prod(chunks)) * 4
+    with h5py.File(tmp_path / "ours.h5", "w") as f:
+        dset = f.create_dataset("x", shape=shape, dtype="<i4", chunks=chunks, compression="lzf")
+        for key, buf in stored.items():
+            if not key.startswith("c/"):
+                continue
+            raw = buf.to_bytes()
+            assert len(raw) <= nbytes
+            offset = tuple(int(i) * c for i, c in zip(key.split("/")[1:], chunks, strict=True))
+            # equal length <=> the encoder kept the data raw <=> HDF5 must skip the filter
+            dset.id.write_direct_chunk(offset, raw, filter_mask=1 if len(raw) == nbytes else 0)
+        assert np.array_equal(dset[...], data)
+
+
+def test_codec_json_and_registration():
+    from zarr.registry import get_codec_class
+
+    register()
+    register()  # idempotent: still exactly one implementation, so no "any implementation" warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert get_codec_class("h5lens.lzf") is LZFCodec
+    codec = LZFCodec.from_dict({"name": "h5lens.lzf"})
+    assert codec.to_dict() == lzf_mod.codec_json() == {"name": "h5lens.lzf"}
+    assert LZFCodec.from_dict({"name": "h5lens.lzf", "configuration": {}}) == codec
+    with pytest.raises(ValueError):
+        LZFCodec.from_dict({"name": "h5lens.lzf", "configuration": {"header": True}})
+
+
+def test_corrupt_or_truncated_chunks_raise(backend):
+    data = (np.arange(4096) % 7).astype("<i4").tobytes()
+    packed = lzf_mod.encode_hdf5_lzf(data)
+    assert len(packed) < len(data)
+    assert lzf_mod.decode_hdf5_lzf(packed, len(data)) == data
+    with pytest.raises(ValueError):
+        lzf_mod.decode_hdf5_lzf(packed[: len(packed) // 2], len(data))
+    with pytest.raises(ValueError):
+        lzf_mod.decode_hdf5_lzf(b"\xff" * 64, len(data))
+    with pytest.raises(ValueError):
+        lzf_mod.decode_hdf5_lzf(b"", len(data))
+    # without a known size, decoding grows the buffer as h5py's filter does
+    assert lzf_mod.decode_hdf5_lzf(packed, None) == data
+    # incompressible input is kept verbatim, exactly the bytes HDF5 stores for a skipped filter
+    noise = np.random.default_rng(1).bytes(1000)
+    assert lzf_mod.encode_hdf5_lzf(noise) == noise
+    assert lzf_mod.decode_hdf5_lzf(noise, len(noise)) == noise

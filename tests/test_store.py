@@ -1,0 +1,125 @@
+"""ManifestStore as a zarr v3 store: keys, ranges, listing, pickling, and what zarr reads through it."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+import h5py
+import numpy as np
+import pytest
+import zarr
+from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+from zarr.core.buffer import default_buffer_prototype
+
+import h5lens
+from h5lens.sample import write_sample
+
+PROTO = default_buffer_prototype()
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    path = tmp_path_factory.mktemp("store") / "sample.h5ad"
+    write_sample(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def store(sample):
+    return h5lens.open_store(h5lens.index(sample, inline_threshold=0))
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def collect(iterator):
+    return [k async for k in iterator]
+
+
+def test_missing_keys_are_none(store):
+    # a parent's metadata must never stand in for a missing key (anndata recurses forever on that)
+    for key in ["nope/zarr.json", "X/nope", "X/data/c/99999", "X/data/c", "obs/zarr.json/x", "X/data/c/a"]:
+        assert run(store.get(key, PROTO)) is None, key
+        assert not run(store.exists(key)), key
+
+
+def test_metadata_and_chunks_exist(store):
+    assert run(store.exists("zarr.json"))
+    assert run(store.exists("X/data/zarr.json"))
+    assert run(store.exists("X/data/c/0"))
+    assert run(store.exists("uns/title/c"))  # a 0-d array's single chunk
+
+
+@pytest.mark.parametrize(
+    "byte_range", [None, RangeByteRequest(3, 17), OffsetByteRequest(5), SuffixByteRequest(9)]
+)
+def test_byte_ranges_match_file_bytes(store, sample, byte_range):
+    table = store.manifest.chunks["X/indices"]
+    offset, length = int(table.offset[0]), int(table.length[0])
+    whole = sample.read_bytes()[offset : offset + length]
+    expected = {
+        None: whole,
+        RangeByteRequest: whole[3:17],
+        OffsetByteRequest: whole[5:],
+        SuffixByteRequest: whole[-9:],
+    }[type(byte_range) if byte_range else None]
+    got = run(store.get("X/indices/c/0", PROTO, byte_range))
+    assert got.to_bytes() == expected
+
+
+def test_get_partial_values(store):
+    keys = [("zarr.json", None), ("X/indices/c/0", RangeByteRequest(0, 4)), ("missing", None)]
+    values = run(store.get_partial_values(PROTO, keys))
+    assert values[0].to_bytes() == run(store.get("zarr.json", PROTO)).to_bytes()
+    assert len(values[1].to_bytes()) == 4
+    assert values[2] is None
+
+
+def test_listing(store, sample):
+    keys = run(collect(store.list()))
+    assert "zarr.json" in keys and "X/data/c/0" in keys
+    assert sorted(run(collect(store.list_prefix("obs/")))) == sorted(k for k in keys if k.startswith("obs/"))
+    with h5py.File(sample) as f:
+        root_members = sorted(f.keys())
+        obs_members = sorted(f["obs"].keys())
+    assert sorted(run(collect(store.list_dir(""))) ) == sorted(["zarr.json", *root_members])
+    assert sorted(run(collect(store.list_dir("obs")))) == sorted(["zarr.json", *obs_members])
+    assert sorted(run(collect(store.list_dir("X/data")))) == ["c", "zarr.json"]
+    assert sorted(run(collect(store.list_dir("X/data/c")))) == sorted(
+        {k.split("/")[3] for k in keys if k.startswith("X/data/c/")}
+    )
+
+
+def test_zarr_lists_groups_like_h5py(store, sample):
+    group = zarr.open_group(store, mode="r", zarr_format=3)
+    with h5py.File(sample) as f:
+        assert sorted(group.keys()) == sorted(f.keys())
+        assert sorted(group["obs"].keys()) == sorted(f["obs"].keys())
+
+
+def test_read_only(store):
+    assert store.read_only
+    with pytest.raises(NotImplementedError):
+        run(store.set("zarr.json", PROTO.buffer.from_bytes(b"{}")))
+    with pytest.raises(ValueError):
+        store.with_read_only(False)
+
+
+def test_pickles_and_reads_after(store, sample):
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone.manifest.nodes == store.manifest.nodes
+    group = zarr.open_group(clone, mode="r", zarr_format=3)
+    with h5py.File(sample) as f:
+        np.testing.assert_array_equal(group["X/indices"][...], f["X/indices"][...])
+
+
+def test_missing_source_names_it(tmp_path):
+    path = tmp_path / "gone.h5ad"
+    write_sample(path)
+    manifest = h5lens.index(path, inline_threshold=0)
+    path.unlink()
+    group = h5lens.open_group(manifest)
+    with pytest.raises(h5lens.SourceNotFoundError, match="gone.h5ad"):
+        group["X/indices"][...]
