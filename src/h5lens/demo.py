@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-SAMPLE_NAME = "sample.h5ad"
-MANIFEST_NAME = "sample.h5ad.json"
+from h5lens.sample import MANIFEST_NAME, SAMPLE_NAME
 
 
 def run_demo(directory: Path) -> None:

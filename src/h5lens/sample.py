@@ -82,3 +82,30 @@ def write_sample(path: str | os.PathLike[str]) -> str:
         for name in ("layers", "obsp", "varm", "varp"):
             _encoding(f.create_group(name), "dict", "0.1.0")
     return os.fspath(path)
+
+
+SAMPLE_NAME = "sample.h5ad"
+MANIFEST_NAME = "sample.h5ad.json"
+
+
+def publish_refs(directory: str | os.PathLike[str], *, sample: str | os.PathLike[str] | None = None) -> str:
+    """Write ``refs/``: the sample file (unless given) and its manifest, with a relative URL.
+
+    The published manifest records the source's size but not its mtime: a checkout
+    sets a new mtime on every file, and the pair is published to be moved together.
+    """
+    import h5lens
+    from h5lens.manifest.model import Source
+
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    sample_path = os.path.join(directory, SAMPLE_NAME)
+    if sample is None:
+        write_sample(sample_path)
+    else:
+        sample_path = os.fspath(sample)
+    manifest = h5lens.index(sample_path, url=SAMPLE_NAME)
+    manifest.sources[0] = Source(SAMPLE_NAME, manifest.sources[0].size)
+    out = os.path.join(directory, MANIFEST_NAME)
+    manifest.to_json(out)
+    return out
