@@ -100,7 +100,7 @@ def _array(
     if ds.shape is None:  # null dataspace (h5py.Empty): no elements at all
         if plan.kind == "compound" and not plan.raw:
             plan = compound_plan(plan, compound_values(np.zeros(0, ds.dtype), plan, path, resolve))
-        doc = _document(plan, (0,), (1,), _value_codecs(plan, 0), ds.fillvalue, attributes)
+        doc = _document(path, plan, (0,), (1,), _value_codecs(plan, 0), ds.fillvalue, attributes)
         doc["attributes"]["_EMPTY"] = True
         return doc, ChunkTable.empty((0,))
 
@@ -118,7 +118,7 @@ def _array(
     if referencable:
         codecs = [_bytes_codec(plan)] + pipeline
         if chunked:
-            doc = _document(plan, shape, hdf5_chunks, codecs, ds.fillvalue, attributes)
+            doc = _document(path, plan, shape, hdf5_chunks, codecs, ds.fillvalue, attributes)
             scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks)
             table = scan.table
             redo = scan.masked
@@ -130,7 +130,7 @@ def _array(
                         redo.append(tuple(int(i) for i in index))
         else:
             chunk_shape = chunk_scan.plan_slabs(shape, base_itemsize, options.slab_bytes)
-            doc = _document(plan, shape, chunk_shape, codecs, ds.fillvalue, attributes)
+            doc = _document(path, plan, shape, chunk_shape, codecs, ds.fillvalue, attributes)
             table, tail = chunk_scan.scan_contiguous(ds.id.get_offset(), shape, chunk_shape, base_itemsize)
             redo = [tail] if tail is not None else []
         if redo:  # chunks whose stored bytes the array's codecs cannot decode as they are
@@ -149,7 +149,7 @@ def _array(
     values = values.reshape(shape) if values.shape != shape else values
     chunk_shape = hdf5_chunks or chunk_scan.plan_slabs(shape, _value_itemsize(plan, values), options.slab_bytes)
     codecs = _value_codecs(plan, values.nbytes)
-    doc = _document(plan, shape, chunk_shape, codecs, ds.fillvalue, attributes)
+    doc = _document(path, plan, shape, chunk_shape, codecs, ds.fillvalue, attributes)
     table = ChunkTable.empty(chunk_scan.grid_shape(shape, chunk_shape))
     if shape and 0 in shape:
         return _finish_scalar(doc, table, options), table
@@ -220,16 +220,15 @@ def _value_codecs(plan: TypePlan, nbytes: int) -> list[dict[str, Any]]:
         return [{"name": "vlen-utf8", "configuration": {}}]
     if plan.kind == "vlen-bytes":
         return [{"name": "vlen-bytes", "configuration": {}}]
-    endian = None if plan.numpy_dtype.itemsize <= 1 and plan.kind != "compound" else "little"
+    endian = None if plan.numpy_dtype.itemsize <= 1 else "little"
     codecs: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": endian} if endian else {}}]
-    if plan.kind == "compound":
-        codecs = [{"name": "bytes", "configuration": {}}]
     if nbytes > _COMPRESS_INLINE_ABOVE:
         codecs.append({"name": "zstd", "configuration": {"level": 3, "checksum": False}})
     return codecs
 
 
 def _document(
+    path: str,
     plan: TypePlan,
     shape: tuple[int, ...],
     chunk_shape: tuple[int, ...],
@@ -251,7 +250,7 @@ def _document(
         "data_type": plan.data_type,
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(1, c) for c in chunk_shape]}},
         "chunk_key_encoding": _DEFAULT_KEY_ENCODING,
-        "fill_value": fill_value_json(plan, fill),
+        "fill_value": fill_value_json(plan, fill, path),
         "codecs": codecs,
         "attributes": attributes,
     }

@@ -198,7 +198,7 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
     return TypePlan(
         data_type,
         native,
-        None,
+        ("little" if np.little_endian else "big") if raw else None,
         raw,
         "compound",
         None,
@@ -219,13 +219,20 @@ def structured_json(dtype: np.dtype) -> dict[str, Any]:
     return {"name": "structured", "configuration": {"fields": fields}}
 
 
-def fill_value_json(plan: TypePlan, fill: Any) -> Any:
+def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
     """The zarr v3 JSON form of fill value ``fill`` for arrays of ``plan``."""
     if plan.kind in ("string", "reference"):
         return ""
     if plan.kind == "vlen-bytes":
         return ""
     zdtype = _zdtype(plan.numpy_dtype)
+    if isinstance(fill, np.ndarray) and fill.ndim > 0:
+        # an HDF5 array element type has one fill value per element; zarr has one per array
+        if fill.size and not (fill == fill.flat[0]).all() and not np.isnan(fill).all():
+            raise UnsupportedFeatureError(
+                f"{path}: fill value {fill.tolist()} differs between the elements of an array type"
+            )
+        fill = fill.flat[0] if fill.size else None
     if fill is None:
         fill = zdtype.default_scalar()
     if plan.kind == "compound":

@@ -10,6 +10,7 @@ soft links and external links become link entries on the parent group
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import h5py
@@ -68,41 +69,43 @@ def walk(h5: h5py.File) -> Walk:
     canonical: dict[tuple[int, int], str] = {_identity(h5): "/"}
     pending_soft: list[tuple[GroupRecord, str, str]] = []  # (parent, child name, target)
 
-    stack: list[tuple[h5py.Group, GroupRecord]] = []
     root = GroupRecord("/", "")
     groups.append(root)
-    stack.append((h5, root))
+    # Depth-first in iteration order, as h5py's visit does: an object reached by two
+    # hard links is recorded at the name that comes first in that order.
+    stack: list[tuple[GroupRecord, Iterator[tuple[str, h5py.Group]]]] = [(root, _members(h5, root))]
     while stack:
-        group, record = stack.pop()
-        children: list[tuple[h5py.Group, GroupRecord]] = []
-        for name in _member_names(group, record.h5_path):
-            child_h5 = posixpath.join(record.h5_path, name)
-            child_key = f"{record.key}/{escape_key(name)}" if record.key else escape_key(name)
-            link = group.get(name, getlink=True)
-            if isinstance(link, h5py.SoftLink):
-                pending_soft.append((record, escape_key(name), _absolute(record.h5_path, link.path)))
-                continue
-            if isinstance(link, h5py.ExternalLink):
-                record.links.append(LinkEntry(escape_key(name), link.filename, link.path))
-                continue
-            try:
-                obj = group[name]
-            except (KeyError, OSError, RuntimeError) as e:
-                raise NotHDF5Error(f"{child_h5}: cannot open object ({e})") from None
-            identity = _identity(obj)
-            if identity in canonical:  # a second hard link to an object already recorded
-                record.links.append(LinkEntry(escape_key(name), ".", canonical[identity]))
-                continue
-            canonical[identity] = zarr_path(child_key)
-            if isinstance(obj, h5py.Group):
-                child = GroupRecord(child_h5, child_key)
-                groups.append(child)
-                children.append((obj, child))
-            elif isinstance(obj, h5py.Dataset):
-                datasets.append(DatasetRecord(child_h5, child_key))
-            else:  # committed datatypes are type definitions, not data
-                continue
-        stack.extend(reversed(children))  # depth-first, in iteration order
+        record, members = stack[-1]
+        member = next(members, None)
+        if member is None:
+            stack.pop()
+            continue
+        name, group = member
+        child_h5 = posixpath.join(record.h5_path, name)
+        child_key = f"{record.key}/{escape_key(name)}" if record.key else escape_key(name)
+        link = group.get(name, getlink=True)
+        if isinstance(link, h5py.SoftLink):
+            pending_soft.append((record, escape_key(name), _absolute(record.h5_path, link.path)))
+            continue
+        if isinstance(link, h5py.ExternalLink):
+            record.links.append(LinkEntry(escape_key(name), link.filename, link.path))
+            continue
+        try:
+            obj = group[name]
+        except (KeyError, OSError, RuntimeError) as e:
+            raise NotHDF5Error(f"{child_h5}: cannot open object ({e})") from None
+        identity = _identity(obj)
+        if identity in canonical:  # a further hard link to an object already recorded
+            record.links.append(LinkEntry(escape_key(name), ".", canonical[identity]))
+            continue
+        canonical[identity] = zarr_path(child_key)
+        if isinstance(obj, h5py.Group):
+            child = GroupRecord(child_h5, child_key)
+            groups.append(child)
+            stack.append((child, _members(obj, child)))
+        elif isinstance(obj, h5py.Dataset):
+            datasets.append(DatasetRecord(child_h5, child_key))
+        # committed datatypes are type definitions, not data: nothing to record
 
     for record, name, target in pending_soft:
         record.links.append(LinkEntry(name, ".", _soft_target(h5, target, canonical)))
@@ -111,11 +114,12 @@ def walk(h5: h5py.File) -> Walk:
     return Walk(groups, datasets, canonical)
 
 
-def _member_names(group: h5py.Group, h5_path: str) -> list[str]:
+def _members(group: h5py.Group, record: GroupRecord) -> Iterator[tuple[str, h5py.Group]]:
     try:
-        return list(group.keys())
+        names = list(group.keys())
     except (OSError, RuntimeError) as e:
-        raise NotHDF5Error(f"{h5_path}: cannot list group members ({e})") from None
+        raise NotHDF5Error(f"{record.h5_path}: cannot list group members ({e})") from None
+    return ((name, group) for name in names)
 
 
 def _absolute(group_path: str, target: str) -> str:
