@@ -19,6 +19,7 @@ from h5lens.errors import (  # noqa: E402
     UnsupportedFeatureError,
 )
 from h5lens.manifest.model import Manifest  # noqa: E402
+from h5lens.read.anndata import read_anndata, read_treedata  # noqa: E402
 from h5lens.store import ManifestStore  # noqa: E402
 
 __all__ = [
@@ -34,4 +35,6 @@ __all__ = [
     "index",
     "open_group",
     "open_store",
+    "read_anndata",
+    "read_treedata",
 ]

@@ -8,6 +8,7 @@ manifest does not hold is ``None`` (never a parent's document).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
@@ -17,6 +18,22 @@ from h5lens.errors import H5LensError
 from h5lens.fetch import FsspecReader, LocalReader, make_reader, resolve_url
 from h5lens.manifest.model import Manifest
 from h5lens.manifest.refs_json import chunk_prefix, dumps_document, metadata_key
+
+
+@dataclass
+class ReadStats:
+    """Reads of referenced bytes this store made (inline chunks and metadata cost none)."""
+
+    requests: int = 0
+    bytes: int = 0
+
+    def record(self, nbytes: int) -> None:
+        self.requests += 1
+        self.bytes += nbytes
+
+    def reset(self) -> None:
+        self.requests = 0
+        self.bytes = 0
 
 
 class ManifestStore(Store):
@@ -44,6 +61,7 @@ class ManifestStore(Store):
         self.source_urls = dict(source_urls or {})
         self._readers: list[LocalReader | FsspecReader] | None = None
         self._metadata: dict[str, bytes] | None = None
+        self.stats = ReadStats()
 
     # -- identity and pickling -------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -65,6 +83,7 @@ class ManifestStore(Store):
         state = self.__dict__.copy()
         state["_readers"] = None
         state["_metadata"] = None
+        state["stats"] = ReadStats()
         return state
 
     def with_read_only(self, read_only: bool = False) -> ManifestStore:
@@ -121,6 +140,7 @@ class ManifestStore(Store):
             return _slice(entry, byte_range)
         source, offset, length = entry
         start, stop = _range(length, byte_range)
+        self.stats.record(stop - start)
         try:
             return await self._reader(source).read(offset + start, stop - start)
         except H5LensError as e:

@@ -9,6 +9,7 @@ onto Parquet columns.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,16 @@ class ChunkTable:
         self.offset[index] = 0
         self.length[index] = len(data)
         self.inline[flat] = data
+
+    def set_inline_many(self, flat_indices: np.ndarray, payloads: list[bytes]) -> None:
+        """Store many chunks inline at once (``flat_indices`` in C order of the grid)."""
+        for grid in (self.source, self.offset, self.length):
+            if not grid.flags.c_contiguous:
+                raise ValueError("chunk grids must be C-contiguous")
+        self.source.reshape(-1)[flat_indices] = INLINE
+        self.offset.reshape(-1)[flat_indices] = 0
+        self.length.reshape(-1)[flat_indices] = [len(p) for p in payloads]
+        self.inline.update(zip(flat_indices.tolist(), payloads, strict=True))
 
     def lookup(self, index: tuple[int, ...]) -> tuple[int, int, int] | bytes | None:
         """``(source, offset, length)``, the inline bytes, or None for an absent chunk."""
@@ -153,11 +164,11 @@ class Manifest:
 
         return manifest_to_refs(self)
 
-    def to_json(self, path: str, *, storage_options: dict[str, Any] | None = None) -> None:
+    def to_json(self, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> None:
         """Write the manifest to ``path`` (local or fsspec URL) atomically."""
         from h5lens.manifest.refs_json import write_json
 
-        write_json(self, path, storage_options=storage_options)
+        write_json(self, os.fspath(path), storage_options=storage_options)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
@@ -166,8 +177,8 @@ class Manifest:
         return manifest_from_refs(data)
 
     @classmethod
-    def from_json(cls, path: str, *, storage_options: dict[str, Any] | None = None) -> Manifest:
+    def from_json(cls, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Manifest:
         """Read a manifest written by :meth:`to_json` (or any kerchunk v1 refs with zarr v3 keys)."""
         from h5lens.manifest.refs_json import read_json
 
-        return read_json(path, storage_options=storage_options)
+        return read_json(os.fspath(path), storage_options=storage_options)

@@ -58,19 +58,7 @@ def manifest_to_refs(manifest: Manifest) -> dict[str, Any]:
     templates = {template_name(i): s.url for i, s in enumerate(manifest.sources)}
     names = ["{{" + template_name(i) + "}}" for i in range(len(manifest.sources))]
     for path in sorted(manifest.chunks):
-        table = manifest.chunks[path]
-        prefix = chunk_prefix(path)
-        if table.grid_shape == ():
-            entry = _ref_entry(table, (), 0, names)
-            if entry is not None:
-                refs[prefix] = entry
-            continue
-        present = np.argwhere(table.source != MISSING)
-        for index in present:
-            idx = tuple(int(i) for i in index)
-            flat = int(np.ravel_multi_index(idx, table.grid_shape))
-            entry = _ref_entry(table, idx, flat, names)
-            refs[prefix + "/" + "/".join(map(str, idx))] = entry
+        refs.update(_chunk_refs(manifest.chunks[path], chunk_prefix(path), names))
     return {
         "version": 1,
         "templates": templates,
@@ -83,13 +71,28 @@ def manifest_to_refs(manifest: Manifest) -> dict[str, Any]:
     }
 
 
-def _ref_entry(table: ChunkTable, idx: tuple[int, ...], flat: int, names: list[str]) -> Any:
-    src = int(table.source[idx])
-    if src == MISSING:
-        return None
-    if src == INLINE:
-        return "base64:" + base64.b64encode(table.inline[flat]).decode("ascii")
-    return [names[src], int(table.offset[idx]), int(table.length[idx])]
+def _chunk_refs(table: ChunkTable, prefix: str, names: list[str]) -> dict[str, Any]:
+    """The refs of one array's present chunks, in C order, built column-wise (no per-chunk numpy calls)."""
+    source = table.source.reshape(-1)
+    present = np.flatnonzero(source != MISSING)
+    if present.size == 0:
+        return {}
+    if table.grid_shape == ():
+        keys = [prefix]
+    else:
+        columns = [c.astype(str).tolist() for c in np.unravel_index(present, table.grid_shape)]
+        keys = [prefix + "/" + "/".join(parts) for parts in zip(*columns, strict=True)]
+    sources = source[present].tolist()
+    offsets = table.offset.reshape(-1)[present].tolist()
+    lengths = table.length.reshape(-1)[present].tolist()
+    flats = present.tolist()
+    values: list[Any] = []
+    for flat, src, offset, length in zip(flats, sources, offsets, lengths, strict=True):
+        if src == INLINE:
+            values.append("base64:" + base64.b64encode(table.inline[flat]).decode("ascii"))
+        else:
+            values.append([names[src], offset, length])
+    return dict(zip(keys, values, strict=True))
 
 
 def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> Manifest:

@@ -21,6 +21,7 @@ from h5lens.scan.materialize import (
     encode_chunks,
     read_values,
 )
+from h5lens.scan.profiles import ProfileContext, apply_profiles
 from h5lens.scan.source import OpenSource
 from h5lens.scan.walk import DatasetRecord, GroupRecord, Walk, walk
 
@@ -37,6 +38,7 @@ class ScanOptions:
     convention: str = "released"
     slab_bytes: int = chunk_scan.DEFAULT_SLAB_BYTES
     materialize_limit: int | None = None  # bytes; None: no limit
+    profiles: bool = True  # rewrite h5ad / h5td layouts into what their zarr readers expect
 
 
 def build_manifest(opened: OpenSource, options: ScanOptions, *, writer: str) -> Manifest:
@@ -61,6 +63,8 @@ def build_manifest(opened: OpenSource, options: ScanOptions, *, writer: str) -> 
         nodes[record.key] = doc
         tables[record.key] = table
 
+    if options.profiles:
+        apply_profiles(ProfileContext(h5, nodes, tables, options, found))
     _inline_small_chunks(opened, tables, options.inline_threshold)
     return Manifest(nodes, tables, [opened.source], options.convention, writer)
 
@@ -147,18 +151,44 @@ def _array(
     if plan.kind == "compound" and not plan.raw:
         plan = compound_plan(plan, values)
     values = values.reshape(shape) if values.shape != shape else values
-    chunk_shape = hdf5_chunks or chunk_scan.plan_slabs(shape, _value_itemsize(plan, values), options.slab_bytes)
+    return inline_array(path, plan, values, attributes, ds.fillvalue, options, chunk_shape=hdf5_chunks)
+
+
+def inline_array(
+    path: str,
+    plan: TypePlan,
+    values: np.ndarray,
+    attributes: dict[str, Any],
+    fill: Any,
+    options: ScanOptions,
+    *,
+    chunk_shape: tuple[int, ...] | None = None,
+) -> tuple[dict[str, Any], ChunkTable]:
+    """An array whose chunks are ``values`` encoded inline (zarr encodes them)."""
+    shape = tuple(values.shape)
+    chunk_shape = chunk_shape or chunk_scan.plan_slabs(shape, _value_itemsize(plan, values), options.slab_bytes)
     codecs = _value_codecs(plan, values.nbytes)
-    doc = _document(path, plan, shape, chunk_shape, codecs, ds.fillvalue, attributes)
+    doc = _document(path, plan, shape, chunk_shape, codecs, fill, attributes)
     table = ChunkTable.empty(chunk_scan.grid_shape(shape, chunk_shape))
     if shape and 0 in shape:
         return _finish_scalar(doc, table, options), table
-    regions = [(idx, values[chunk_selection(idx, chunk_shape, shape)]) for idx in np.ndindex(table.grid_shape)]
-    if not shape:
+    if shape:
+        regions = [(idx, values[chunk_selection(idx, chunk_shape, shape)]) for idx in np.ndindex(table.grid_shape)]
+    else:
         regions = [((), values)]
     encoded = encode_chunks(doc, regions)
     _store_inline(table, list(encoded), encoded)
     return _finish_scalar(doc, table, options), table
+
+
+def values_plan(values: np.ndarray, path: str) -> TypePlan:
+    """The storage plan for values made in memory (by a profile), not read from HDF5."""
+    kind = values.dtype.kind
+    if kind == "T" or (kind == "O" and all(isinstance(v, str) for v in values.ravel())):
+        return TypePlan("string", np.dtypes.StringDType(), None, False, "string", "str")
+    if kind == "U":
+        return TypePlan("string", np.dtypes.StringDType(), None, False, "string", "str")
+    return plan_type(values.dtype, path)
 
 
 def doc_chunks(doc: dict[str, Any]) -> tuple[int, ...]:
@@ -270,18 +300,61 @@ def _finish_scalar(doc: dict[str, Any], table: ChunkTable, options: ScanOptions)
 
 
 def _inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], threshold: int) -> None:
-    """Copy referenced chunks of at most ``threshold`` bytes into the manifest, reading in file order."""
+    """Copy referenced chunks of at most ``threshold`` bytes into the manifest.
+
+    Reads go in file order, neighbouring chunks merged into one read (for a remote
+    source, one request instead of thousands).
+    """
     if threshold <= 0:
         return
-    wanted: list[tuple[int, int, str, tuple[int, ...]]] = []
-    for path, table in tables.items():
-        small = np.argwhere((table.source >= 0) & (table.length <= threshold))
-        for index in small:
-            idx = tuple(int(i) for i in index)
-            wanted.append((int(table.offset[idx]), int(table.length[idx]), path, idx))
-    wanted.sort()
-    for offset, length, path, idx in wanted:
-        tables[path].set_inline(idx, opened.read(offset, length))
+    paths, flats, offsets, lengths = [], [], [], []
+    for number, (path, table) in enumerate(tables.items()):
+        small = np.flatnonzero(((table.source >= 0) & (table.length <= threshold)).reshape(-1))
+        if small.size:
+            paths.append(np.full(small.size, number))
+            flats.append(small)
+            offsets.append(table.offset.reshape(-1)[small])
+            lengths.append(table.length.reshape(-1)[small])
+    if not flats:
+        return
+    which, flat = np.concatenate(paths), np.concatenate(flats)
+    offset, length = np.concatenate(offsets).astype(np.int64), np.concatenate(lengths).astype(np.int64)
+    order = np.argsort(offset, kind="stable")
+    which, flat, offset, length = which[order], flat[order], offset[order], length[order]
+    payloads = read_merged(opened, offset, length)
+    names = list(tables)
+    for number in np.unique(which):
+        mine = np.flatnonzero(which == number)
+        tables[names[number]].set_inline_many(flat[mine], [payloads[i] for i in mine.tolist()])
+
+
+_MERGE_GAP = 64 << 10
+_MERGE_MAX = 16 << 20
+
+
+def read_merged(opened: OpenSource, offset: np.ndarray, length: np.ndarray) -> list[bytes]:
+    """Read ranges sorted by offset, merging those less than 64 KiB apart into one read."""
+    out: list[bytes] = []
+    ends = offset + length
+    start = 0
+    n = len(offset)
+    while start < n:
+        stop = start + 1
+        span_end = int(ends[start])
+        while (
+            stop < n
+            and int(offset[stop]) - span_end <= _MERGE_GAP
+            and max(span_end, int(ends[stop])) - int(offset[start]) <= _MERGE_MAX
+        ):
+            span_end = max(span_end, int(ends[stop]))
+            stop += 1
+        base = int(offset[start])
+        block = memoryview(opened.read(base, span_end - base))
+        for i in range(start, stop):
+            lo = int(offset[i]) - base
+            out.append(bytes(block[lo : lo + int(length[i])]))
+        start = stop
+    return out
 
 
 __all__ = ["ScanOptions", "build_manifest", "CONVENTIONS", "DEFAULT_INLINE_THRESHOLD", "UnsupportedFeatureError"]

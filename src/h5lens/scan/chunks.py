@@ -8,6 +8,7 @@ what it needs.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 import h5py
@@ -39,11 +40,20 @@ def scan_chunked(dsid: h5py.h5d.DatasetID, shape: tuple[int, ...], chunk_shape: 
     if 0 in shape:
         return ChunkScan(table, [])
     infos: list = []
-    dsid.chunk_iter(infos.append)  # a bound method: the cheapest callback there is
-    if not infos:
-        return ChunkScan(table, [])
-    offsets, masks, addresses, sizes = zip(*infos, strict=True)
-    index = tuple((np.asarray(offsets, dtype=np.int64) // np.asarray(chunk_shape, dtype=np.int64)).T)
+    # Hundreds of thousands of live records make the cyclic GC rescan them over and over;
+    # nothing here creates cycles, so it waits until the table is built.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        dsid.chunk_iter(infos.append)  # a bound method: the cheapest callback there is
+        if not infos:
+            return ChunkScan(table, [])
+        offsets, masks, addresses, sizes = zip(*infos, strict=True)
+        del infos
+        index = tuple((np.asarray(offsets, dtype=np.int64) // np.asarray(chunk_shape, dtype=np.int64)).T)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     table.source[index] = 0
     table.offset[index] = np.asarray(addresses, dtype=np.uint64)
     table.length[index] = np.asarray(sizes, dtype=np.uint64)

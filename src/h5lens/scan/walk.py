@@ -47,15 +47,16 @@ class Walk:
 
     groups: list[GroupRecord]
     datasets: list[DatasetRecord]
-    canonical: dict[tuple[int, int], str]  # (fileno, addr) -> "/escaped/zarr/path"
+    canonical: dict[int, str]  # object identity -> "/escaped/zarr/path"
 
     def path_of(self, obj: h5py.HLObject) -> str | None:
         return self.canonical.get(_identity(obj))
 
 
-def _identity(obj: h5py.HLObject) -> tuple[int, int]:
-    info = h5py.h5o.get_info(obj.id)
-    return (info.fileno, info.addr)
+def _identity(obj: h5py.HLObject) -> int:
+    # h5py hashes an ObjectID by (file number, object address): equal for two hard links
+    # to one object. h5o.get_info costs a walk of a dataset's chunk index; this does not.
+    return hash(obj.id)
 
 
 def zarr_path(key: str) -> str:
@@ -66,7 +67,7 @@ def walk(h5: h5py.File) -> Walk:
     """Record every group, dataset and link reachable from the root of ``h5``."""
     groups: list[GroupRecord] = []
     datasets: list[DatasetRecord] = []
-    canonical: dict[tuple[int, int], str] = {_identity(h5): "/"}
+    canonical: dict[int, str] = {_identity(h5): "/"}
     pending_soft: list[tuple[GroupRecord, str, str]] = []  # (parent, child name, target)
 
     root = GroupRecord("/", "")
@@ -126,7 +127,7 @@ def _absolute(group_path: str, target: str) -> str:
     return posixpath.normpath(posixpath.join(group_path, target))
 
 
-def _soft_target(h5: h5py.File, target: str, canonical: dict[tuple[int, int], str]) -> str:
+def _soft_target(h5: h5py.File, target: str, canonical: dict[int, str]) -> str:
     """The recorded path of what a soft link reaches; its escaped text if it dangles."""
     try:
         obj = h5.get(target)

@@ -1,0 +1,148 @@
+"""Open a manifest as AnnData / TreeData, eagerly or lazily.
+
+anndata 0.13 reads most manifests as they are (``anndata.read_zarr``). What it
+cannot read, this layer resolves: ``dict`` 0.2.0 (escaped keys, unescaped
+strictly), ``accessor`` elements (parsed by ``anndata.acc`` into the reference
+they stand for), the convention's proposal-form scalars (``_SCALAR`` arrays of
+shape (1,)). Eager reads also give string columns the dtype ``read_h5ad``
+gives them (anndata's zarr path leaves them as numpy strings).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import zarr
+
+from h5lens.api import PathOrManifest, open_group
+from h5lens.errors import ManifestFormatError
+from h5lens.keys import unescape_key
+
+if TYPE_CHECKING:
+    import anndata
+
+_registered = False
+
+
+def _register_readers() -> None:
+    """Teach anndata's registry the encodings it cannot read from zarr yet (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from anndata._io.specs.registry import _REGISTRY, IOSpec
+
+    def read_dict_escaped(elem: zarr.Group, *, _reader) -> dict[str, Any]:
+        return {unescape_key(name): _reader.read_elem(child) for name, child in elem.members()}
+
+    def read_accessor(elem: zarr.Array, *, _reader) -> Any:
+        from anndata.acc import A
+        from anndata.acc._parse_json import parse_json
+
+        return parse_json(A, json.loads(_scalar(elem)))
+
+    if not _REGISTRY.has_read(zarr.Group, IOSpec("dict", "0.2.0")):
+        _REGISTRY.register_read(zarr.Group, IOSpec("dict", "0.2.0"))(read_dict_escaped)
+    if not _REGISTRY.has_read(zarr.Array, IOSpec("accessor", "0.1.0")):
+        _REGISTRY.register_read(zarr.Array, IOSpec("accessor", "0.1.0"))(read_accessor)
+    _registered = True
+
+
+def _scalar(elem: zarr.Array) -> Any:
+    value = elem[()]
+    if elem.attrs.get("_SCALAR") is True and np.shape(value) == (1,):
+        value = value[0]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _as_h5ad_reads(read_func, elem_name: str, elem: Any, iospec) -> Any:
+    """The read_dispatched callback that makes zarr reads match read_h5ad's."""
+    kind = iospec.encoding_type
+    if isinstance(elem, zarr.Array) and elem.attrs.get("_SCALAR") is True and elem.shape == (1,):
+        if kind in ("string", "numeric-scalar"):
+            return _scalar(elem)
+    if kind == "string-array" and isinstance(elem, zarr.Array):
+        # h5py hands anndata object arrays of str (pandas infers its string dtype from them)
+        return elem[()].astype(object)
+    return read_func(elem)
+
+
+def _check_root(group: zarr.Group, allowed: tuple[str, ...]) -> str:
+    kind = group.attrs.get("encoding-type")
+    if kind in allowed:
+        return kind
+    legacy = kind is None and "obs" in group and "var" in group
+    if legacy and "anndata" in allowed:
+        return "anndata"
+    found = f"encoding-type {kind!r}" if kind is not None else f"members {sorted(group.keys())[:8]}"
+    raise ManifestFormatError(f"the manifest is not an {' / '.join(allowed)} file: its root has {found}")
+
+
+def read_anndata(
+    manifest: PathOrManifest,
+    *,
+    lazy: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    source_options: dict[str, Any] | None = None,
+    source_urls: dict[str, str] | None = None,
+) -> anndata.AnnData:
+    """Read an h5ad (or h5td) manifest as an :class:`anndata.AnnData`.
+
+    ``lazy=True`` gives ``anndata.experimental.read_lazy`` semantics: dask-backed
+    arrays and lazy dataframes that read only the chunks a computation needs.
+    """
+    import anndata
+
+    group = open_group(
+        manifest, storage_options=storage_options, source_options=source_options, source_urls=source_urls
+    )
+    _check_root(group, ("anndata", "treedata"))
+    _register_readers()
+    if lazy:
+        return anndata.experimental.read_lazy(group)
+    if group.attrs.get("encoding-type") == "treedata":
+        group = _as_anndata_root(group)
+    from anndata.experimental import read_dispatched
+
+    return read_dispatched(group, _as_h5ad_reads)
+
+
+def _as_anndata_root(group: zarr.Group) -> zarr.Group:
+    """A TreeData root read as AnnData: same elements, anndata's root encoding."""
+    from h5lens.store import ManifestStore
+
+    store = group.store
+    if not isinstance(store, ManifestStore):
+        return group
+    manifest = store.manifest
+    from dataclasses import replace
+
+    nodes = dict(manifest.nodes)
+    root = dict(nodes[""])
+    root["attributes"] = {**root.get("attributes", {}), "encoding-type": "anndata", "encoding-version": "0.1.0"}
+    nodes[""] = root
+    view = replace(manifest, nodes=nodes)
+    return zarr.open_group(
+        ManifestStore(view, source_options=store.source_options, source_urls=store.source_urls),
+        mode="r",
+        zarr_format=3,
+    )
+
+
+def read_treedata(
+    manifest: PathOrManifest,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    source_options: dict[str, Any] | None = None,
+    source_urls: dict[str, str] | None = None,
+) -> Any:
+    """Read an h5td manifest (or an h5ad one with trees) as a :class:`treedata.TreeData`."""
+    import treedata
+
+    group = open_group(
+        manifest, storage_options=storage_options, source_options=source_options, source_urls=source_urls
+    )
+    _check_root(group, ("treedata", "anndata"))
+    _register_readers()
+    return treedata.read_zarr(group.store)

@@ -1,0 +1,108 @@
+"""Profiles: rewrites of the manifest where the file declares a known layout (h5ad, h5td).
+
+A profile runs after the generic scan. It sees the h5py file and the manifest
+being built, and replaces what a format's zarr readers expect in another form
+(TreeData's JSON trees → columnar groups, legacy h5ad encodings → modern ones).
+Profiles never call zarr from inside h5py callbacks: they read first, then put.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+import numpy as np
+
+from h5lens.manifest.model import ChunkTable
+from h5lens.scan.walk import Walk
+
+
+@dataclass
+class ProfileContext:
+    """What a profile may read and change."""
+
+    h5: h5py.File
+    nodes: dict[str, dict[str, Any]]
+    tables: dict[str, ChunkTable]
+    options: Any  # ScanOptions
+    walk: Walk
+    walk_names: dict[str, str] = field(default_factory=dict)  # zarr key -> HDF5 name
+
+    def __post_init__(self) -> None:
+        if not self.walk_names:
+            for record in [*self.walk.groups, *self.walk.datasets]:
+                self.walk_names[record.key] = posixpath.basename(record.h5_path)
+
+    def attributes(self, key: str) -> dict[str, Any]:
+        return self.nodes[key].setdefault("attributes", {})
+
+    def is_group(self, key: str) -> bool:
+        return self.nodes.get(key, {}).get("node_type") == "group"
+
+    def is_array(self, key: str) -> bool:
+        return self.nodes.get(key, {}).get("node_type") == "array"
+
+    def children(self, key: str) -> list[str]:
+        prefix = f"{key}/" if key else ""
+        return sorted(
+            k[len(prefix) :] for k in self.nodes if k.startswith(prefix) and k != key and "/" not in k[len(prefix) :]
+        )
+
+    def put_group(self, key: str, attributes: dict[str, Any]) -> None:
+        self.nodes[key] = {"zarr_format": 3, "node_type": "group", "attributes": dict(attributes)}
+
+    def put_array(
+        self, key: str, values: np.ndarray, attributes: dict[str, Any], *, fill: Any = None
+    ) -> None:
+        """Add (or replace) an array whose values are stored inline."""
+        from h5lens.scan.build import inline_array, values_plan
+
+        values = np.asarray(values) if not isinstance(values, np.ndarray) else values
+        if values.dtype.kind in "OU":
+            values = values.astype(np.dtypes.StringDType())
+        plan = values_plan(values, key)
+        doc, table = inline_array("/" + key, plan, values, attributes, fill, self.options)
+        self.nodes[key] = doc
+        self.tables[key] = table
+
+    def remove(self, key: str) -> None:
+        """Remove a node and everything below it."""
+        prefix = key + "/"
+        for k in [k for k in self.nodes if k == key or k.startswith(prefix)]:
+            del self.nodes[k]
+            self.tables.pop(k, None)
+            self.walk_names.pop(k, None)
+
+
+Profile = tuple[Callable[[ProfileContext], bool], Callable[[ProfileContext], None]]
+
+
+def registered_profiles() -> list[Profile]:
+    """Profiles in the order they run: TreeData's trees first, then AnnData encodings."""
+    profiles: list[Profile] = []
+    try:
+        from h5lens.scan import treedata
+
+        profiles.append((treedata.applies, treedata.apply))
+    except ImportError:  # pragma: no cover - module not present
+        pass
+    try:
+        from h5lens.scan import anndata
+
+        profiles.append((anndata.applies, anndata.apply))
+    except ImportError:  # pragma: no cover
+        pass
+    return profiles
+
+
+def apply_profiles(context: ProfileContext) -> list[str]:
+    """Run every profile that applies; return the names of those that ran."""
+    ran = []
+    for applies, apply in registered_profiles():
+        if applies(context):
+            apply(context)
+            ran.append(apply.__module__.rsplit(".", 1)[-1])
+    return ran

@@ -1,0 +1,343 @@
+"""h5ad files through their manifests: equal to anndata's own HDF5 reader, eager and lazy.
+
+Oracles: ``anndata.read_h5ad(original)`` for eager reads; ``read_lazy`` of the
+original (then ``to_memory``) for lazy reads; anndata's reading of its *own*
+zarr v3 copy of the file for plain ``anndata.read_zarr`` over the manifest.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import anndata as ad
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+import zarr
+from anndata.tests.helpers import assert_equal
+
+import h5lens
+from h5lens.keys import escape_key, unescape_key
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_H5AD = sorted(p.name for p in DATA.glob("*.h5ad"))
+
+pytestmark = pytest.mark.filterwarnings("ignore::anndata.OldFormatWarning", "ignore::UserWarning")
+
+
+@pytest.fixture(params=SHARED_H5AD)
+def shared_h5ad(request, tmp_path) -> Path:
+    copy = tmp_path / request.param
+    shutil.copy(DATA / request.param, copy)
+    return copy
+
+
+def _lazy_original(path: Path) -> ad.AnnData:
+    with h5py.File(path) as f:
+        return _axes_only(ad.experimental.read_lazy(f).to_memory()).copy()  # detached before the file closes
+
+
+def _axes_only(adata: ad.AnnData) -> ad.AnnData:
+    """``read_lazy(...).to_memory()`` leaves some ``uns`` values lazy (anndata 0.13): compare the
+    axis-aligned elements lazily; eager tests cover ``uns``."""
+    adata.uns = {}
+    return adata
+
+
+def _text_as_object(adata: ad.AnnData) -> ad.AnnData:
+    """anndata's zarr readers give text columns numpy's string dtype where its HDF5 reader gives
+    pandas' ``str``: the same values. Compare the values, with the text columns in one dtype."""
+
+    def frame(df: pd.DataFrame) -> pd.DataFrame:
+        df = df.copy()
+        for column in df.columns:
+            if pd.api.types.is_string_dtype(df[column].dtype) and not isinstance(df[column].dtype, pd.CategoricalDtype):
+                df[column] = df[column].astype(object)
+        return df
+
+    adata.obs, adata.var = frame(adata.obs), frame(adata.var)
+    if adata.raw is not None:
+        raw = adata.raw.to_adata()
+        raw.var = frame(raw.var)
+        adata.raw = raw
+    return adata
+
+
+# -- the real files ------------------------------------------------------------
+
+
+def test_shared_files_eager_equal_read_h5ad(shared_h5ad):
+    manifest = h5lens.index(shared_h5ad)
+    assert_equal(h5lens.read_anndata(manifest), ad.read_h5ad(shared_h5ad))
+
+
+def test_shared_files_eager_through_json_and_proposal(shared_h5ad, tmp_path):
+    out = tmp_path / "m.json"
+    h5lens.index(shared_h5ad, convention="proposal").to_json(out)
+    assert_equal(h5lens.read_anndata(out), ad.read_h5ad(shared_h5ad))
+
+
+def test_shared_files_lazy_equal_read_lazy(shared_h5ad):
+    lazy = h5lens.read_anndata(h5lens.index(shared_h5ad, inline_threshold=0), lazy=True)
+    assert_equal(_text_as_object(_axes_only(lazy.to_memory())), _text_as_object(_lazy_original(shared_h5ad)))
+
+
+def test_plain_read_zarr_reads_the_manifest(shared_h5ad):
+    got = ad.read_zarr(h5lens.open_group(h5lens.index(shared_h5ad)).store)
+    assert_equal(_text_as_object(got), _text_as_object(ad.read_h5ad(shared_h5ad)))
+
+
+# -- generated files: every encoding ----------------------------------------------
+
+
+def _every_encoding() -> ad.AnnData:
+    rng = np.random.default_rng(1)
+    n_obs, n_var = 40, 15
+    obs = pd.DataFrame(
+        {
+            "cat": pd.Categorical(rng.choice(["a", "b", "c"], n_obs)),
+            "ordered": pd.Categorical(rng.choice(["lo", "hi"], n_obs), categories=["lo", "hi"], ordered=True),
+            "int": rng.integers(0, 100, n_obs),
+            "float": rng.standard_normal(n_obs),
+            "bool": rng.random(n_obs) > 0.5,
+            "nullable_int": pd.array([None if i % 7 == 0 else i for i in range(n_obs)], dtype="Int32"),
+            "nullable_bool": pd.array([None if i % 5 == 0 else i % 2 == 0 for i in range(n_obs)], dtype="boolean"),
+            "text": [f"t{i}" for i in range(n_obs)],
+        },
+        index=[f"cell{i}" for i in range(n_obs)],
+    )
+    var = pd.DataFrame({"gene_ids": [f"ENSG{i:05d}" for i in range(n_var)]}, index=[f"g{i}" for i in range(n_var)])
+    x = sp.random(n_obs, n_var, density=0.2, format="csr", random_state=1, dtype=np.float32)
+    adata = ad.AnnData(X=x, obs=obs, var=var)
+    adata.layers["dense"] = x.toarray()
+    adata.layers["csc"] = sp.csc_matrix(x)
+    adata.obsm["X_pca"] = rng.standard_normal((n_obs, 3)).astype(np.float32)
+    adata.obsm["frame"] = pd.DataFrame({"u": rng.standard_normal(n_obs)}, index=obs.index)
+    adata.obsp["distances"] = sp.csr_matrix(rng.random((n_obs, n_obs)) > 0.9, dtype=np.float64)
+    adata.varm["loadings"] = rng.standard_normal((n_var, 2))
+    adata.uns["string"] = "hello"
+    adata.uns["number"] = 3.5
+    adata.uns["integer"] = np.int64(7)
+    adata.uns["strings_1d"] = np.array(["x", "yy", "zzz"], dtype=object)
+    adata.uns["strings_2d"] = np.array([["a", "b"], ["c", "d"]], dtype=object)
+    adata.uns["nested"] = {"inner": {"values": np.arange(4), "flag": True}}
+    adata.uns["empty_frame"] = pd.DataFrame(index=["r1", "r2"])
+    adata.uns["recarray"] = np.rec.fromarrays(
+        [np.array(["p", "qq"], dtype=object), np.array([1.5, 2.5])], names=["name", "score"]
+    )
+    adata.uns["with_nan"] = np.array([np.nan, 1.0])
+    adata.raw = adata.copy()
+    return adata
+
+
+@pytest.fixture(scope="module")
+def every_encoding(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("enc") / "every.h5ad"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _every_encoding().write_h5ad(path, compression="gzip")
+    return path
+
+
+@pytest.mark.parametrize("convention", ["released", "proposal"])
+@pytest.mark.parametrize("inline_threshold", [0, 1000])
+def test_every_encoding_eager(every_encoding, convention, inline_threshold):
+    manifest = h5lens.index(every_encoding, convention=convention, inline_threshold=inline_threshold)
+    assert_equal(h5lens.read_anndata(manifest), ad.read_h5ad(every_encoding))
+
+
+def test_every_encoding_lazy(every_encoding):
+    lazy = h5lens.read_anndata(h5lens.index(every_encoding), lazy=True)
+    assert_equal(_text_as_object(_axes_only(lazy.to_memory())), _text_as_object(_lazy_original(every_encoding)))
+
+
+def test_every_encoding_read_elem_on_each_element(every_encoding):
+    group = h5lens.open_group(h5lens.index(every_encoding))
+    with h5py.File(every_encoding) as f:
+        for key in ["X", "obs", "var", "obsm/X_pca", "obsm/frame", "layers/csc", "uns/string", "uns/recarray"]:
+            assert_equal(ad.io.read_elem(group[key]), ad.io.read_elem(f[key]))
+
+
+def test_not_an_anndata_names_what_it_found(tmp_path):
+    path = tmp_path / "plain.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(3)
+    with pytest.raises(h5lens.ManifestFormatError, match="not an anndata"):
+        h5lens.read_anndata(h5lens.index(path))
+
+
+# -- legacy layouts -----------------------------------------------------------------
+
+
+def _write_v07(path: Path) -> None:
+    """anndata 0.7-era: dataframe 0.1.0 whose categorical columns reference __categories/<col>."""
+    rng = np.random.default_rng(2)
+    n_obs, n_var = 30, 8
+    with h5py.File(path, "w") as f:
+        f.attrs["encoding-type"] = "anndata"
+        f.attrs["encoding-version"] = "0.1.0"
+        f.create_dataset("X", data=rng.random((n_obs, n_var)).astype(np.float32), chunks=(10, 8), compression="lzf")
+        f["X"].attrs["encoding-type"] = "array"
+        f["X"].attrs["encoding-version"] = "0.2.0"
+        for axis, n in (("obs", n_obs), ("var", n_var)):
+            g = f.create_group(axis)
+            g.attrs["encoding-type"] = "dataframe"
+            g.attrs["encoding-version"] = "0.1.0"
+            g.attrs["_index"] = "index"
+            g.create_dataset("index", data=np.array([f"{axis}{i}" for i in range(n)], dtype=object),
+                             dtype=h5py.string_dtype())
+            cats = g.create_group("__categories")
+            cats.create_dataset("kind", data=np.array(["x", "y", "z"], dtype=object), dtype=h5py.string_dtype())
+            cats["kind"].attrs["ordered"] = axis == "var"
+            codes = g.create_dataset("kind", data=rng.integers(0, 3, n).astype(np.int8), compression="lzf")
+            codes.attrs["categories"] = cats["kind"].ref
+            g.create_dataset("value", data=rng.standard_normal(n))
+            g.attrs["column-order"] = np.array(["kind", "value"], dtype=object)
+        for name in ("uns", "obsm", "varm", "layers", "obsp", "varp"):
+            f.create_group(name)
+        f["uns"].create_dataset("title", data="legacy", dtype=h5py.string_dtype())
+
+
+def test_legacy_07_categoricals_lzf(tmp_path):
+    path = tmp_path / "v07.h5ad"
+    _write_v07(path)
+    expected = ad.read_h5ad(path)
+    manifest = h5lens.index(path, inline_threshold=0)
+    assert_equal(h5lens.read_anndata(manifest), expected)
+    # the modern encoding is presented, so plain anndata reads it too
+    assert_equal(ad.read_zarr(h5lens.open_group(manifest).store).obs, expected.obs)
+    # codes are still the original LZF chunks, referenced, not copied
+    table = manifest.chunks["obs/kind/codes"]
+    assert (table.source >= 0).all()
+    assert manifest.nodes["obs/kind/codes"]["codecs"][-1]["name"] == "h5lens.lzf"
+
+
+def test_h5sparse_legacy_matrix(tmp_path):
+    path = tmp_path / "h5sparse.h5ad"
+    x = sp.random(20, 6, density=0.3, format="csr", random_state=3, dtype=np.float32)
+    ad.AnnData(X=x).write_h5ad(path)
+    with h5py.File(path, "a") as f:  # rewrite X the way pre-0.7 files stored sparse matrices
+        for attr in ("encoding-type", "encoding-version", "shape"):
+            del f["X"].attrs[attr]
+        f["X"].attrs["h5sparse_format"] = "csr"
+        f["X"].attrs["h5sparse_shape"] = np.array(x.shape)
+    expected = ad.read_h5ad(path)
+    assert_equal(h5lens.read_anndata(h5lens.index(path)), expected)
+
+
+# -- escaped keys and accessors ------------------------------------------------------
+
+ESCAPE_ME = ["a:b", "CON", "zarr.json", "__x", "50%", "sp ace.", "q?"]
+
+
+def _base_file(path: Path) -> None:
+    ad.AnnData(X=np.ones((3, 2), dtype=np.float32)).write_h5ad(path)
+
+
+def test_dict_keys_zarr_cannot_hold_become_dict_020(tmp_path):
+    path = tmp_path / "keys.h5ad"
+    _base_file(path)
+    with h5py.File(path, "a") as f:
+        g = f["uns"].create_group("weird")
+        g.attrs["encoding-type"] = "dict"
+        g.attrs["encoding-version"] = "0.1.0"
+        for i, name in enumerate(ESCAPE_ME):
+            ds = g.create_dataset(name, data=np.int64(i))
+            ds.attrs["encoding-type"] = "numeric-scalar"
+            ds.attrs["encoding-version"] = "0.2.0"
+    expected = ad.read_h5ad(path)
+    manifest = h5lens.index(path)
+    assert manifest.nodes["uns/weird"]["attributes"]["encoding-version"] == "0.2.0"
+    assert sorted(manifest.children("uns/weird")) == sorted(escape_key(n) for n in ESCAPE_ME)
+    assert_equal(h5lens.read_anndata(manifest), expected)
+
+
+def test_dict_020_written_escaped_passes_through(tmp_path):
+    path = tmp_path / "escaped.h5ad"
+    _base_file(path)
+    keys = ["a/b", "CON", "zarr.json", "__x", "", "50%", "x:y"]
+    with h5py.File(path, "a") as f:
+        g = f["uns"].create_group("mapping")
+        g.attrs["encoding-type"] = "dict"
+        g.attrs["encoding-version"] = "0.2.0"
+        for i, key in enumerate(keys):
+            ds = g.create_dataset(escape_key(key), data=np.int64(i))
+            ds.attrs["encoding-type"] = "numeric-scalar"
+            ds.attrs["encoding-version"] = "0.2.0"
+        stored = sorted(g.keys())
+    manifest = h5lens.index(path)
+    assert sorted(manifest.children("uns/mapping")) == stored  # not escaped a second time
+    mapping = h5lens.read_anndata(manifest).uns["mapping"]
+    with h5py.File(path) as f:
+        expected = {unescape_key(name): int(f["uns/mapping"][name][()]) for name in f["uns/mapping"]}
+    assert mapping == expected
+    assert set(mapping) == set(keys)
+
+
+def test_invalid_escaped_key_is_rejected(tmp_path):
+    path = tmp_path / "bad.h5ad"
+    _base_file(path)
+    with h5py.File(path, "a") as f:
+        g = f["uns"].create_group("mapping")
+        g.attrs["encoding-type"] = "dict"
+        g.attrs["encoding-version"] = "0.2.0"
+        ds = g.create_dataset("%41", data=np.int64(1))  # no writer escapes "A"
+        ds.attrs["encoding-type"] = "numeric-scalar"
+        ds.attrs["encoding-version"] = "0.2.0"
+    with pytest.raises(h5lens.H5LensError, match="%41"):
+        h5lens.read_anndata(h5lens.index(path))
+
+
+def test_dataframe_columns_keep_names_zarr_can_hold(tmp_path):
+    path = tmp_path / "cols.h5ad"
+    obs = pd.DataFrame({"a:b": [1, 2, 3], "q?": ["x", "y", "z"]}, index=["c1", "c2", "c3"])
+    ad.AnnData(X=np.ones((3, 2), dtype=np.float32), obs=obs).write_h5ad(path)
+    assert_equal(h5lens.read_anndata(h5lens.index(path)), ad.read_h5ad(path))
+
+
+def test_accessor_resolves_through_anndata_acc(tmp_path):
+    from anndata.acc import A
+    from anndata.acc._parse_json import parse_json
+
+    path = tmp_path / "acc.h5ad"
+    adata = ad.AnnData(X=np.ones((3, 2), dtype=np.float32), obsm={"pca": np.arange(6.0).reshape(3, 2)})
+    adata.write_h5ad(path)
+    with h5py.File(path, "a") as f:
+        ds = f["uns"].create_dataset("ref", data='["obsm", "pca", 0]', dtype=h5py.string_dtype())
+        ds.attrs["encoding-type"] = "accessor"
+        ds.attrs["encoding-version"] = "0.1.0"
+    manifest = h5lens.index(path)
+    assert manifest.nodes["uns/ref"]["attributes"]["encoding-type"] == "accessor"  # kept as such
+    ref = h5lens.read_anndata(manifest).uns["ref"]
+    assert ref == parse_json(A, ["obsm", "pca", 0])
+    np.testing.assert_array_equal(ref.acc.get(adata, ref.idx), adata.obsm["pca"][:, 0])
+
+
+# -- lazy reads fetch only what they need ---------------------------------------------
+
+
+def test_lazy_row_slice_reads_only_its_chunks(tmp_path):
+    path = tmp_path / "big.h5ad"
+    rng = np.random.default_rng(4)
+    x = rng.random((4000, 50)).astype(np.float32)
+    adata = ad.AnnData(X=x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adata.write_h5ad(path, compression="gzip", compression_opts=1, as_dense=["X"])
+    with h5py.File(path, "a") as f:  # thousands of chunks: rewrite X chunked by 2 rows
+        del f["X"]
+        ds = f.create_dataset("X", data=x, chunks=(2, 50), compression="gzip", compression_opts=1)
+        ds.attrs["encoding-type"] = "array"
+        ds.attrs["encoding-version"] = "0.2.0"
+    manifest = h5lens.index(path, inline_threshold=0)
+    assert manifest.chunks["X"].n_present == 2000
+    store = h5lens.open_store(manifest)
+    lazy = ad.experimental.read_lazy(zarr.open_group(store, mode="r", zarr_format=3))
+    store.stats.reset()
+    rows = lazy.X[100:140].compute()
+    np.testing.assert_array_equal(rows, x[100:140])
+    assert store.stats.requests == 20  # 40 rows / 2 rows per chunk
