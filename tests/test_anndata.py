@@ -229,6 +229,51 @@ def test_h5sparse_legacy_matrix(tmp_path):
     assert_equal(h5lens.read_anndata(h5lens.index(path)), expected)
 
 
+def _write_v05(path: Path) -> None:
+    """anndata 0.5/0.6-era: no encodings, compound obs/var/obsm, categories in uns, S strings."""
+    rng = np.random.default_rng(5)
+    n_obs, n_var = 12, 5
+    with h5py.File(path, "w") as f:
+        f.create_dataset("X", data=rng.random((n_obs, n_var)).astype(np.float32))
+        obs = np.zeros(n_obs, dtype=[("index", "S8"), ("louvain", "i1"), ("n_genes", "<i8"), ("score", "<f4")])
+        obs["index"] = [f"c{i}".encode() for i in range(n_obs)]
+        obs["louvain"] = rng.integers(0, 3, n_obs)
+        obs["n_genes"] = rng.integers(100, 200, n_obs)
+        obs["score"] = rng.random(n_obs)
+        f.create_dataset("obs", data=obs)
+        var = np.zeros(n_var, dtype=[("index", "S6"), ("gene_ids", "S10")])
+        var["index"] = [f"g{i}".encode() for i in range(n_var)]
+        var["gene_ids"] = [f"ENSG{i}".encode() for i in range(n_var)]
+        f.create_dataset("var", data=var)
+        uns = f.create_group("uns")
+        uns.create_dataset("louvain_categories", data=np.array([b"0", b"1", b"2"]))
+        uns.create_dataset("title", data=np.array([b"old"]))
+        uns.create_dataset("labels", data=np.array([b"a", b"bb"]))
+        uns.create_dataset("k", data=np.int64(3))
+        obsm = np.zeros(n_obs, dtype=[("X_pca", "<f4", (2,)), ("X_umap", "<f8", (2,))])
+        obsm["X_pca"] = rng.random((n_obs, 2))
+        obsm["X_umap"] = rng.random((n_obs, 2))
+        f.create_dataset("obsm", data=obsm)
+
+
+def test_legacy_05_compound_tables(tmp_path):
+    path = tmp_path / "v05.h5ad"
+    _write_v05(path)
+    expected = ad.read_h5ad(path)
+    manifest = h5lens.index(path, inline_threshold=0)
+    assert_equal(h5lens.read_anndata(manifest), expected)
+    assert_equal(_text_as_object(ad.read_zarr(h5lens.open_group(manifest).store)), _text_as_object(expected))
+    assert (manifest.chunks["X"].source >= 0).all()  # the matrix is referenced, not copied
+
+
+def test_compound_with_array_members_still_refused_outside_profiles(tmp_path):
+    path = tmp_path / "plain.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("table", data=np.zeros(3, dtype=[("a", "<f4", (2,))]))
+    with pytest.raises(h5lens.UnsupportedFeatureError, match="/table"):
+        h5lens.index(path)
+
+
 # -- escaped keys and accessors ------------------------------------------------------
 
 ESCAPE_ME = ["a:b", "CON", "zarr.json", "__x", "50%", "sp ace.", "q?"]

@@ -20,7 +20,7 @@ import h5lens
 treedata = pytest.importorskip("treedata")
 anndata_helpers = pytest.importorskip("anndata.tests.helpers")
 
-DATA = Path("/work/shared/data")
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # shared/ lies beside the repository
 SHARED = ["pycea_tdata_treedata-0.4.0.h5td", "edgecases_treedata-0.4.0.h5td"]
 TREE_ELEMENTS = ("obst", "vart")
 # anndata itself (not h5lens) trips this pandas deprecation while reading/writing string columns
@@ -167,6 +167,7 @@ def test_read_zarr_matches_read_h5td(name: str, tmp_path: Path) -> None:
     saved = tmp_path / "manifest.json"
     manifest.to_json(saved)
     _assert_same_tdata(expected, _read(h5lens.open_group(saved).store, treedata.read_zarr))
+    _assert_same_tdata(expected, _read(saved, h5lens.read_treedata))
 
 
 def _layout(group: zarr.Group) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from h5lens.keys import escape_key
+from h5lens.scan import anndata_legacy
 from h5lens.scan.profiles import ProfileContext
 
 ANNDATA_ROOTS = ("anndata", "treedata")
@@ -33,6 +34,8 @@ def applies(ctx: ProfileContext) -> bool:
 
 
 def apply(ctx: ProfileContext) -> None:
+    if anndata_legacy.is_legacy(ctx):
+        anndata_legacy.upgrade(ctx)
     for key in sorted(ctx.nodes, key=lambda k: k.count("/")):
         if key not in ctx.nodes or not ctx.is_group(key):
             continue

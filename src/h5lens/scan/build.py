@@ -51,11 +51,17 @@ def build_manifest(opened: OpenSource, options: ScanOptions, *, writer: str) -> 
 
     nodes: dict[str, dict[str, Any]] = {}
     tables: dict[str, ChunkTable] = {}
+    # A dataset with no zarr form may still be rewritten by a profile (an old h5ad's compound
+    # obsm becomes plain arrays); the refusal stands only if no profile takes the node.
+    refused: dict[str, UnsupportedFeatureError] = {}
     for group in found.groups:
         nodes[group.key] = _group_document(h5, group, resolve, nan_strings)
     for record in found.datasets:
         try:
             doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings)
+        except UnsupportedFeatureError as e:
+            refused[record.key] = e
+            continue
         except H5LensError:
             raise
         except (OSError, RuntimeError, KeyError) as e:
@@ -64,7 +70,9 @@ def build_manifest(opened: OpenSource, options: ScanOptions, *, writer: str) -> 
         tables[record.key] = table
 
     if options.profiles:
-        apply_profiles(ProfileContext(h5, nodes, tables, options, found))
+        apply_profiles(ProfileContext(h5, nodes, tables, options, found, refused=refused))
+    for error in refused.values():
+        raise error
     _inline_small_chunks(opened, tables, options.inline_threshold)
     return Manifest(nodes, tables, [opened.source], options.convention, writer)
 

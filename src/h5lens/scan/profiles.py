@@ -30,11 +30,17 @@ class ProfileContext:
     options: Any  # ScanOptions
     walk: Walk
     walk_names: dict[str, str] = field(default_factory=dict)  # zarr key -> HDF5 name
+    h5_paths: dict[str, str] = field(default_factory=dict)  # zarr key -> HDF5 path (as scanned)
+    refused: dict[str, Exception] = field(default_factory=dict)  # datasets with no zarr form (yet)
 
     def __post_init__(self) -> None:
-        if not self.walk_names:
-            for record in [*self.walk.groups, *self.walk.datasets]:
-                self.walk_names[record.key] = posixpath.basename(record.h5_path)
+        for record in [*self.walk.groups, *self.walk.datasets]:
+            self.walk_names.setdefault(record.key, posixpath.basename(record.h5_path))
+            self.h5_paths.setdefault(record.key, record.h5_path)
+
+    def h5_path(self, key: str) -> str:
+        """The HDF5 path a zarr key was scanned from."""
+        return self.h5_paths.get(key, "/" + key)
 
     def attributes(self, key: str) -> dict[str, Any]:
         return self.nodes[key].setdefault("attributes", {})
@@ -51,7 +57,12 @@ class ProfileContext:
             k[len(prefix) :] for k in self.nodes if k.startswith(prefix) and k != key and "/" not in k[len(prefix) :]
         )
 
+    def is_refused(self, key: str) -> bool:
+        """A dataset the generic scan could not represent; a profile may replace it."""
+        return key in self.refused
+
     def put_group(self, key: str, attributes: dict[str, Any]) -> None:
+        self.refused.pop(key, None)
         self.nodes[key] = {"zarr_format": 3, "node_type": "group", "attributes": dict(attributes)}
 
     def put_array(
@@ -65,6 +76,7 @@ class ProfileContext:
             values = values.astype(np.dtypes.StringDType())
         plan = values_plan(values, key)
         doc, table = inline_array("/" + key, plan, values, attributes, fill, self.options)
+        self.refused.pop(key, None)
         self.nodes[key] = doc
         self.tables[key] = table
 
@@ -75,6 +87,8 @@ class ProfileContext:
             del self.nodes[k]
             self.tables.pop(k, None)
             self.walk_names.pop(k, None)
+        for k in [k for k in self.refused if k == key or k.startswith(prefix)]:
+            del self.refused[k]
 
 
 Profile = tuple[Callable[[ProfileContext], bool], Callable[[ProfileContext], None]]
