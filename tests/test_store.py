@@ -120,6 +120,19 @@ def test_missing_source_names_it(tmp_path):
     write_sample(path)
     manifest = h5lens.index(path, inline_threshold=0)
     path.unlink()
-    group = h5lens.open_group(manifest)
+    with pytest.raises(h5lens.SourceNotFoundError, match="gone.h5ad"):
+        h5lens.open_group(manifest)  # the freshness check notices at open
+    group = h5lens.open_group(manifest, verify=False)
     with pytest.raises(h5lens.SourceNotFoundError, match="gone.h5ad"):
         group["X/indices"][...]
+
+
+def test_stale_local_source_is_refused(tmp_path):
+    path = tmp_path / "changing.h5ad"
+    write_sample(path)
+    manifest = h5lens.index(path)
+    with open(path, "ab") as f:
+        f.write(b"\0" * 16)  # the file changes after indexing
+    with pytest.raises(h5lens.StaleSourceError, match="changing.h5ad"):
+        h5lens.open_group(manifest)
+    assert h5lens.open_group(manifest, verify=False)["X/indptr"].shape == (301,)

@@ -11,10 +11,12 @@ _register_codecs()  # also discoverable through the "zarr.codecs" entry point
 from h5lens.api import index, open_group, open_store  # noqa: E402
 from h5lens.errors import (  # noqa: E402
     H5LensError,
+    InvalidKeyError,
     ManifestFormatError,
     MaterializeLimitError,
     NotHDF5Error,
     SourceNotFoundError,
+    SourceReadError,
     StaleSourceError,
     UnsupportedFeatureError,
 )
@@ -24,12 +26,14 @@ from h5lens.store import ManifestStore  # noqa: E402
 
 __all__ = [
     "H5LensError",
+    "InvalidKeyError",
     "Manifest",
     "ManifestFormatError",
     "ManifestStore",
     "MaterializeLimitError",
     "NotHDF5Error",
     "SourceNotFoundError",
+    "SourceReadError",
     "StaleSourceError",
     "UnsupportedFeatureError",
     "index",

@@ -80,11 +80,19 @@ def open_store(
     storage_options: dict[str, Any] | None = None,
     source_options: dict[str, Any] | None = None,
     source_urls: dict[str, str] | None = None,
+    verify: bool = True,
 ) -> ManifestStore:
-    """A :class:`ManifestStore` for a manifest object or file."""
+    """A :class:`ManifestStore` for a manifest object or file.
+
+    With ``verify`` (the default) each source is checked once (one HEAD or stat) and a
+    source that changed since indexing raises :class:`~h5lens.errors.StaleSourceError`.
+    """
     loaded = load_manifest(manifest, storage_options=storage_options)
     options = source_options if source_options is not None else storage_options
-    return ManifestStore(loaded, source_options=options, source_urls=source_urls)
+    store = ManifestStore(loaded, source_options=options, source_urls=source_urls)
+    if verify:
+        store.verify_sources()
+    return store
 
 
 def open_group(
@@ -93,13 +101,20 @@ def open_group(
     storage_options: dict[str, Any] | None = None,
     source_options: dict[str, Any] | None = None,
     source_urls: dict[str, str] | None = None,
+    verify: bool = True,
 ) -> zarr.Group:
     """Open a manifest (object, path or URL) as a read-only zarr v3 group.
 
     ``storage_options`` apply to reading the manifest and, unless ``source_options``
-    is given, to the source files it points at.
+    is given, to the source files it points at. ``source_urls`` maps recorded source
+    URLs to others (a moved bucket, a local mirror). ``verify=False`` skips the check
+    that sources are unchanged since indexing.
     """
     store = open_store(
-        manifest, storage_options=storage_options, source_options=source_options, source_urls=source_urls
+        manifest,
+        storage_options=storage_options,
+        source_options=source_options,
+        source_urls=source_urls,
+        verify=verify,
     )
     return zarr.open_group(store, mode="r", zarr_format=3)

@@ -90,16 +90,17 @@ def index(
     if convention not in ("released", "proposal"):
         _fail(f"--convention must be 'released' or 'proposal', got {convention!r}")
     try:
-        manifest = h5lens.index(
-            source,
-            storage_options=options or None,
-            inline_threshold=inline_threshold,
-            convention=convention,
-            slab_bytes=slab_bytes,
-            materialize_limit=materialize_limit,
-            url=url,
-        )
-        manifest.to_json(output, storage_options=options or None)
+        with _progress(f"indexing {source}"):
+            manifest = h5lens.index(
+                source,
+                storage_options=options or None,
+                inline_threshold=inline_threshold,
+                convention=convention,
+                slab_bytes=slab_bytes,
+                materialize_limit=materialize_limit,
+                url=url,
+            )
+            manifest.to_json(output, storage_options=options or None)
     except (H5LensError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
         _fail(str(e))
     from h5lens.report import summarize
@@ -110,6 +111,62 @@ def index(
         f"{summary['referenced_chunks']} referenced chunks ({summary['referenced_bytes']} bytes), "
         f"{summary['inline_chunks']} inline chunks ({summary['inline_bytes']} bytes)"
     )
+
+
+@app.command()
+def publish(
+    source: Annotated[str, typer.Argument(help="HDF5 file: local path or fsspec URL.")],
+    destination: Annotated[str, typer.Argument(help="Where to write the manifest (path or URL).")],
+    url: Annotated[
+        str | None, typer.Option(help="URL to record for the source, e.g. the bucket a local copy came from.")
+    ] = None,
+    inline_threshold: Annotated[int, typer.Option(help="Inline referenced chunks up to this many bytes.")] = 1000,
+    convention: Annotated[str, typer.Option(help="'released' or 'proposal'.")] = "released",
+    storage_option: StorageOption = [],  # noqa: B006
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """Index SOURCE, check that sampled chunks decode, write the manifest to DESTINATION atomically."""
+    from h5lens.publish import publish as run_publish
+
+    options = _storage_options(storage_option, anon, endpoint_url)
+    if convention not in ("released", "proposal"):
+        _fail(f"--convention must be 'released' or 'proposal', got {convention!r}")
+    try:
+        with _progress(f"publishing {source}"):
+            report = run_publish(
+                source,
+                destination,
+                url=url,
+                storage_options=options or None,
+                inline_threshold=inline_threshold,
+                convention=convention,
+            )
+    except (H5LensError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
+        _fail(str(e))
+    s = report.summary
+    typer.echo(
+        f"{destination}: {report.manifest_bytes} bytes; {s['arrays']} arrays, {s['groups']} groups; "
+        f"referenced {s['referenced_chunks']} chunks ({s['referenced_bytes']} bytes), "
+        f"inline {s['inline_chunks']} chunks ({s['inline_bytes']} bytes); "
+        f"{report.checked_chunks} sampled chunks decoded"
+    )
+
+
+def _progress(label: str):
+    """A spinner on stderr while a step runs (silent when stderr is not a terminal)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    return console.status(label) if console.is_terminal else _Quiet()
+
+
+class _Quiet:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def _open(manifest: str, options: dict[str, Any]):
@@ -160,6 +217,9 @@ def cat(
     storage_option: StorageOption = [],  # noqa: B006
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
+    verify: Annotated[
+        bool, typer.Option("--verify/--no-verify", help="Refuse sources that changed since indexing.")
+    ] = True,
 ) -> None:
     """Print the values of an array."""
     import numpy as np
@@ -172,7 +232,7 @@ def cat(
     if loaded.nodes.get(key, {}).get("node_type") != "array":
         _fail(f"{path}: no such array in {manifest}")
     try:
-        values = h5lens.open_group(loaded, storage_options=options or None)[key][...]
+        values = h5lens.open_group(loaded, storage_options=options or None, verify=verify)[key][...]
     except (H5LensError, OSError) as e:
         _fail(str(e))
     with np.printoptions(threshold=200, edgeitems=5):

@@ -11,13 +11,27 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from h5lens.errors import H5LensError
-from h5lens.fetch import FsspecReader, LocalReader, make_reader, resolve_url
+from h5lens.errors import H5LensError, StaleSourceError
+from h5lens.fetch import (
+    MAX_GAP,
+    MAX_READAHEAD_CHUNKS,
+    MAX_SPAN,
+    ChunkFetcher,
+    FsspecReader,
+    LocalReader,
+    make_reader,
+    resolve_url,
+)
 from h5lens.manifest.model import Manifest
 from h5lens.manifest.refs_json import chunk_prefix, dumps_document, metadata_key
+
+
+# zarr fetches up to async.concurrency chunks at once: reads may arrive a little out of order.
+_REORDER = 16
 
 
 @dataclass
@@ -60,6 +74,8 @@ class ManifestStore(Store):
         self.source_options = dict(source_options or {})
         self.source_urls = dict(source_urls or {})
         self._readers: list[LocalReader | FsspecReader] | None = None
+        self._fetchers: dict[int, ChunkFetcher] = {}
+        self._streaks: dict[str, tuple[int, int, int]] = {}  # array -> (last chunk read, read-ahead end, window)
         self._metadata: dict[str, bytes] | None = None
         self.stats = ReadStats()
 
@@ -82,6 +98,8 @@ class ManifestStore(Store):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_readers"] = None
+        state["_fetchers"] = {}
+        state["_streaks"] = {}
         state["_metadata"] = None
         state["stats"] = ReadStats()
         return state
@@ -140,12 +158,87 @@ class ManifestStore(Store):
             return _slice(entry, byte_range)
         source, offset, length = entry
         start, stop = _range(length, byte_range)
-        self.stats.record(stop - start)
+        reader = self._reader(source)
         try:
-            return await self._reader(source).read(offset + start, stop - start)
+            if isinstance(reader, LocalReader):
+                self.stats.record(stop - start)
+                return await reader.read(offset + start, stop - start)
+            fetcher = self._fetcher(source, reader)
+            if byte_range is not None:
+                return await fetcher.read(offset + start, stop - start)
+            return await fetcher.read(offset, length, self._read_ahead(path, index, source))
         except H5LensError as e:
-            e.add_note(f"while reading chunk {key!r}")
+            e.add_note(f"while reading chunk {key!r} ({path}, bytes {offset + start}-{offset + stop})")
             raise
+
+    def _fetcher(self, source: int, reader: FsspecReader) -> ChunkFetcher:
+        fetcher = self._fetchers.get(source)
+        if fetcher is None:
+            fetcher = self._fetchers[source] = ChunkFetcher(reader, on_request=self.stats.record)
+        return fetcher
+
+    def _read_ahead(self, path: str, index: tuple[int, ...], source: int) -> list[tuple[int, int]]:
+        """Chunks after this one to fetch with it, like an OS read-ahead.
+
+        A read close behind the previous one counts as sequential; the window of
+        chunks fetched ahead doubles each time reads come within half a window of
+        its end, and starts over on a jump. What is fetched ahead is never more than
+        what was read sequentially before it, so a slice costs at most about twice
+        its bytes, while a full read needs only a few requests per array.
+        """
+        table = self.manifest.chunks[path]
+        flat = int(np.ravel_multi_index(index, table.grid_shape)) if index else 0
+        last, frontier, window = self._streaks.get(path, (-(1 << 30), 0, 0))
+        sequential = last - _REORDER <= flat <= max(last, frontier) + 1
+        if not sequential:
+            self._streaks[path] = (flat, flat + 1, 0)
+            return []
+        last = max(last, flat)
+        if frontier - flat > window // 2:
+            self._streaks[path] = (last, frontier, window)
+            return []
+        window = min(max(1, 2 * window), MAX_READAHEAD_CHUNKS)
+        begin = max(frontier, flat + 1)
+        ahead = self._adjacent(table, source, flat, begin, begin + window)
+        self._streaks[path] = (last, begin + len(ahead), window)
+        return ahead
+
+    @staticmethod
+    def _adjacent(table, source: int, flat: int, begin: int, stop: int) -> list[tuple[int, int]]:
+        sources = table.source.reshape(-1)
+        offsets = table.offset.reshape(-1)
+        lengths = table.length.reshape(-1)
+        first = int(offsets[flat])
+        end = first + int(lengths[flat])
+        ahead: list[tuple[int, int]] = []
+        for j in range(begin, min(stop, sources.size)):
+            if sources[j] != source:
+                break
+            offset, length = int(offsets[j]), int(lengths[j])
+            if offset < first or offset - end > MAX_GAP or offset + length - first > MAX_SPAN:
+                break
+            ahead.append((offset, length))
+            end = max(end, offset + length)
+        return ahead
+
+    def verify_sources(self) -> None:
+        """Check once that every source is the file that was indexed (size, ETag or mtime)."""
+        for index, recorded in enumerate(self.manifest.sources):
+            if recorded.size is None and recorded.etag is None and recorded.mtime is None:
+                continue
+            found = self._reader(index).stat()
+            changes = []
+            if recorded.size is not None and found.get("size") is not None and found["size"] != recorded.size:
+                changes.append(f"size {recorded.size} → {found['size']}")
+            if recorded.etag is not None and found.get("etag") and found["etag"] != recorded.etag:
+                changes.append(f"ETag {recorded.etag} → {found['etag']}")
+            if recorded.mtime is not None and found.get("mtime") is not None and found["mtime"] != recorded.mtime:
+                changes.append(f"mtime {recorded.mtime} → {found['mtime']}")
+            if changes:
+                raise StaleSourceError(
+                    f"{self.source_url(index)}: changed since the manifest was written ({'; '.join(changes)}); "
+                    "index it again, or open with verify=False to read it anyway"
+                )
 
     # -- Store API ------------------------------------------------------------
     async def get(
@@ -225,6 +318,7 @@ class ManifestStore(Store):
         for reader in self._readers or []:
             reader.close()
         self._readers = None
+        self._fetchers = {}
         super().close()
 
 

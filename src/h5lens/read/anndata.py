@@ -86,6 +86,7 @@ def read_anndata(
     storage_options: dict[str, Any] | None = None,
     source_options: dict[str, Any] | None = None,
     source_urls: dict[str, str] | None = None,
+    verify: bool = True,
 ) -> anndata.AnnData:
     """Read an h5ad (or h5td) manifest as an :class:`anndata.AnnData`.
 
@@ -95,7 +96,11 @@ def read_anndata(
     import anndata
 
     group = open_group(
-        manifest, storage_options=storage_options, source_options=source_options, source_urls=source_urls
+        manifest,
+        storage_options=storage_options,
+        source_options=source_options,
+        source_urls=source_urls,
+        verify=verify,
     )
     _check_root(group, ("anndata", "treedata"))
     _register_readers()
@@ -136,12 +141,17 @@ def read_treedata(
     storage_options: dict[str, Any] | None = None,
     source_options: dict[str, Any] | None = None,
     source_urls: dict[str, str] | None = None,
+    verify: bool = True,
 ) -> Any:
     """Read an h5td manifest (or an h5ad one with trees) as a :class:`treedata.TreeData`."""
     import treedata
 
     group = open_group(
-        manifest, storage_options=storage_options, source_options=source_options, source_urls=source_urls
+        manifest,
+        storage_options=storage_options,
+        source_options=source_options,
+        source_urls=source_urls,
+        verify=verify,
     )
     _check_root(group, ("treedata", "anndata"))
     _register_readers()

@@ -1,0 +1,522 @@
+"""Navigate a manifest the way h5py navigates the HDF5 file it came from.
+
+:func:`open` gives the root :class:`Group`. Whatever convention profile wrote
+the manifest, nodes come back as the HDF5 file holds them:
+
+* a group is a mapping of its members, by their HDF5 names (escaped keys are
+  unescaped); ``_LINKS`` entries are members like any other, so ``group[name]``
+  follows soft, hard and external links;
+* ``attrs`` hide the convention's reserved attributes (they are in
+  ``convention_attrs``), give ``{"_REFERENCE": ...}`` values as the nodes they
+  point at, and under the ``proposal`` profile read ``"NaN"``, ``"Infinity"``
+  and ``"-Infinity"`` as floats;
+* a dataset reads scalars as scalars (0-d arrays and ``_SCALAR`` shape-(1,)
+  arrays alike), object references as nodes (:meth:`Dataset.paths` gives the
+  stored paths), compound fields listed in ``_REFERENCE_FIELDS`` as nodes, and a
+  null dataspace (``_EMPTY``) as :class:`h5py.Empty`.
+
+External links (``_LINKS`` entries whose ``source`` is not ``"."``) name another
+HDF5 file, relative to the directory of the file that holds the link (as HDF5
+resolves them). The linked file is opened from the first of:
+
+1. a manifest ``<source>.json`` beside the referring manifest (``source`` resolved
+   against the manifest's own location, for manifests kept apart from the data);
+2. a manifest ``<file>.json`` beside the linked HDF5 file;
+3. the linked HDF5 file itself, indexed on the fly with :func:`h5lens.index` in the
+   referring manifest's convention (in memory; nothing is written).
+
+Each linked file is opened once per tree returned by :func:`open`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import h5py
+import numpy as np
+import zarr
+
+from h5lens.errors import SourceNotFoundError
+from h5lens.fetch import resolve_url
+from h5lens.keys import unescape_key
+from h5lens.manifest.model import Manifest
+from h5lens.store import ManifestStore
+
+__all__ = [
+    "RESERVED_ATTRIBUTES",
+    "Dataset",
+    "Group",
+    "Link",
+    "Node",
+    "load_external",
+    "open",
+]
+
+#: Attributes the convention reserves; hidden from ``Node.attrs``.
+RESERVED_ATTRIBUTES = frozenset(
+    {
+        "_LINKS",
+        "_DTYPE",
+        "_SCALAR",
+        "_REFERENCE_FIELDS",
+        "_EMPTY",
+        "_ENUM",
+        "_EXTERNAL_ARRAY_LINK",
+        "_REGION_REFERENCE",
+        "_COMPOUND_DTYPE",
+    }
+)
+_NAN_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+class Link(NamedTuple):
+    """One ``_LINKS`` entry: ``source`` is ``"."`` for the same file."""
+
+    name: str  # unescaped member name
+    source: str
+    path: str
+
+
+def open(  # noqa: A001 - the module's entry point, re-exported as h5lens.open
+    manifest_or_path: Manifest | str | os.PathLike[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+) -> Group:
+    """The root group of a manifest (object, manifest JSON path/URL, or HDF5 file to index).
+
+    A path ending in ``.json`` is read as a manifest; any other path is indexed with
+    :func:`h5lens.index` first. ``storage_options`` apply to the manifest, its source
+    files and the files external links reach.
+    """
+    manifest = _load(manifest_or_path, storage_options)
+    return _File(manifest, storage_options, {}).root()
+
+
+def load_external(
+    manifest: Manifest, source: str, *, storage_options: dict[str, Any] | None = None
+) -> Manifest:
+    """The manifest of the file an external link of ``manifest`` names as ``source``.
+
+    The policy of the module docstring: ``<source>.json`` beside the manifest, then
+    ``<file>.json`` beside the linked HDF5 file, then the HDF5 file indexed on the fly.
+    """
+    from h5lens.api import index
+
+    target = _external_url(manifest, source)
+    candidates = []
+    if manifest.location is not None:
+        candidates.append(resolve_url(source + ".json", manifest.location))
+    candidates.append(target + ".json")
+    for candidate in dict.fromkeys(candidates):
+        if _exists(candidate, storage_options):
+            return Manifest.from_json(candidate, storage_options=storage_options)
+    if not _exists(target, storage_options):
+        raise SourceNotFoundError(
+            f"external link source {source!r}: neither {target!r} nor a manifest "
+            f"({' or '.join(dict.fromkeys(candidates))}) exists"
+        )
+    return index(target, storage_options=storage_options, convention=manifest.convention)
+
+
+def _load(manifest: Manifest | str | os.PathLike[str], storage_options: dict[str, Any] | None) -> Manifest:
+    if isinstance(manifest, Manifest):
+        return manifest
+    location = os.fspath(manifest)
+    if location.endswith(".json"):
+        return Manifest.from_json(location, storage_options=storage_options)
+    from h5lens.api import index
+
+    return index(location, storage_options=storage_options)
+
+
+def _external_url(manifest: Manifest, source: str) -> str:
+    """``source`` resolved against the directory of the manifest's HDF5 file."""
+    base = resolve_url(manifest.sources[0].url, manifest.location) if manifest.sources else None
+    return resolve_url(source, base)
+
+
+def _exists(url: str, storage_options: dict[str, Any] | None) -> bool:
+    if "://" not in url or url.startswith("file://"):
+        return os.path.isfile(url.removeprefix("file://"))
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    return bool(fs.exists(path))
+
+
+class _File:
+    """One manifest being navigated, and the linked files reached from it (shared cache)."""
+
+    def __init__(self, manifest: Manifest, storage_options: dict[str, Any] | None, opened: dict[str, _File]):
+        self.manifest = manifest
+        self.storage_options = storage_options
+        self.store = ManifestStore(manifest, source_options=storage_options)
+        self.proposal = manifest.convention == "proposal"
+        self._opened = opened
+        self._arrays: dict[str, zarr.Array] = {}
+        if manifest.sources:
+            opened.setdefault(self.url, self)
+
+    @property
+    def url(self) -> str:
+        return self.store.source_url(0) if self.manifest.sources else "."
+
+    def root(self) -> Group:
+        return Group(self, "/")
+
+    def node(self, path: str) -> Node:
+        """The node at escaped zarr ``path`` ("/a/b"), following links on the way."""
+        key = path.strip("/")
+        doc = self.manifest.nodes.get(key)
+        if doc is not None:
+            return Group(self, "/" + key) if doc.get("node_type") == "group" else Dataset(self, "/" + key)
+        node: Node = self.root()
+        for part in key.split("/"):
+            if not isinstance(node, Group):
+                raise KeyError(f"{path!r}: {node.path!r} is a dataset")
+            node = node._member(part)
+        return node
+
+    def external(self, source: str) -> _File:
+        url = _external_url(self.manifest, source)
+        found = self._opened.get(url)
+        if found is None:
+            manifest = load_external(self.manifest, source, storage_options=self.storage_options)
+            found = _File(manifest, self.storage_options, self._opened)
+            self._opened[url] = found
+        return found
+
+    def resolve(self, source: str, path: str) -> Node:
+        return (self if source == "." else self.external(source)).node(path)
+
+    def array(self, key: str) -> zarr.Array:
+        found = self._arrays.get(key)
+        if found is None:
+            found = zarr.open_array(self.store, path=key, mode="r", zarr_format=3)
+            self._arrays[key] = found
+        return found
+
+
+class Node:
+    """A group or dataset: ``path`` is its escaped zarr path in its file ("/" the root)."""
+
+    def __init__(self, file: _File, path: str) -> None:
+        self._file = file
+        self.path = path
+
+    @property
+    def _key(self) -> str:
+        return self.path.strip("/")
+
+    @property
+    def _doc(self) -> dict[str, Any]:
+        return self._file.manifest.nodes[self._key]
+
+    @property
+    def name(self) -> str:
+        """The HDF5 name (unescaped); ``""`` for the root."""
+        return unescape_key(self._key.rpartition("/")[2]) if self._key else ""
+
+    @property
+    def h5_path(self) -> str:
+        """The HDF5 path: ``path`` with every segment unescaped."""
+        return "/" + "/".join(unescape_key(p) for p in self._key.split("/")) if self._key else "/"
+
+    @property
+    def file(self) -> str:
+        """URL of the HDF5 file holding this node."""
+        return self._file.url
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._file.manifest
+
+    @property
+    def convention_attrs(self) -> dict[str, Any]:
+        """The reserved attributes (``_DTYPE``, ``_LINKS``, ...) as stored."""
+        return {k: v for k, v in self._doc.get("attributes", {}).items() if k in RESERVED_ATTRIBUTES}
+
+    @property
+    def attrs(self) -> Attributes:
+        """User attributes; references resolve to nodes when read."""
+        raw = {k: v for k, v in self._doc.get("attributes", {}).items() if k not in RESERVED_ATTRIBUTES}
+        return Attributes(self._file, raw)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Node) and other._file is self._file and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash((id(self._file), self.path))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.h5_path!r} in {self.file}>"
+
+
+class Attributes(Mapping[str, Any]):
+    """A node's attributes, read-only; ``_REFERENCE`` values resolve on access."""
+
+    def __init__(self, file: _File, raw: dict[str, Any]) -> None:
+        self._file = file
+        self.raw = raw
+
+    def __getitem__(self, name: str) -> Any:
+        return self._decode(self.raw[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def _decode(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            ref = value.get("_REFERENCE")
+            if len(value) == 1 and isinstance(ref, dict):
+                return self._file.resolve(ref.get("source", "."), ref["path"])
+            return {k: self._decode(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._decode(v) for v in value]
+        if self._file.proposal and isinstance(value, str) and value in _NAN_STRINGS:
+            return _NAN_STRINGS[value]
+        return value
+
+    def __repr__(self) -> str:
+        return f"<Attributes {list(self.raw)}>"
+
+
+class Group(Node, Mapping[str, Node]):  # type: ignore[misc]
+    """A group: a mapping of HDF5 member names to nodes, links followed."""
+
+    def _members(self) -> dict[str, tuple[str, Link | None]]:
+        """HDF5 name -> (escaped name, link entry or None for a child object)."""
+        members: dict[str, tuple[str, Link | None]] = {}
+        for child in self._file.manifest.children(self._key):
+            members[unescape_key(child)] = (child, None)
+        for entry in self._doc.get("attributes", {}).get("_LINKS", []):
+            name = unescape_key(entry["name"])
+            members[name] = (entry["name"], Link(name, entry["source"], entry["path"]))
+        return members
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._members()))
+
+    def __len__(self) -> int:
+        return len(self._members())
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            self[name]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __getitem__(self, name: str) -> Node:
+        members = self._members()
+        if name in members:
+            return self._follow(*members[name])
+        if "/" in name:
+            node: Node = self._file.root() if name.startswith("/") else self
+            for part in (p for p in name.split("/") if p):
+                if not isinstance(node, Group):
+                    raise KeyError(f"{name!r}: {node.h5_path!r} is a dataset")
+                node = node[part]
+            return node
+        raise KeyError(f"{name!r} is not a member of {self.h5_path!r}")
+
+    def _member(self, escaped: str) -> Node:
+        """The member stored under the escaped name ``escaped``."""
+        for stored, link in self._members().values():
+            if stored == escaped:
+                return self._follow(stored, link)
+        raise KeyError(f"{escaped!r} is not a member of {self.path!r}")
+
+    def _follow(self, escaped: str, link: Link | None) -> Node:
+        if link is not None:
+            return self._file.resolve(link.source, link.path)
+        key = f"{self._key}/{escaped}" if self._key else escaped
+        return self._file.node("/" + key)
+
+    def link(self, name: str) -> Link | None:
+        """The ``_LINKS`` entry of member ``name``; None for a child object (KeyError if absent)."""
+        members = self._members()
+        if name not in members:
+            raise KeyError(f"{name!r} is not a member of {self.h5_path!r}")
+        return members[name][1]
+
+    def walk(self) -> Iterator[tuple[str, Node]]:
+        """``(HDF5 path, node)`` of every object below this group, depth-first; links not followed."""
+        for name, (escaped, link) in sorted(self._members().items()):
+            if link is not None:
+                continue
+            node = self._follow(escaped, None)
+            yield node.h5_path, node
+            if isinstance(node, Group):
+                yield from node.walk()
+
+
+@dataclass(frozen=True)
+class _Shape:
+    stored: tuple[int, ...]
+    scalar: bool
+    empty: bool
+
+
+class Dataset(Node):
+    """A dataset: h5py-like ``shape``, ``dtype`` and indexing."""
+
+    @property
+    def _array(self) -> zarr.Array:
+        return self._file.array(self._key)
+
+    @property
+    def _layout(self) -> _Shape:
+        doc = self._doc
+        attributes = doc.get("attributes", {})
+        stored = tuple(doc["shape"])
+        scalar = stored == () or (attributes.get("_SCALAR") is True and stored == (1,))
+        return _Shape(stored, scalar, attributes.get("_EMPTY") is True)
+
+    @property
+    def is_scalar(self) -> bool:
+        return self._layout.scalar
+
+    @property
+    def is_empty(self) -> bool:
+        """A null dataspace (``h5py.Empty``)."""
+        return self._layout.empty
+
+    @property
+    def is_reference(self) -> bool:
+        """A dataset of object references (``_DTYPE: "object_reference"``)."""
+        return self._doc.get("attributes", {}).get("_DTYPE") == "object_reference"
+
+    @property
+    def reference_fields(self) -> tuple[str, ...]:
+        return tuple(self._doc.get("attributes", {}).get("_REFERENCE_FIELDS", ()))
+
+    @property
+    def enum(self) -> dict[str, int] | None:
+        """The ``_ENUM`` mapping of an enum dataset, else None."""
+        return self._doc.get("attributes", {}).get("_ENUM")
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """As h5py gives it: ``()`` for scalars, None for a null dataspace."""
+        layout = self._layout
+        if layout.empty:
+            return None
+        return () if layout.scalar else layout.stored
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape or ())
+
+    @property
+    def size(self) -> int:
+        return 0 if self.shape is None else int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of what reading gives: references (and reference fields) are objects."""
+        dtype = self._array.dtype
+        if self.is_reference:
+            return np.dtype(object)
+        fields = self.reference_fields
+        if fields and dtype.names:
+            return np.dtype([(n, object if n in fields else dtype.fields[n][0]) for n in dtype.names])
+        return dtype
+
+    def __len__(self) -> int:
+        shape = self.shape
+        if not shape:
+            raise TypeError("len() of an unsized dataset")
+        return shape[0]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self[...], dtype=dtype)
+
+    def read(self) -> Any:
+        """All values: ``self[()]``."""
+        return self[()]
+
+    def paths(self, key: Any = ()) -> Any:
+        """The stored target paths of a reference dataset (``""`` for a null reference)."""
+        if not self.is_reference:
+            raise TypeError(f"{self.h5_path!r} is not a dataset of object references")
+        return self._raw(key)
+
+    def __getitem__(self, key: Any) -> Any:
+        if self.is_empty:
+            if _whole(key):
+                return h5py.Empty(self._array.dtype)
+            raise ValueError(f"{self.h5_path!r} has a null dataspace: only [()] reads it")
+        values = self._raw(key)
+        if self.is_reference:
+            return self._targets(values)
+        if self.reference_fields:
+            return self._with_nodes(values)
+        return values
+
+    def _raw(self, key: Any) -> Any:
+        layout = self._layout
+        if not layout.scalar:
+            values = self._array[key]
+            # one element: a scalar, as h5py gives it (zarr gives a 0-d array)
+            return _scalar(values) if isinstance(values, np.ndarray) and values.ndim == 0 else values
+        value = self._array[()] if layout.stored == () else self._array[0]
+        value = np.asarray(value)
+        if isinstance(key, tuple) and key == ():
+            return _scalar(value)
+        return value[key]
+
+    def _resolve_path(self, path: str) -> Node | None:
+        return self._file.node(path) if path else None
+
+    def _targets(self, paths: Any) -> Any:
+        if isinstance(paths, str):
+            return self._resolve_path(paths)
+        array = np.asarray(paths)
+        if array.ndim == 0:
+            return self._resolve_path(str(array[()]))
+        out = np.empty(array.shape, dtype=object)
+        for i, path in enumerate(array.ravel().tolist()):
+            out.flat[i] = self._resolve_path(path)
+        return out
+
+    def _with_nodes(self, values: Any) -> Any:
+        fields = self.reference_fields
+        array = np.asarray(values)
+        out = np.empty(array.shape, dtype=self.dtype)
+        for name in array.dtype.names:
+            column = array[name]
+            if name in fields:
+                targets = self._targets(column)  # an object array, even 0-d: a Group is a Mapping numpy would unpack
+                if not isinstance(targets, np.ndarray):
+                    holder = np.empty((), dtype=object)
+                    holder[()] = targets
+                    targets = holder
+                out[name] = targets
+            else:
+                out[name] = column
+        if isinstance(values, np.void):
+            return out[()]
+        return out
+
+
+def _whole(key: Any) -> bool:
+    return key is Ellipsis or (isinstance(key, tuple) and key in ((), (Ellipsis,)))
+
+
+def _scalar(value: np.ndarray) -> Any:
+    item = value[()]
+    if isinstance(item, np.str_):
+        return str(item)
+    if isinstance(item, np.bytes_):
+        return bytes(item)
+    if value.dtype.kind == "T":
+        return str(item)
+    return item

@@ -1,0 +1,394 @@
+"""Check a manifest against the unified zarr v3 convention and its own chunk table.
+
+:func:`validate` returns a list of :class:`Problem` (empty when the manifest is
+sound). It never reads the source files: values are checked only where the
+manifest holds them inline (reference datasets and compounds with reference
+fields always are, in manifests h5lens writes).
+
+Checked:
+
+* every ``zarr.json`` document parses with zarr (``ArrayV3Metadata`` /
+  ``GroupMetadata``);
+* reserved attributes are well-formed and where they belong: ``_LINKS`` (groups;
+  a list of ``{name, source, path}`` string dicts, unique names that no child
+  has), ``_DTYPE`` (non-compound arrays; a numpy type name, ``"str"``, ``"bytes"``
+  or ``"object_reference"``, consistent with the ``data_type``), ``_SCALAR``
+  (``true``, shape ``[1]``, proposal profile only), ``_REFERENCE_FIELDS``
+  (existing text fields of a structured array), ``_EMPTY``, ``_ENUM``, and
+  ``{"_REFERENCE": {"source", "path"}}`` attribute values;
+* same-file link and reference targets exist (following links on the way),
+  including every path in inline object-reference datasets, reference fields and
+  their fill values;
+* the profile is applied consistently: 0-d arrays and bare NaN attributes only
+  under ``released``, ``_SCALAR`` only under ``proposal``;
+* chunk sizes: for arrays whose only codec is ``bytes``, each referenced or inline
+  chunk holds exactly ``prod(chunk_shape) * itemsize`` bytes, and referenced byte
+  ranges lie within their source's recorded size.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from h5lens.manifest.model import INLINE, MISSING, Manifest
+
+__all__ = ["KNOWN_DTYPES", "Problem", "validate"]
+
+_NUMERIC = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
+#: Values ``_DTYPE`` may take.
+KNOWN_DTYPES = frozenset(_NUMERIC) | {"str", "bytes", "object_reference"}
+_BYTES_TYPES = ("null_terminated_bytes", "raw_bytes", "variable_length_bytes", "bytes")
+_LINK_KEYS = {"name", "source", "path"}
+_REFERENCE_KEYS = {"source", "path"}
+_ARRAY_ONLY = ("_DTYPE", "_SCALAR", "_REFERENCE_FIELDS", "_EMPTY", "_ENUM")
+_ELSEWHERE = "\x00elsewhere"  # a path that leaves the file through an external link
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: the node (``"/"``-prefixed zarr path) and what is wrong there."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def validate(
+    manifest: Manifest | str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+) -> list[Problem]:
+    """All problems of ``manifest`` (an object, or a manifest path/URL), in node order."""
+    if not isinstance(manifest, Manifest):
+        manifest = Manifest.from_json(os.fspath(manifest), storage_options=storage_options)
+    return list(_Validator(manifest).run())
+
+
+class _Validator:
+    def __init__(self, manifest: Manifest) -> None:
+        self.manifest = manifest
+        self.children = {path: set(manifest.children(path)) for path in manifest.groups()}
+
+    # -- driving ------------------------------------------------------------------
+    def run(self) -> Iterator[Problem]:
+        for key in sorted(self.manifest.nodes):
+            path = "/" + key
+            doc = self.manifest.nodes[key]
+            attributes = doc.get("attributes", {})
+            if not isinstance(attributes, dict):
+                yield Problem(path, f"attributes must be an object, not {type(attributes).__name__}")
+                attributes = {}
+            if doc.get("node_type") == "group":
+                yield from self._group(key, path, doc, attributes)
+            else:
+                yield from self._array(key, path, doc, attributes)
+            for name, value in attributes.items():
+                if name not in ("_LINKS", "_REFERENCE_FIELDS", "_ENUM"):
+                    yield from self._references_in(path, f"attribute {name!r}", value)
+
+    # -- groups ----------------------------------------------------------------------
+    def _group(self, key: str, path: str, doc: dict[str, Any], attributes: dict[str, Any]) -> Iterator[Problem]:
+        from zarr.core.group import GroupMetadata
+
+        try:
+            GroupMetadata.from_dict(doc)
+        except Exception as e:  # noqa: BLE001 - any parse failure is the finding
+            yield Problem(path, f"group metadata does not parse with zarr: {type(e).__name__}: {e}")
+        for name in _ARRAY_ONLY:
+            if name in attributes:
+                yield Problem(path, f"{name} belongs on arrays, not on a group")
+        if "_LINKS" in attributes:
+            yield from self._links(key, path, attributes["_LINKS"])
+
+    def _links(self, key: str, path: str, links: Any) -> Iterator[Problem]:
+        if not isinstance(links, list):
+            yield Problem(path, f"_LINKS must be a list of {{name, source, path}} objects, not {type(links).__name__}")
+            return
+        seen: set[str] = set()
+        for i, entry in enumerate(links):
+            where = f"_LINKS[{i}]"
+            if not isinstance(entry, dict):
+                yield Problem(path, f"{where} must be an object with name, source, path; got {entry!r}")
+                continue
+            missing = _LINK_KEYS - set(entry)
+            extra = set(entry) - _LINK_KEYS
+            if missing:
+                yield Problem(path, f"{where} lacks {sorted(missing)}")
+            if extra:
+                yield Problem(path, f"{where} has keys the convention does not define: {sorted(extra)}")
+            bad = [k for k in sorted(_LINK_KEYS & set(entry)) if not isinstance(entry[k], str)]
+            if bad:
+                yield Problem(path, f"{where} values must be strings: {', '.join(f'{k}={entry[k]!r}' for k in bad)}")
+            if missing or bad:
+                continue
+            name, source, target = entry["name"], entry["source"], entry["path"]
+            if not name or "/" in name:
+                yield Problem(path, f"{where} name {name!r} is not a member name")
+            if name in seen:
+                yield Problem(path, f"{where} name {name!r} appears twice in _LINKS")
+            seen.add(name)
+            if name in self.children.get(key, ()):
+                yield Problem(path, f"{where} name {name!r} is also a child node")
+            if not source:
+                yield Problem(path, f"{where} source is empty (\".\" for the same file)")
+            if not target.startswith("/"):
+                yield Problem(path, f"{where} path {target!r} is not absolute")
+            elif source == "." and not self._exists(target):
+                yield Problem(path, f"{where} ({name!r}) points at {target!r}, which does not exist")
+
+    # -- arrays ----------------------------------------------------------------------
+    def _array(self, key: str, path: str, doc: dict[str, Any], attributes: dict[str, Any]) -> Iterator[Problem]:
+        from zarr.core.metadata.v3 import ArrayV3Metadata
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                meta = ArrayV3Metadata.from_dict(doc)
+                native = meta.dtype.to_native_dtype()
+        except Exception as e:  # noqa: BLE001
+            yield Problem(path, f"array metadata does not parse with zarr: {type(e).__name__}: {e}")
+            meta, native = None, None
+        if "_LINKS" in attributes:
+            yield Problem(path, "_LINKS belongs on groups, not on an array")
+        shape = doc.get("shape")
+        data_type = doc.get("data_type")
+        type_name = data_type.get("name") if isinstance(data_type, dict) else data_type
+        structured = type_name == "structured"
+        yield from self._dtype(path, attributes, type_name, structured)
+        yield from self._scalar(path, attributes, shape)
+        if "_EMPTY" in attributes:
+            if attributes["_EMPTY"] is not True:
+                yield Problem(path, f"_EMPTY must be true, not {attributes['_EMPTY']!r}")
+            elif shape != [0]:
+                yield Problem(path, f"_EMPTY marks a null dataspace, stored with shape [0], not {shape}")
+            elif key in self.manifest.chunks and self.manifest.chunks[key].n_present:
+                yield Problem(path, "_EMPTY array has chunks")
+        if "_ENUM" in attributes:
+            enum = attributes["_ENUM"]
+            if not isinstance(enum, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in enum.items()
+            ):
+                yield Problem(path, f"_ENUM must map names to integers, not {enum!r}")
+            if native is not None and native.kind not in "iu":
+                yield Problem(path, f"_ENUM on an array of {native}, not of integers")
+        if "_REFERENCE_FIELDS" in attributes:
+            yield from self._reference_fields(key, path, attributes["_REFERENCE_FIELDS"], structured, native, meta)
+        elif attributes.get("_DTYPE") == "object_reference" and type_name == "string":
+            values = self._inline_values(key)
+            if values is not None:
+                yield from self._targets(path, "object reference", values)
+        if meta is not None and native is not None:
+            yield from self._chunks(key, path, doc, native)
+
+    def _dtype(self, path: str, attributes: dict[str, Any], type_name: Any, structured: bool) -> Iterator[Problem]:
+        if "_DTYPE" not in attributes:
+            if not structured:
+                yield Problem(path, "non-compound array without _DTYPE")
+            return
+        value = attributes["_DTYPE"]
+        if structured:
+            yield Problem(path, f"_DTYPE {value!r} on a structured array (compounds carry their fields in data_type)")
+            return
+        if value not in KNOWN_DTYPES:
+            yield Problem(path, f"_DTYPE {value!r} is not one of {sorted(KNOWN_DTYPES)}")
+            return
+        if value in ("str", "object_reference"):
+            expected: tuple[str, ...] = ("string",)
+        elif value == "bytes":
+            expected = _BYTES_TYPES
+        else:
+            expected = (value,)
+        if type_name not in expected:
+            yield Problem(path, f"_DTYPE {value!r} does not match data_type {type_name!r}")
+
+    def _scalar(self, path: str, attributes: dict[str, Any], shape: Any) -> Iterator[Problem]:
+        proposal = self.manifest.convention == "proposal"
+        if "_SCALAR" in attributes:
+            value = attributes["_SCALAR"]
+            if value is not True:
+                yield Problem(path, f"_SCALAR must be true, not {value!r}")
+            elif shape != [1]:
+                yield Problem(path, f"_SCALAR on an array of shape {shape}; only shape [1] arrays are scalars")
+            elif not proposal:
+                yield Problem(path, "_SCALAR in a released-profile manifest (released scalars are 0-d arrays)")
+        elif proposal and shape == []:
+            yield Problem(path, "0-d array in a proposal-profile manifest (proposal scalars are shape [1] + _SCALAR)")
+
+    def _reference_fields(
+        self, key: str, path: str, fields: Any, structured: bool, native: np.dtype | None, meta: Any
+    ) -> Iterator[Problem]:
+        if not isinstance(fields, list) or not fields or not all(isinstance(f, str) for f in fields):
+            yield Problem(path, f"_REFERENCE_FIELDS must be a non-empty list of field names, not {fields!r}")
+            return
+        if len(set(fields)) != len(fields):
+            yield Problem(path, f"_REFERENCE_FIELDS names a field twice: {fields}")
+        if not structured:
+            yield Problem(path, "_REFERENCE_FIELDS on an array whose data_type is not structured")
+            return
+        if native is None or native.names is None:
+            return
+        unknown = [f for f in fields if f not in native.names]
+        if unknown:
+            yield Problem(path, f"_REFERENCE_FIELDS names fields the structured dtype lacks: {unknown} (has {list(native.names)})")
+        known = [f for f in fields if f in native.names]
+        for name in known:
+            if native.fields[name][0].kind != "U":
+                yield Problem(path, f"reference field {name!r} is {native.fields[name][0]}, not text (fixed_length_utf32)")
+        known = [f for f in known if native.fields[f][0].kind == "U"]
+        fill = getattr(meta, "fill_value", None)
+        if isinstance(fill, np.void):
+            for name in known:
+                yield from self._targets(path, f"fill value of reference field {name!r}", np.asarray([fill[name]]))
+        values = self._inline_values(key)
+        if values is not None:
+            for name in known:
+                yield from self._targets(path, f"reference field {name!r}", values[name])
+
+    def _chunks(self, key: str, path: str, doc: dict[str, Any], native: np.dtype) -> Iterator[Problem]:
+        table = self.manifest.chunks.get(key)
+        codecs = doc.get("codecs", [])
+        if table is None or native.kind in "OT" or len(codecs) != 1 or _codec_name(codecs[0]) != "bytes":
+            return
+        chunk_shape = doc.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape", [])
+        expected = int(np.prod(chunk_shape, dtype=np.int64)) * native.itemsize
+        sources = self.manifest.sources
+        for index in np.argwhere(table.source != MISSING) if table.grid_shape else [()]:
+            index = tuple(int(i) for i in index)
+            src = int(table.source[index])
+            if src == MISSING:
+                continue
+            label = "/".join(map(str, index)) or "c"
+            length = len(table.inline[_flat(index, table.grid_shape)]) if src == INLINE else int(table.length[index])
+            if length != expected:
+                where = "inline" if src == INLINE else "referenced"
+                yield Problem(
+                    path,
+                    f"{where} chunk {label} holds {length} bytes; a bytes-only chunk of shape {chunk_shape} "
+                    f"and itemsize {native.itemsize} ({native}) holds {expected}",
+                )
+            if src >= 0:
+                size = sources[src].size if src < len(sources) else None
+                end = int(table.offset[index]) + int(table.length[index])
+                if size is not None and end > size:
+                    yield Problem(path, f"chunk {label} ends at byte {end}, past the source's {size} bytes")
+
+    # -- references --------------------------------------------------------------------
+    def _references_in(self, path: str, where: str, value: Any) -> Iterator[Problem]:
+        if isinstance(value, dict):
+            if "_REFERENCE" in value:
+                yield from self._reference(path, where, value)
+                return
+            for k, v in value.items():
+                yield from self._references_in(path, f"{where}[{k!r}]", v)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                yield from self._references_in(path, f"{where}[{i}]", v)
+        elif isinstance(value, float) and not math.isfinite(value) and self.manifest.convention == "proposal":
+            yield Problem(path, f"{where}: bare {value} in a proposal-profile manifest (the proposal writes strings)")
+
+    def _reference(self, path: str, where: str, value: dict[str, Any]) -> Iterator[Problem]:
+        if len(value) != 1:
+            yield Problem(path, f"{where}: a _REFERENCE wrapper has other keys: {sorted(set(value) - {'_REFERENCE'})}")
+        ref = value["_REFERENCE"]
+        if not isinstance(ref, dict):
+            yield Problem(path, f"{where}: _REFERENCE must be an object with source and path, not {ref!r}")
+            return
+        missing, extra = _REFERENCE_KEYS - set(ref), set(ref) - _REFERENCE_KEYS
+        if missing:
+            yield Problem(path, f"{where}: _REFERENCE lacks {sorted(missing)}")
+        if extra:
+            yield Problem(path, f"{where}: _REFERENCE has keys beyond source and path: {sorted(extra)}")
+        bad = [k for k in sorted(_REFERENCE_KEYS & set(ref)) if not isinstance(ref[k], str)]
+        if bad:
+            yield Problem(path, f"{where}: _REFERENCE values must be strings: {', '.join(f'{k}={ref[k]!r}' for k in bad)}")
+        if missing or bad:
+            return
+        if ref["source"] == "." and not self._exists(ref["path"]):
+            yield Problem(path, f"{where}: _REFERENCE to {ref['path']!r}, which does not exist")
+
+    def _targets(self, path: str, what: str, values: np.ndarray) -> Iterator[Problem]:
+        dangling = sorted({str(v) for v in np.asarray(values).ravel().tolist() if v != "" and not self._exists(str(v))})
+        if dangling:
+            shown = ", ".join(repr(d) for d in dangling[:5]) + (" ..." if len(dangling) > 5 else "")
+            yield Problem(path, f"{what} paths that do not exist: {shown}")
+
+    def _exists(self, target: str) -> bool:
+        """Whether same-file path ``target`` reaches a node, following ``_LINKS`` on the way."""
+        return self._resolve(target, 0) is not None
+
+    def _resolve(self, target: str, depth: int) -> str | None:
+        """The node key ``target`` reaches (``_ELSEWHERE`` through an external link), else None."""
+        if not target.startswith("/") or depth > 32:
+            return None
+        nodes = self.manifest.nodes
+        key = target.strip("/")
+        if key in nodes:
+            return key
+        current = ""
+        for part in key.split("/"):
+            child = f"{current}/{part}" if current else part
+            if child in nodes:
+                current = child
+                continue
+            links = nodes.get(current, {}).get("attributes", {}).get("_LINKS")
+            entry = (
+                next((e for e in links if isinstance(e, dict) and e.get("name") == part), None)
+                if isinstance(links, list)
+                else None
+            )
+            if entry is None or not isinstance(entry.get("path"), str):
+                return None
+            if entry.get("source") != ".":
+                return _ELSEWHERE  # another file: not checked here
+            resolved = self._resolve(entry["path"], depth + 1)
+            if resolved is None or resolved == _ELSEWHERE:
+                return resolved
+            current = resolved
+        return current
+
+    def _inline_values(self, key: str) -> np.ndarray | None:
+        """The array's values when every present chunk is inline; None otherwise (never reads sources)."""
+        table = self.manifest.chunks.get(key)
+        if table is None or np.any(table.source >= 0) or self.manifest.nodes[key].get("shape") == [0]:
+            return None
+        import zarr
+
+        from h5lens.store import ManifestStore
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                array = zarr.open_array(ManifestStore(self.manifest), path=key, mode="r", zarr_format=3)
+                return np.asarray(array[...])
+        except Exception:  # noqa: BLE001 - undecodable chunks are reported by other checks
+            return None
+
+
+def _codec_name(codec: Any) -> Any:
+    return codec.get("name") if isinstance(codec, dict) else codec
+
+
+def _flat(index: tuple[int, ...], grid: tuple[int, ...]) -> int:
+    return int(np.ravel_multi_index(index, grid)) if grid else 0

@@ -1,0 +1,22 @@
+"""Shared fixtures: a real S3 endpoint (moto's server on 127.0.0.1), started by the tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from h5lens.testing.s3 import CountingProxy, LocalS3
+
+
+@pytest.fixture(scope="session")
+def s3():
+    pytest.importorskip("moto")
+    with LocalS3() as server:
+        server.make_bucket("bucket")
+        yield server
+
+
+@pytest.fixture
+def s3_proxy(s3):
+    """A counting proxy in front of the endpoint: requests, GETs and bytes seen."""
+    with CountingProxy(s3.endpoint_url) as proxy:
+        yield proxy

@@ -1,0 +1,192 @@
+"""Against a real S3 endpoint (moto on 127.0.0.1): index, publish, read, freshness, faults."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+import warnings
+
+import anndata as ad
+import h5py
+import numpy as np
+import pytest
+from anndata.tests.helpers import assert_equal
+
+import h5lens
+from h5lens.sample import write_sample
+from h5lens.testing.s3 import CountingProxy
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::anndata.OldFormatWarning")
+
+
+def _key(name: str) -> str:
+    return f"bucket/{uuid.uuid4().hex}/{name}"
+
+
+@pytest.fixture
+def chunky(tmp_path):
+    """An h5ad whose X has 400 chunks of one row each block (gzip), plus the sample's elements."""
+    path = tmp_path / "chunky.h5ad"
+    rng = np.random.default_rng(7)
+    x = rng.random((800, 60)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ad.AnnData(X=x).write_h5ad(path)
+    with h5py.File(path, "a") as f:
+        del f["X"]
+        ds = f.create_dataset("X", data=x, chunks=(2, 60), compression="gzip", compression_opts=1)
+        ds.attrs["encoding-type"] = "array"
+        ds.attrs["encoding-version"] = "0.2.0"
+    return path
+
+
+def _upload(s3, local, name) -> str:
+    key = _key(name)
+    s3.filesystem().put(str(local), key)
+    return f"s3://{key}"
+
+
+def test_index_from_s3_equals_local_index(s3, s3_proxy, tmp_path):
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    options = s3.storage_options(s3_proxy.endpoint_url)
+    remote = h5lens.index(url, storage_options=options)
+    gets = s3_proxy.stats.gets
+    assert 0 < gets <= 3  # metadata through a block cache: a handful of requests for this file
+    here = h5lens.index(local)
+    assert remote.nodes == here.nodes
+    for path, table in here.chunks.items():
+        np.testing.assert_array_equal(remote.chunks[path].offset, table.offset)
+        assert remote.chunks[path].inline == table.inline
+    assert remote.sources[0].url == url and remote.sources[0].etag
+
+
+def test_read_eager_and_lazy_from_s3(s3, s3_proxy, tmp_path):
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    options = s3.storage_options(s3_proxy.endpoint_url)
+    manifest_url = url + ".json"
+    h5lens.index(url, storage_options=options).to_json(manifest_url, storage_options=options)
+    expected = ad.read_h5ad(local)
+    assert_equal(h5lens.read_anndata(manifest_url, storage_options=options), expected)
+    lazy = h5lens.read_anndata(manifest_url, storage_options=options, lazy=True)
+    np.testing.assert_array_equal(lazy.obsm["X_pca"][:7].compute(), expected.obsm["X_pca"][:7])
+
+
+def test_full_read_merges_neighbouring_chunks(s3, s3_proxy, chunky):
+    url = _upload(s3, chunky, "chunky.h5ad")
+    options = s3.storage_options(s3_proxy.endpoint_url)
+    manifest = h5lens.index(url, storage_options=options, inline_threshold=0)
+    n_chunks = manifest.chunks["X"].n_present
+    group = h5lens.open_group(manifest, storage_options=options)
+    s3_proxy.stats.reset()
+    with h5py.File(chunky) as f:
+        np.testing.assert_array_equal(group["X"][...], f["X"][...])
+    assert s3_proxy.stats.gets < n_chunks / 10, (s3_proxy.stats.gets, n_chunks)
+
+
+def test_slice_reads_at_most_twice_what_it_needs(s3, s3_proxy, chunky):
+    url = _upload(s3, chunky, "chunky.h5ad")
+    options = s3.storage_options(s3_proxy.endpoint_url)
+    manifest = h5lens.index(url, storage_options=options, inline_threshold=0)
+    table = manifest.chunks["X"]
+    lazy = h5lens.read_anndata(manifest, storage_options=options, lazy=True)
+    s3_proxy.stats.reset()
+    rows = lazy.X[100:108].compute()  # 1% of the rows: 4 chunks
+    with h5py.File(chunky) as f:
+        np.testing.assert_array_equal(rows, f["X"][100:108])
+    needed = int(table.length[50:54].sum())
+    assert s3_proxy.stats.bytes <= 2 * needed + 64 << 10, (s3_proxy.stats.bytes, needed)
+    assert s3_proxy.stats.bytes <= 0.02 * int(table.length.sum())
+
+
+def test_stale_source_is_refused_after_overwrite(s3, tmp_path):
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    options = s3.storage_options()
+    manifest = h5lens.index(url, storage_options=options)
+    with h5py.File(local, "a") as f:
+        f["uns"].attrs["changed"] = True
+    s3.filesystem().put(str(local), url.removeprefix("s3://"))
+    with pytest.raises(h5lens.StaleSourceError, match=url):
+        h5lens.open_group(manifest, storage_options=options)
+    h5lens.open_group(manifest, storage_options=options, verify=False)  # opt-out
+
+
+def test_faults_are_retried_without_corrupting(s3, chunky):
+    url = _upload(s3, chunky, "chunky.h5ad")
+    with CountingProxy(s3.endpoint_url, fault_rate=0.3, seed=3) as flaky:
+        options = s3.storage_options(flaky.endpoint_url)
+        manifest = h5lens.index(url, storage_options=s3.storage_options(), inline_threshold=0)
+        group = h5lens.open_group(manifest, storage_options=options, verify=False)
+        with h5py.File(chunky) as f:
+            np.testing.assert_array_equal(group["X"][...], f["X"][...])
+        assert flaky.stats.injected_faults > 0
+
+
+def test_a_request_that_keeps_failing_names_key_and_range(s3, chunky):
+    url = _upload(s3, chunky, "chunky.h5ad")
+    manifest = h5lens.index(url, storage_options=s3.storage_options(), inline_threshold=0)
+    with CountingProxy(s3.endpoint_url, fault_rate=1.0) as broken:
+        # botocore's own retries multiply every layer's: keep this test short
+        options = {**s3.storage_options(broken.endpoint_url), "config_kwargs": {"retries": {"max_attempts": 1}}}
+        group = h5lens.open_group(manifest, storage_options=options, verify=False)
+        with pytest.raises(h5lens.SourceReadError) as info:
+            group["X"][:2]
+    text = str(info.value) + " ".join(getattr(info.value, "__notes__", []))
+    assert url in text and "bytes" in text
+
+
+def test_source_options_override_for_sources(s3, s3_proxy, tmp_path):
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    manifest_path = tmp_path / "m.json"  # the manifest is local, the source on S3
+    h5lens.index(url, storage_options=s3.storage_options()).to_json(manifest_path)
+    group = h5lens.open_group(manifest_path, source_options=s3.storage_options(s3_proxy.endpoint_url))
+    with h5py.File(local) as f:
+        np.testing.assert_array_equal(group["obsm/X_pca"][...], f["obsm/X_pca"][...])
+    assert s3_proxy.stats.gets > 0
+
+
+def test_source_urls_remap_to_a_local_mirror(s3, tmp_path):
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    manifest = h5lens.index(url, storage_options=s3.storage_options())
+    group = h5lens.open_group(manifest, source_urls={url: str(local)}, verify=False)
+    with h5py.File(local) as f:
+        np.testing.assert_array_equal(group["X/data"][...], f["X/data"][...])
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "h5lens.cli", *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_index_and_publish_to_s3(s3, tmp_path):
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    creds = ["-s", "key=testing", "-s", "secret=testing", "--endpoint-url", s3.endpoint_url]
+    out = url + ".index.json"
+    result = _cli("index", url, "-o", out, *creds)
+    assert result.returncode == 0, result.stderr
+    # publish from the local copy, recording the bucket URL: the manifest points at S3
+    dest = url + ".published.json"
+    result = _cli("publish", local, dest, "--url", url, *creds)
+    assert result.returncode == 0, result.stderr
+    assert "sampled chunks decoded" in result.stdout
+    options = s3.storage_options()
+    published = json.loads(s3.filesystem().cat(dest.removeprefix("s3://")))
+    assert published["templates"]["u"] == url
+    assert_equal(h5lens.read_anndata(dest, storage_options=options), ad.read_h5ad(local))
+
+
+def test_publish_failure_leaves_nothing_at_destination(s3, tmp_path):
+    local = write_sample(tmp_path / "sample.h5ad")
+    dest = "s3://" + _key("never.json")
+    creds = ["-s", "key=testing", "-s", "secret=testing", "--endpoint-url", s3.endpoint_url]
+    # the recorded URL points at an object that does not exist: the check fails before writing
+    result = _cli("publish", local, dest, "--url", "s3://bucket/missing/sample.h5ad", *creds)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not s3.filesystem().exists(dest.removeprefix("s3://"))
