@@ -43,9 +43,10 @@ would let an imagecodecs implementation silently take over (zarr picks "any
 implementation" when two are registered under one name) and fail on those chunks.
 So the codec gets a name of its own in the h5lens namespace.
 
-Backends: ``python-lzf`` (``lzf.decompress(data, max_length)``; it wraps Marc Lehmann's
-liblzf, as h5py does) if installed, else ``imagecodecs.lzf_decode/lzf_encode`` with
-``header=False``. Both decode the raw stream; neither needs a header.
+Backend: ``python-lzf`` (``lzf.decompress(data, max_length)``), which wraps the same
+liblzf as h5py's filter and reads the raw stream without a header. (imagecodecs'
+encoder was tried as a fallback and wrote streams h5py's filter rejects for some
+incompressible chunks: one backend, the one h5py agrees with.)
 """
 
 from __future__ import annotations
@@ -104,48 +105,16 @@ class _PythonLzf(_Backend):
         return self._lzf.compress(data, max_length)  # None: does not fit in max_length
 
 
-class _Imagecodecs(_Backend):
-    name = "imagecodecs"
-
-    def __init__(self) -> None:
-        import imagecodecs
-
-        if not imagecodecs.LZF.available:
-            raise ImportError("imagecodecs is built without LZF")
-        self._ic = imagecodecs
-
-    def decompress(self, data: bytes, capacity: int) -> bytes | None:
-        try:
-            return bytes(self._ic.lzf_decode(data, header=False, out=capacity))
-        except self._ic.LzfError as e:
-            if "not large enough" in str(e):
-                return None
-            raise ValueError(f"invalid LZF data: {e}") from e
-
-    def compress(self, data: bytes, max_length: int) -> bytes | None:
-        try:
-            return bytes(self._ic.lzf_encode(data, header=False, out=max_length))
-        except self._ic.LzfError:
-            return None
-
-
 _BACKEND: _Backend | None = None
 
 
 def _backend() -> _Backend:
     global _BACKEND
     if _BACKEND is None:
-        errors = []
-        for cls in (_PythonLzf, _Imagecodecs):
-            try:
-                _BACKEND = cls()
-                break
-            except ImportError as e:
-                errors.append(f"{cls.name}: {e}")
-        else:
-            raise ImportError(
-                f"the {CODEC_NAME} codec needs python-lzf or imagecodecs ({'; '.join(errors)})"
-            )
+        try:
+            _BACKEND = _PythonLzf()
+        except ImportError as e:
+            raise ImportError(f"the {CODEC_NAME} codec needs python-lzf ({e})") from e
     return _BACKEND
 
 
