@@ -25,6 +25,8 @@ from h5lens.keys import escape_key, unescape_key
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SHARED_H5AD = sorted(p.name for p in DATA.glob("*.h5ad"))
+if not SHARED_H5AD:  # the real files are the point of these tests: never let them vanish quietly
+    raise RuntimeError(f"no .h5ad files in {DATA}: shared/ must lie beside the repository")
 
 pytestmark = pytest.mark.filterwarnings("ignore::anndata.OldFormatWarning", "ignore::UserWarning")
 
