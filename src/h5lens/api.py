@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import zarr
@@ -26,6 +27,7 @@ def index(
     slab_bytes: int = DEFAULT_SLAB_BYTES,
     materialize_limit: int | None = None,
     url: str | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> Manifest:
     """Scan the HDF5 file ``source`` (path or fsspec URL) into a :class:`Manifest`.
 
@@ -44,6 +46,8 @@ def index(
     url
         The URL to record for the source instead of ``source`` (e.g. a path relative to
         where the manifest will live, or the bucket a local copy came from).
+    progress
+        Called as ``progress(datasets_done, datasets_total, hdf5_path)`` while scanning.
     """
     location = os.fspath(source)
     opened = open_source(location, storage_options=storage_options)
@@ -52,6 +56,7 @@ def index(
             opened,
             ScanOptions(inline_threshold, convention, slab_bytes, materialize_limit),
             writer=__version__,
+            progress=progress,
         )
     finally:
         opened.close()

@@ -90,9 +90,10 @@ def index(
     if convention not in ("released", "proposal"):
         _fail(f"--convention must be 'released' or 'proposal', got {convention!r}")
     try:
-        with _progress(f"indexing {source}"):
+        with _progress(f"indexing {source}") as progress:
             manifest = h5lens.index(
                 source,
+                progress=progress,
                 storage_options=options or None,
                 inline_threshold=inline_threshold,
                 convention=convention,
@@ -133,10 +134,11 @@ def publish(
     if convention not in ("released", "proposal"):
         _fail(f"--convention must be 'released' or 'proposal', got {convention!r}")
     try:
-        with _progress(f"publishing {source}"):
+        with _progress(f"publishing {source}") as progress:
             report = run_publish(
                 source,
                 destination,
+                progress=progress,
                 url=url,
                 storage_options=options or None,
                 inline_threshold=inline_threshold,
@@ -153,20 +155,39 @@ def publish(
     )
 
 
-def _progress(label: str):
-    """A spinner on stderr while a step runs (silent when stderr is not a terminal)."""
-    from rich.console import Console
+class _progress:
+    """A rich progress bar on stderr while datasets are scanned (nothing when stderr is not a terminal).
 
-    console = Console(stderr=True)
-    return console.status(label) if console.is_terminal else _Quiet()
+    Entering gives a ``progress(done, total, path)`` callback for :func:`h5lens.index`.
+    """
 
+    def __init__(self, label: str) -> None:
+        from rich.console import Console
 
-class _Quiet:
-    def __enter__(self) -> None:
-        return None
+        self.label = label
+        self.console = Console(stderr=True)
+        self.bar = None
+        self.task = None
+
+    def __enter__(self):
+        if not self.console.is_terminal:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=self.console, transient=True,
+        )
+        self.bar.__enter__()
+        self.task = self.bar.add_task(self.label, total=None)
+        return self.update
+
+    def update(self, done: int, total: int, path: str) -> None:
+        self.bar.update(self.task, completed=done, total=total, description=f"{self.label} {path}")
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
 
 
 def _open(manifest: str, options: dict[str, Any]):
@@ -244,12 +265,23 @@ def demo(
     directory: Annotated[Path, typer.Option("--dir", help="Where to write the sample and its manifest.")] = Path(
         "h5lens-demo"
     ),
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option("--endpoint-url", help="S3 endpoint for the cloud steps (default: moto on 127.0.0.1)."),
+    ] = None,
+    bucket: Annotated[str, typer.Option(help="Bucket for the cloud steps.")] = "h5lens-demo",
+    storage_option: StorageOption = [],  # noqa: B006
 ) -> None:
-    """Write a sample h5ad, index it, and read it back through zarr."""
+    """Write a sample h5ad, index it, read it back through zarr, then the same over S3."""
     from h5lens.demo import run_demo
 
     try:
-        run_demo(directory)
+        run_demo(
+            directory,
+            endpoint_url=endpoint_url,
+            bucket=bucket,
+            storage_options=_storage_options(storage_option, False, None),
+        )
     except H5LensError as e:
         _fail(str(e))
 

@@ -113,6 +113,7 @@ class FsspecReader:
                 self._fs, self._path = fsspec.core.url_to_fs(self.url, **options)
                 if hasattr(self._fs, "set_session"):
                     await self._fs.set_session()
+                _track_session(self._fs, loop)
             else:
                 self._fs, self._path = self._sync_filesystem()
             self._loop = loop
@@ -160,6 +161,31 @@ class FsspecReader:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url, "storage_options": self.storage_options, "_fs": None, "_path": None, "_loop": None}
+
+
+_SESSIONS: list[tuple[Any, asyncio.AbstractEventLoop]] = []
+
+
+def _track_session(fs: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Remember an async filesystem's HTTP session so it is closed before the interpreter exits
+    (its event loop, zarr's, is gone by the time the garbage collector would)."""
+    if not _SESSIONS:
+        import atexit
+
+        atexit.register(_close_sessions)
+    _SESSIONS.append((fs, loop))
+
+
+def _close_sessions() -> None:
+    for fs, loop in _SESSIONS:
+        client = getattr(fs, "_s3", None)
+        if client is None or loop.is_closed() or not loop.is_running():
+            continue
+        try:
+            asyncio.run_coroutine_threadsafe(client.close(), loop).result(timeout=2)
+        except Exception:  # closing is best effort at exit
+            pass
+    _SESSIONS.clear()
 
 
 def _transient(error: BaseException) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,13 @@ class ScanOptions:
     profiles: bool = True  # rewrite h5ad / h5td layouts into what their zarr readers expect
 
 
-def build_manifest(opened: OpenSource, options: ScanOptions, *, writer: str) -> Manifest:
+def build_manifest(
+    opened: OpenSource,
+    options: ScanOptions,
+    *,
+    writer: str,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> Manifest:
     if options.convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}. Got {options.convention!r}")
     h5 = opened.h5
@@ -56,7 +63,9 @@ def build_manifest(opened: OpenSource, options: ScanOptions, *, writer: str) -> 
     refused: dict[str, UnsupportedFeatureError] = {}
     for group in found.groups:
         nodes[group.key] = _group_document(h5, group, resolve, nan_strings)
-    for record in found.datasets:
+    for number, record in enumerate(found.datasets):
+        if progress is not None:
+            progress(number, len(found.datasets), record.h5_path)
         try:
             doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings)
         except UnsupportedFeatureError as e:
