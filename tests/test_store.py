@@ -136,3 +136,18 @@ def test_stale_local_source_is_refused(tmp_path):
     with pytest.raises(h5lens.StaleSourceError, match="changing.h5ad"):
         h5lens.open_group(manifest)
     assert h5lens.open_group(manifest, verify=False)["X/indptr"].shape == (301,)
+
+
+def test_synchronous_reads_for_zarrs_fused_pipeline(sample):
+    """zarr's FusedCodecPipeline reads through get_sync when the store allows it (local sources)."""
+    import zarr
+
+    store = h5lens.open_store(h5lens.index(sample, inline_threshold=0))
+    assert store._supports_sync_io
+    with zarr.config.set({"codec_pipeline.path": "zarr.core.codec_pipeline.FusedCodecPipeline"}):
+        group = zarr.open_group(store, mode="r", zarr_format=3)
+        with h5py.File(sample) as f:
+            np.testing.assert_array_equal(group["X/data"][...], f["X/data"][...])
+            np.testing.assert_array_equal(group["obsm/X_pca"][10:20], f["obsm/X_pca"][10:20])
+    assert store.get_sync("nope/zarr.json") is None
+    assert store.get_sync("zarr.json").to_bytes() == run(store.get("zarr.json", PROTO)).to_bytes()

@@ -240,6 +240,48 @@ class ManifestStore(Store):
                     "index it again, or open with verify=False to read it anyway"
                 )
 
+    # -- synchronous reads (zarr's FusedCodecPipeline) ------------------------
+    @property
+    def _supports_sync_io(self) -> bool:
+        # Only local sources read synchronously: remote reads need the event loop to merge.
+        return all(isinstance(self._reader(i), LocalReader) for i in range(len(self.manifest.sources)))
+
+    def get_sync(
+        self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        from zarr.core.buffer import default_buffer_prototype
+
+        prototype = prototype or default_buffer_prototype()
+        doc = self.metadata.get(key)
+        if doc is not None:
+            return prototype.buffer.from_bytes(_slice(doc, byte_range))
+        located = self._locate(key)
+        if located is None:
+            return None
+        path, index = located
+        entry = self.manifest.chunks[path].lookup(index)
+        if entry is None:
+            return None
+        if isinstance(entry, bytes):
+            return prototype.buffer.from_bytes(_slice(entry, byte_range))
+        source, offset, length = entry
+        start, stop = _range(length, byte_range)
+        reader = self._reader(source)
+        if not isinstance(reader, LocalReader):
+            raise TypeError("synchronous reads are for local sources only")
+        self.stats.record(stop - start)
+        try:
+            return prototype.buffer.from_bytes(reader.read_sync(offset + start, stop - start))
+        except H5LensError as e:
+            e.add_note(f"while reading chunk {key!r} ({path}, bytes {offset + start}-{offset + stop})")
+            raise
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        raise NotImplementedError("ManifestStore is read-only")
+
+    def delete_sync(self, key: str) -> None:
+        raise NotImplementedError("ManifestStore is read-only")
+
     # -- Store API ------------------------------------------------------------
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
