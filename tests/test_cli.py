@@ -102,3 +102,19 @@ def test_demo_runs(tmp_path):
     result = h5lens_cli("demo", "--dir", tmp_path / "demo")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "demo" / "sample.h5ad.json").exists()
+
+
+def test_validate_clean_and_broken(sample, tmp_path):
+    out = tmp_path / "out.json"
+    assert h5lens_cli("index", sample, "-o", out).returncode == 0
+    ok = h5lens_cli("validate", out)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    refs = json.loads(out.read_text())
+    root = json.loads(refs["refs"]["zarr.json"])
+    root["attributes"]["_LINKS"] = [{"name": "dangling", "source": ".", "path": "/no/such/node"}]
+    refs["refs"]["zarr.json"] = json.dumps(root)
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(refs))
+    result = h5lens_cli("validate", broken)
+    assert result.returncode == 1
+    assert "/no/such/node" in result.stdout

@@ -739,7 +739,7 @@ def expected_links(f: h5py.File, snap: H5Snapshot, group_path: str) -> list[dict
             path = zpath(snap.canonical[_identity(obj)]) if obj is not None else zpath(target)
             links.append({"name": escape_key(name), "source": ".", "path": path})
         elif isinstance(link, h5py.ExternalLink):
-            links.append({"name": escape_key(name), "source": link.filename, "path": link.path})
+            links.append({"name": escape_key(name), "source": link.filename, "path": zpath(link.path)})
         else:
             first = snap.canonical[_identity(group[name])]
             if first != child:

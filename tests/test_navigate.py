@@ -20,6 +20,7 @@ def write_target(path: Path) -> Path:
     with h5py.File(path, "w") as f:
         f.create_dataset("data/values", data=np.arange(6, dtype="<i2").reshape(2, 3))
         f["data"].attrs["kind"] = "target"
+        f["data/a:b"] = np.arange(2)
     return path
 
 
@@ -36,7 +37,10 @@ def write_sample(path: Path) -> Path:
         f["soft"] = h5py.SoftLink("/group/target")
         f["hard"] = target  # a second hard link to one object
         f["dangling"] = h5py.SoftLink("/nowhere")
+        f["loop1"] = h5py.SoftLink("/loop2")
+        f["loop2"] = h5py.SoftLink("/loop1")
         f["external"] = h5py.ExternalLink("target.h5", "/data")
+        f["external_escaped"] = h5py.ExternalLink("target.h5", "/data/a:b")
         f["a:b"] = np.arange(3)  # escaped as a%3Ab
         f.create_group("CON").attrs["x"] = 1  # reserved: %CON%
         f.create_dataset("scalar_float", data=2.5)
@@ -96,9 +100,14 @@ def test_links_followed(root, h5):
     assert root.link("soft") == navigate.Link("soft", ".", "/group/target")
     assert root.link("group") is None
     assert root["/group/target"] == target and root["group"]["target"] == target
+    assert "dangling" in root and "group/missing" not in root and "group/target" in root
     with pytest.raises(KeyError):
         root["dangling"]
     assert root.link("dangling") == navigate.Link("dangling", ".", "/nowhere")
+    with pytest.raises(KeyError):  # as h5py: a cycle of soft links reaches nothing
+        root["loop1"]
+    with pytest.raises(RuntimeError, match="too many links"):
+        h5["loop1"]
 
 
 def test_external_link_indexes_the_linked_file_on_the_fly(root, h5, files):
@@ -108,6 +117,16 @@ def test_external_link_indexes_the_linked_file_on_the_fly(root, h5, files):
     assert external.attrs["kind"] == h5["external"].attrs["kind"]
     np.testing.assert_array_equal(root["external/values"][:], h5["external/values"][:])
     assert external.manifest.convention == root.manifest.convention
+
+
+def test_external_link_to_a_name_zarr_escapes(root, h5):
+    np.testing.assert_array_equal(root["external_escaped"][:], h5["external_escaped"][:])
+    assert root["external_escaped"].h5_path == "/data/a:b"
+
+
+def test_external_link_path_is_escaped_like_same_file_paths(root):
+    """Link paths are zarr paths: the linked file's manifest holds /data/a%3Ab, not /data/a:b."""
+    assert root.link("external_escaped").path == "/data/a%3Ab"
 
 
 def test_external_link_prefers_a_manifest_beside_the_manifest(files, tmp_path):
@@ -232,7 +251,8 @@ def test_walk_reaches_every_object_once(root, h5):
 
 def test_nodes_compare_by_file_and_path(root):
     assert root["group/target"] == root["soft"] and hash(root["group/target"]) == hash(root["soft"])
-    assert root["group"] != root["group/target"]
+    assert root["group"] != root["group/target"] and hash(root["group"]) == hash(root["group"])
+    assert {root["group"], root["group"]} == {root["group"]}
     assert repr(root["group"]).startswith("<Group '/group' in ")
 
 

@@ -41,31 +41,11 @@ def sample(tmp_path_factory) -> Path:
     return write_sample(tmp_path_factory.mktemp("validate") / "sample.h5")
 
 
-def null_reference_fill(manifest: h5lens.Manifest) -> h5lens.Manifest:
-    """Write the fill value of reference fields as "" (the null reference), as the convention has it.
-
-    Works around the scanner writing str(None) there until the scan-null-reference-fill patch lands.
-    """
-    from zarr.core.metadata.v3 import ArrayV3Metadata
-
-    for doc in manifest.nodes.values():
-        fields = doc.get("attributes", {}).get("_REFERENCE_FIELDS")
-        if doc.get("node_type") != "array" or not fields:
-            continue
-        dtype = ArrayV3Metadata.from_dict(doc).dtype.to_native_dtype()
-        record = np.frombuffer(base64.b64decode(doc["fill_value"]), dtype=dtype).copy()
-        for name in fields:
-            record[name] = ""
-        doc["fill_value"] = base64.b64encode(record.tobytes()).decode("ascii")
-    return manifest
-
-
 @pytest.fixture(scope="module")
 def indexed(sample) -> dict[str, h5lens.Manifest]:
-    return {c: null_reference_fill(h5lens.index(sample, convention=c)) for c in ("released", "proposal")}
+    return {c: h5lens.index(sample, convention=c) for c in ("released", "proposal")}
 
 
-@pytest.mark.xfail(strict=True, reason="needs scan-null-reference-fill patch")
 def test_scanned_reference_field_fill_is_null(sample):
     assert found(h5lens.index(sample)) == []
 
@@ -307,41 +287,19 @@ def test_metadata_that_zarr_cannot_parse(released):
 
 # -- the NWB files of test_nwb.py --------------------------------------------------------
 
-#: files whose manifests carry a fill value the scanner gets wrong (see the xfail reason)
-NEEDS_FILL_PATCH = {"ecephys.nwb", "icephys.nwb"}
-
-
 @pytest.fixture(scope="module")
 def nwb_manifests(tmp_path_factory):
-    test_nwb = importlib.import_module("test_nwb")  # skips this fixture's tests without pynwb/hdmf-zarr
-    root = test_nwb.write_all(tmp_path_factory.mktemp("nwb_validate"))
-    return {
-        (name, convention): h5lens.index(root / name, convention=convention)
-        for name in test_nwb.NWB_FILES
-        for convention in ("released", "proposal")
-    }
+    """The manifests test_nwb.py reads (shared with it); skips without pynwb/hdmf-zarr."""
+    test_nwb = importlib.import_module("test_nwb")
+    return test_nwb.shared_manifests(tmp_path_factory)
 
 
 def _nwb_params():
     for name in ("ecephys.nwb", "icephys.nwb", "plain.nwb", "linked.nwb", "extension.nwb"):
         for convention in ("released", "proposal"):
-            marks = (
-                [pytest.mark.xfail(strict=True, reason="needs scan-null-reference-fill patch")]
-                if name in NEEDS_FILL_PATCH
-                else []
-            )
-            yield pytest.param(name, convention, marks=marks, id=f"{name}-{convention}")
+            yield pytest.param(name, convention, id=f"{name}-{convention}")
 
 
 @pytest.mark.parametrize(("name", "convention"), list(_nwb_params()))
 def test_nwb_manifests_validate_clean(nwb_manifests, name, convention):
     assert found(nwb_manifests[name, convention]) == []
-
-
-@pytest.mark.parametrize("convention", ["released", "proposal"])
-def test_nwb_only_problem_is_the_reference_field_fill(nwb_manifests, convention):
-    """Until the scanner patch lands: the fill value of a null reference field is written as 'None'."""
-    problems = [p for name in NEEDS_FILL_PATCH for p in found(nwb_manifests[name, convention])]
-    assert problems, "fixed: drop this test and the xfail marks above"
-    for problem in problems:
-        assert problem.endswith("fill value of reference field 'timeseries' paths that do not exist: 'None'"), problem

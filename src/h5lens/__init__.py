@@ -22,14 +22,19 @@ from h5lens.errors import (  # noqa: E402
 )
 from h5lens.manifest.model import Manifest  # noqa: E402
 from h5lens.read.anndata import read_anndata, read_treedata  # noqa: E402
+from h5lens.read.navigate import Dataset, Group, open  # noqa: E402, A004
+from h5lens.validate import Problem, validate  # noqa: E402
 from h5lens.store import ManifestStore  # noqa: E402
 
 __all__ = [
+    "Dataset",
+    "Group",
     "H5LensError",
     "InvalidKeyError",
     "Manifest",
     "ManifestFormatError",
     "ManifestStore",
+    "Problem",
     "MaterializeLimitError",
     "NotHDF5Error",
     "SourceNotFoundError",
@@ -37,8 +42,10 @@ __all__ = [
     "StaleSourceError",
     "UnsupportedFeatureError",
     "index",
+    "open",
     "open_group",
     "open_store",
     "read_anndata",
     "read_treedata",
+    "validate",
 ]

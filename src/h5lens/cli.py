@@ -261,6 +261,27 @@ def cat(
 
 
 @app.command()
+def validate(
+    manifest: Annotated[str, typer.Argument(help="Manifest JSON (path or URL).")],
+    storage_option: StorageOption = [],  # noqa: B006
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """Check a manifest against the unified convention; exit 1 and list each problem if any."""
+    from h5lens.validate import validate as run_validate
+
+    options = _storage_options(storage_option, anon, endpoint_url)
+    loaded = _open(manifest, options)
+    problems = run_validate(loaded, storage_options=options or None)
+    for problem in problems:
+        typer.echo(str(problem))
+    if problems:
+        typer.echo(f"{manifest}: {len(problems)} problem(s)", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{manifest}: valid ({len(loaded.nodes)} nodes, convention {loaded.convention})")
+
+
+@app.command()
 def demo(
     directory: Annotated[Path, typer.Option("--dir", help="Where to write the sample and its manifest.")] = Path(
         "h5lens-demo"

@@ -70,6 +70,7 @@ RESERVED_ATTRIBUTES = frozenset(
         "_COMPOUND_DTYPE",
     }
 )
+_MAX_LINK_DEPTH = 64
 _NAN_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -158,6 +159,12 @@ class _File:
         self.proposal = manifest.convention == "proposal"
         self._opened = opened
         self._arrays: dict[str, zarr.Array] = {}
+        self._depth = 0  # links followed in the current lookup (a cycle of soft links ends)
+        self.children: dict[str, list[str]] = {}
+        for key in sorted(manifest.nodes):
+            if key:
+                parent, _, name = key.rpartition("/")
+                self.children.setdefault(parent, []).append(name)
         if manifest.sources:
             opened.setdefault(self.url, self)
 
@@ -191,7 +198,19 @@ class _File:
         return found
 
     def resolve(self, source: str, path: str) -> Node:
-        return (self if source == "." else self.external(source)).node(path)
+        if self._depth > _MAX_LINK_DEPTH:
+            raise KeyError(f"{path!r}: more than {_MAX_LINK_DEPTH} links followed (a cycle of links?)")
+        self._depth += 1
+        try:
+            if source == ".":
+                return self.node(path)
+            external = self.external(source)
+            try:
+                return external.node(path)  # the linked file's zarr path (escaped)
+            except KeyError:
+                return external.root()[path] if path.strip("/") else external.root()  # its HDF5 path
+        finally:
+            self._depth -= 1
 
     def array(self, key: str) -> zarr.Array:
         found = self._arrays.get(key)
@@ -294,7 +313,7 @@ class Group(Node, Mapping[str, Node]):  # type: ignore[misc]
     def _members(self) -> dict[str, tuple[str, Link | None]]:
         """HDF5 name -> (escaped name, link entry or None for a child object)."""
         members: dict[str, tuple[str, Link | None]] = {}
-        for child in self._file.manifest.children(self._key):
+        for child in self._file.children.get(self._key, ()):
             members[unescape_key(child)] = (child, None)
         for entry in self._doc.get("attributes", {}).get("_LINKS", []):
             name = unescape_key(entry["name"])
@@ -308,8 +327,13 @@ class Group(Node, Mapping[str, Node]):  # type: ignore[misc]
         return len(self._members())
 
     def __contains__(self, name: object) -> bool:
+        """A member name (a dangling link is a member that raises KeyError when read), or a path that resolves."""
+        if not isinstance(name, str):
+            return False
+        if "/" not in name:
+            return name in self._members()
         try:
-            self[name]  # type: ignore[index]
+            self[name]
         except KeyError:
             return False
         return True

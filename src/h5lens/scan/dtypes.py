@@ -242,6 +242,8 @@ def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
         record = np.zeros((), dtype=plan.numpy_dtype)
         if fill is not None and getattr(fill, "dtype", None) is not None and fill.dtype.names:
             for name in plan.numpy_dtype.names:
+                if name in plan.reference_fields:
+                    continue  # a null reference: "" (zero bytes), never the text of None
                 if name in fill.dtype.names:
                     try:
                         record[name] = fill[name]

@@ -25,7 +25,7 @@ class LinkEntry:
 
     name: str  # escaped child name
     source: str  # "." for the same file, else the external file name
-    path: str  # target path ("/a/b"), escaped for same-file targets
+    path: str  # target path ("/a/b"), segments escaped (the zarr path in the target's manifest)
 
 
 @dataclass
@@ -89,7 +89,7 @@ def walk(h5: h5py.File) -> Walk:
             pending_soft.append((record, escape_key(name), _absolute(record.h5_path, link.path)))
             continue
         if isinstance(link, h5py.ExternalLink):
-            record.links.append(LinkEntry(escape_key(name), link.filename, link.path))
+            record.links.append(LinkEntry(escape_key(name), link.filename, _escaped_path(link.path)))
             continue
         try:
             obj = group[name]
@@ -137,5 +137,9 @@ def _soft_target(h5: h5py.File, target: str, canonical: dict[int, str]) -> str:
         found = canonical.get(_identity(obj))
         if found is not None:
             return found
-    parts = [escape_key(p) for p in target.split("/") if p]
-    return "/" + "/".join(parts)
+    return _escaped_path(target)
+
+
+def _escaped_path(path: str) -> str:
+    """An HDF5 path as the zarr path h5lens writes for it: every segment escaped."""
+    return "/" + "/".join(escape_key(p) for p in path.split("/") if p)
