@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import anndata as ad
+import awkward as ak
 import h5py
 import numpy as np
 import pandas as pd
@@ -132,6 +133,11 @@ def _every_encoding() -> ad.AnnData:
         [np.array(["p", "qq"], dtype=object), np.array([1.5, 2.5])], names=["name", "score"]
     )
     adata.uns["with_nan"] = np.array([np.nan, 1.0])
+    adata.uns["none"] = None
+    adata.uns["nullable_strings"] = pd.DataFrame(
+        {"s": pd.array(["x", None, "z"], dtype="string")}, index=["a", "b", "c"]
+    )
+    adata.obsm["ragged"] = ak.Array([[float(j) for j in range(i % 4)] for i in range(n_obs)])
     adata.raw = adata.copy()
     return adata
 
@@ -139,9 +145,14 @@ def _every_encoding() -> ad.AnnData:
 @pytest.fixture(scope="module")
 def every_encoding(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("enc") / "every.h5ad"
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), ad.settings.override(allow_write_nullable_strings=True):
         warnings.simplefilter("ignore")
         _every_encoding().write_h5ad(path, compression="gzip")
+    with h5py.File(path) as f:  # the encodings this test exists to cover really are in the file
+        kinds = set()
+        f.visititems(lambda name, obj: kinds.add(obj.attrs.get("encoding-type")))
+    assert {"awkward-array", "nullable-string-array", "nullable-integer", "nullable-boolean", "null",
+            "rec-array", "csc_matrix", "csr_matrix", "categorical", "string", "numeric-scalar"} <= kinds, kinds
     return path
 
 
