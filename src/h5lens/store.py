@@ -30,6 +30,23 @@ from h5lens.manifest.model import Manifest
 from h5lens.manifest.refs_json import chunk_prefix, dumps_document, metadata_key
 
 
+@dataclass(frozen=True)
+class _Referenced:
+    """A chunk key that points into a source: bytes [start, stop) of the chunk at offset."""
+
+    key: str
+    path: str
+    index: tuple[int, ...]
+    source: int
+    offset: int
+    length: int
+    start: int
+    stop: int
+
+    def describe(self) -> str:
+        return f"while reading chunk {self.key!r} (/{self.path}, bytes {self.offset + self.start}-{self.offset + self.stop})"
+
+
 # zarr fetches up to async.concurrency chunks at once: reads may arrive a little out of order.
 _REORDER = 16
 
@@ -146,29 +163,35 @@ class ManifestStore(Store):
             cut = key.rfind("/c/", 0, cut)
         return None
 
-    async def _chunk_bytes(self, key: str, byte_range: ByteRequest | None) -> bytes | None:
+    def _resolve(self, key: str, byte_range: ByteRequest | None) -> bytes | _Referenced | None:
+        """What ``key`` holds: bytes in the manifest, a byte range of a source, or None."""
+        doc = self.metadata.get(key)
+        if doc is not None:
+            return _slice(doc, byte_range)
         located = self._locate(key)
         if located is None:
             return None
         path, index = located
         entry = self.manifest.chunks[path].lookup(index)
-        if entry is None:
-            return None
-        if isinstance(entry, bytes):
-            return _slice(entry, byte_range)
+        if entry is None or isinstance(entry, bytes):
+            return entry if entry is None else _slice(entry, byte_range)
         source, offset, length = entry
         start, stop = _range(length, byte_range)
-        reader = self._reader(source)
+        return _Referenced(key, path, index, source, offset, length, start, stop)
+
+    async def _read(self, ref: _Referenced, whole_chunk: bool) -> bytes:
+        reader = self._reader(ref.source)
         try:
             if isinstance(reader, LocalReader):
-                self.stats.record(stop - start)
-                return await reader.read(offset + start, stop - start)
-            fetcher = self._fetcher(source, reader)
-            if byte_range is not None:
-                return await fetcher.read(offset + start, stop - start)
-            return await fetcher.read(offset, length, self._read_ahead(path, index, source))
+                self.stats.record(ref.stop - ref.start)
+                return await reader.read(ref.offset + ref.start, ref.stop - ref.start)
+            fetcher = self._fetcher(ref.source, reader)
+            if not whole_chunk:
+                return await fetcher.read(ref.offset + ref.start, ref.stop - ref.start)
+            ahead = self._read_ahead(ref.path, ref.index, ref.source)
+            return await fetcher.read(ref.offset, ref.length, ahead)
         except H5LensError as e:
-            e.add_note(f"while reading chunk {key!r} ({path}, bytes {offset + start}-{offset + stop})")
+            e.add_note(ref.describe())
             raise
 
     def _fetcher(self, source: int, reader: FsspecReader) -> ChunkFetcher:
@@ -252,29 +275,18 @@ class ManifestStore(Store):
         from zarr.core.buffer import default_buffer_prototype
 
         prototype = prototype or default_buffer_prototype()
-        doc = self.metadata.get(key)
-        if doc is not None:
-            return prototype.buffer.from_bytes(_slice(doc, byte_range))
-        located = self._locate(key)
-        if located is None:
-            return None
-        path, index = located
-        entry = self.manifest.chunks[path].lookup(index)
-        if entry is None:
-            return None
-        if isinstance(entry, bytes):
-            return prototype.buffer.from_bytes(_slice(entry, byte_range))
-        source, offset, length = entry
-        start, stop = _range(length, byte_range)
-        reader = self._reader(source)
-        if not isinstance(reader, LocalReader):
-            raise TypeError("synchronous reads are for local sources only")
-        self.stats.record(stop - start)
-        try:
-            return prototype.buffer.from_bytes(reader.read_sync(offset + start, stop - start))
-        except H5LensError as e:
-            e.add_note(f"while reading chunk {key!r} ({path}, bytes {offset + start}-{offset + stop})")
-            raise
+        found = self._resolve(key, byte_range)
+        if isinstance(found, _Referenced):
+            reader = self._reader(found.source)
+            if not isinstance(reader, LocalReader):
+                raise TypeError("synchronous reads are for local sources only")
+            self.stats.record(found.stop - found.start)
+            try:
+                found = reader.read_sync(found.offset + found.start, found.stop - found.start)
+            except H5LensError as e:
+                e.add_note(found.describe())
+                raise
+        return None if found is None else prototype.buffer.from_bytes(found)
 
     def set_sync(self, key: str, value: Buffer) -> None:
         raise NotImplementedError("ManifestStore is read-only")
@@ -286,11 +298,10 @@ class ManifestStore(Store):
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
-        doc = self.metadata.get(key)
-        data = _slice(doc, byte_range) if doc is not None else await self._chunk_bytes(key, byte_range)
-        if data is None:
-            return None
-        return prototype.buffer.from_bytes(data)
+        found = self._resolve(key, byte_range)
+        if isinstance(found, _Referenced):
+            found = await self._read(found, whole_chunk=byte_range is None)
+        return None if found is None else prototype.buffer.from_bytes(found)
 
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
