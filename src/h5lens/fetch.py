@@ -20,7 +20,7 @@ from h5lens.errors import SourceNotFoundError, SourceReadError
 
 MAX_GAP = 1 << 20  # merge ranges less than this apart: a request costs more than 1 MiB of transfer
 MAX_SPAN = 32 << 20  # but never into one request larger than this
-MAX_READAHEAD_CHUNKS = 64
+MAX_READAHEAD_CHUNKS = 4096  # the window is bounded by MAX_SPAN bytes long before this
 READAHEAD_CACHE_BYTES = 256 << 20
 # fsspec backends (s3fs, botocore) retry throttling and 5xx themselves; these retries
 # cover what they give up on, and connection resets between them.

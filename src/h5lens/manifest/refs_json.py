@@ -197,6 +197,15 @@ def _check_array_document(path: str, doc: dict[str, Any]) -> None:
 
 
 def _split_chunk_key(key: str, chunks: dict[str, ChunkTable]) -> tuple[str, tuple[int, ...]]:
+    # The common case first: "X/data/c/12" splits at the last "/c/".
+    head, sep, tail = key.rpartition("/c/")
+    if sep and head in chunks:
+        table = chunks[head]
+        parts = tail.split("/")
+        if len(parts) == len(table.grid_shape) and all(p.isdigit() for p in parts):
+            idx = tuple(map(int, parts))
+            if all(i < n for i, n in zip(idx, table.grid_shape, strict=True)):
+                return head, idx
     # "a/c/b/c/0/1": the chunk part is "c" followed only by integers
     parts = key.split("/")
     for cut in range(len(parts) - 1, -1, -1):

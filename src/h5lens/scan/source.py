@@ -55,7 +55,8 @@ def open_source(url: str, *, storage_options: dict[str, Any] | None = None) -> O
             info = fs.info(path)
         except FileNotFoundError:
             raise SourceNotFoundError(f"{url}: no such file") from None
-        raw = fs.open(path, "rb", block_size=REMOTE_BLOCK_SIZE, cache_type="blockcache")
+        # size= spares the second HEAD that open() would make to learn it
+        raw = fs.open(path, "rb", block_size=REMOTE_BLOCK_SIZE, cache_type="blockcache", size=info.get("size"))
         etag = info.get("ETag") or info.get("etag")
         source = Source(url, int(info.get("size") or 0), None, etag.strip('"') if etag else None)
     else:
