@@ -237,6 +237,11 @@ class ChunkFetcher:
                 del self._inflight[offset]
                 self._forget(future)
 
+    async def read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """Many chunks at once (a whole array): one batch of merged requests, no read-ahead."""
+        futures = [self._enqueue(offset, length) for offset, length in ranges]
+        return list(await asyncio.gather(*futures))
+
     def _claim(self, offset: int, future: asyncio.Future[bytes]) -> asyncio.Future[bytes]:
         previous = self._inflight.pop(offset, None)
         if previous is not None:
@@ -262,14 +267,16 @@ class ChunkFetcher:
         self._flush_scheduled = False
         pending, self._pending = sorted(self._pending, key=lambda p: p.offset), []
         group: list[_Pending] = []
+        start = end = 0
         for item in pending:
-            if group:
-                start = group[0].offset
-                end = max(p.offset + p.length for p in group)
-                if item.offset - end > MAX_GAP or max(end, item.offset + item.length) - start > MAX_SPAN:
-                    asyncio.ensure_future(self._fetch(group))
-                    group = []
+            item_end = item.offset + item.length
+            if group and (item.offset - end > MAX_GAP or max(end, item_end) - start > MAX_SPAN):
+                asyncio.ensure_future(self._fetch(group))
+                group = []
+            if not group:
+                start, end = item.offset, item_end
             group.append(item)
+            end = max(end, item_end)
         if group:
             asyncio.ensure_future(self._fetch(group))
 
