@@ -399,3 +399,13 @@ def test_lazy_row_slice_reads_only_its_chunks(tmp_path):
     rows = lazy.X[100:140].compute()
     np.testing.assert_array_equal(rows, x[100:140])
     assert store.stats.requests == 20  # 40 rows / 2 rows per chunk
+
+
+def test_lazy_sparse_blocks_follow_the_matrix_size(tmp_path):
+    """Lazy sparse X is computed in blocks of about n/500 rows (at most 1000), so slices stay tight."""
+    path = tmp_path / "sparse.h5ad"
+    x = sp.random(5000, 30, density=0.1, format="csr", random_state=5, dtype=np.float32)
+    ad.AnnData(X=x).write_h5ad(path)
+    lazy = h5lens.read_anndata(h5lens.index(path), lazy=True)
+    assert lazy.X.chunks[0][0] == 10
+    np.testing.assert_array_equal(lazy.X[1234:1300].compute().toarray(), x[1234:1300].toarray())

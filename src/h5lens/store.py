@@ -207,7 +207,7 @@ class ManifestStore(Store):
         chunks fetched ahead doubles each time reads come within half a window of
         its end, and starts over on a jump. What is fetched ahead is never more than
         what was read sequentially before it, so a slice costs at most about twice
-        its bytes, while a full read needs only a few requests per array.
+        its chunks, while a full read needs only a few requests per array.
         """
         table = self.manifest.chunks[path]
         flat = int(np.ravel_multi_index(index, table.grid_shape)) if index else 0
