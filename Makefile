@@ -2,7 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench bench-s3 clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $$(scripts/find-python) -m venv $(VENV)
@@ -18,6 +18,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/scan_chunks.py
+
+bench-s3: $(STAMP)
+	$(VENV)/bin/python benchmarks/s3_bench.py
 
 clean:
 	rm -rf $(VENV) h5lens-demo
