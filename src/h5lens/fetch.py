@@ -165,19 +165,39 @@ class FsspecReader:
 
 
 _SESSIONS: list[tuple[Any, asyncio.AbstractEventLoop]] = []
+_FETCHES: set[asyncio.Task[None]] = set()  # read-ahead still in flight (cancelled at exit)
+
+
+def _spawn(coro: Any) -> None:
+    task = asyncio.ensure_future(coro)
+    _FETCHES.add(task)
+    task.add_done_callback(_FETCHES.discard)
+    _cleanup_at_exit()
 
 
 def _track_session(fs: Any, loop: asyncio.AbstractEventLoop) -> None:
     """Remember an async filesystem's HTTP session so it is closed before the interpreter exits
     (its event loop, zarr's, is gone by the time the garbage collector would)."""
-    if not _SESSIONS:
-        import atexit
-
-        atexit.register(_close_sessions)
+    _cleanup_at_exit()
     _SESSIONS.append((fs, loop))
 
 
+_EXIT_HOOK: list[bool] = []
+
+
+def _cleanup_at_exit() -> None:
+    if not _EXIT_HOOK:
+        import atexit
+
+        atexit.register(_close_sessions)
+        _EXIT_HOOK.append(True)
+
+
 def _close_sessions() -> None:
+    for task in list(_FETCHES):  # read-ahead nobody will claim: stop it quietly
+        loop = task.get_loop()
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
     for fs, loop in _SESSIONS:
         client = getattr(fs, "_s3", None)
         if client is None or loop.is_closed() or not loop.is_running():
@@ -271,14 +291,14 @@ class ChunkFetcher:
         for item in pending:
             item_end = item.offset + item.length
             if group and (item.offset - end > MAX_GAP or max(end, item_end) - start > MAX_SPAN):
-                asyncio.ensure_future(self._fetch(group))
+                _spawn(self._fetch(group))
                 group = []
             if not group:
                 start, end = item.offset, item_end
             group.append(item)
             end = max(end, item_end)
         if group:
-            asyncio.ensure_future(self._fetch(group))
+            _spawn(self._fetch(group))
 
     async def _fetch(self, group: list[_Pending]) -> None:
         start = group[0].offset

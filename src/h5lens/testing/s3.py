@@ -139,6 +139,7 @@ class CountingProxy:
             await self._runner.cleanup()
 
     async def _handle(self, request):
+        import aiohttp
         from aiohttp import web
 
         self.stats.requests += 1
@@ -155,6 +156,14 @@ class CountingProxy:
             return web.Response(status=503, body=body, content_type="application/xml")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
         body = await request.read()
+        try:
+            return await self._forward(request, headers, body)
+        except aiohttp.ClientError:  # the proxy is shutting down under a request still in flight
+            return web.Response(status=502)
+
+    async def _forward(self, request, headers, body):
+        from aiohttp import web
+
         async with self._session.request(
             request.method, self.target + request.path_qs, headers=headers, data=body or None
         ) as upstream:
