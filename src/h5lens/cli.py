@@ -45,6 +45,11 @@ def _storage_options(pairs: list[str], anon: bool, endpoint_url: str | None) -> 
     return options
 
 
+def _check_convention(convention: str) -> None:
+    if convention not in ("released", "proposal"):
+        _fail(f"--convention must be 'released' or 'proposal', got {convention!r}")
+
+
 def _parse_value(text: str) -> Any:
     lowered = text.lower()
     if lowered in ("true", "false"):
@@ -87,8 +92,7 @@ def index(
     import h5lens
 
     options = _storage_options(storage_option, anon, endpoint_url)
-    if convention not in ("released", "proposal"):
-        _fail(f"--convention must be 'released' or 'proposal', got {convention!r}")
+    _check_convention(convention)
     try:
         with _progress(f"indexing {source}") as progress:
             manifest = h5lens.index(
@@ -131,8 +135,7 @@ def publish(
     from h5lens.publish import publish as run_publish
 
     options = _storage_options(storage_option, anon, endpoint_url)
-    if convention not in ("released", "proposal"):
-        _fail(f"--convention must be 'released' or 'proposal', got {convention!r}")
+    _check_convention(convention)
     try:
         with _progress(f"publishing {source}") as progress:
             report = run_publish(

@@ -123,15 +123,9 @@ def read_anndata(
     """
     import anndata
 
-    group = open_group(
-        manifest,
-        storage_options=storage_options,
-        source_options=source_options,
-        source_urls=source_urls,
-        verify=verify,
+    group = _open_root(
+        manifest, ("anndata", "treedata"), storage_options, source_options, source_urls, verify
     )
-    _check_root(group, ("anndata", "treedata"))
-    _register_readers()
     if lazy:
         return _finer_sparse_blocks(anndata.experimental.read_lazy(group), group)
     if group.attrs.get("encoding-type") == "treedata":
@@ -205,6 +199,21 @@ def read_treedata(
     """Read an h5td manifest (or an h5ad one with trees) as a :class:`treedata.TreeData`."""
     import treedata
 
+    group = _open_root(
+        manifest, ("treedata", "anndata"), storage_options, source_options, source_urls, verify
+    )
+    return treedata.read_zarr(group.store)
+
+
+def _open_root(
+    manifest: PathOrManifest,
+    allowed: tuple[str, ...],
+    storage_options: dict[str, Any] | None,
+    source_options: dict[str, Any] | None,
+    source_urls: dict[str, str] | None,
+    verify: bool,
+) -> zarr.Group:
+    """Open the manifest, check its root is one of ``allowed``, teach anndata what it lacks."""
     group = open_group(
         manifest,
         storage_options=storage_options,
@@ -212,6 +221,6 @@ def read_treedata(
         source_urls=source_urls,
         verify=verify,
     )
-    _check_root(group, ("treedata", "anndata"))
+    _check_root(group, allowed)
     _register_readers()
-    return treedata.read_zarr(group.store)
+    return group
