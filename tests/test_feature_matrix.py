@@ -954,3 +954,17 @@ def test_materialize_limit(tmp_path):
         h5lens.index(path, materialize_limit=100)
     # without a limit the same file indexes and reads back
     check_against_h5py(path, h5lens.open_group(h5lens.index(path)), "released")
+
+
+def test_committed_datatypes(tmp_path):
+    """A committed datatype is a type definition: without attributes nothing is lost; with, it is refused."""
+    path = tmp_path / "named.h5"
+    with h5py.File(path, "w") as f:
+        f["kind"] = np.dtype([("a", "<i4"), ("b", "<f8")])
+        f.create_dataset("values", data=np.zeros(3, dtype=f["kind"].dtype))
+    group = h5lens.open_group(h5lens.index(path))
+    assert sorted(group.keys()) == ["values"]
+    with h5py.File(path, "a") as f:
+        f["kind"].attrs["units"] = "m"
+    with pytest.raises(h5lens.UnsupportedFeatureError, match="/kind"):
+        h5lens.index(path)

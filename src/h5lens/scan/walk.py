@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import h5py
 
-from h5lens.errors import NotHDF5Error
+from h5lens.errors import NotHDF5Error, UnsupportedFeatureError
 from h5lens.keys import escape_key
 
 
@@ -106,7 +106,12 @@ def walk(h5: h5py.File) -> Walk:
             stack.append((child, _members(obj, child)))
         elif isinstance(obj, h5py.Dataset):
             datasets.append(DatasetRecord(child_h5, child_key))
-        # committed datatypes are type definitions, not data: nothing to record
+        elif isinstance(obj, h5py.Datatype) and len(obj.attrs):
+            # a committed datatype is a type definition (the datasets using it carry the type);
+            # attributes on it have nowhere to go in zarr, and must not vanish
+            raise UnsupportedFeatureError(
+                f"{child_h5}: committed datatype with attributes {sorted(obj.attrs)}; zarr has no node for it"
+            )
 
     for record, name, target in pending_soft:
         record.links.append(LinkEntry(name, ".", _soft_target(h5, target, canonical)))
