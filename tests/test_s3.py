@@ -190,3 +190,15 @@ def test_publish_failure_leaves_nothing_at_destination(s3, tmp_path):
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert not s3.filesystem().exists(dest.removeprefix("s3://"))
+
+
+def test_eager_read_asks_for_everything_at_once(s3, s3_proxy, chunky):
+    url = _upload(s3, chunky, "chunky.h5ad")
+    options = s3.storage_options(s3_proxy.endpoint_url)
+    manifest = h5lens.index(url, storage_options=options, inline_threshold=0)
+    assert manifest.chunks["X"].n_present == 400
+    s3_proxy.stats.reset()
+    adata = h5lens.read_anndata(manifest, storage_options=options)
+    assert_equal(adata, ad.read_h5ad(chunky))
+    # every chunk of every element, merged into one request (the file is far below 32 MiB)
+    assert s3_proxy.stats.gets == 1, s3_proxy.stats

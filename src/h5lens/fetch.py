@@ -259,8 +259,21 @@ class ChunkFetcher:
 
     async def read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """Many chunks at once (a whole array): one batch of merged requests, no read-ahead."""
-        futures = [self._enqueue(offset, length) for offset, length in ranges]
+        futures = []
+        for offset, length in ranges:
+            future = self._inflight.pop(offset, None)  # prefetched already?
+            if future is not None:
+                self._forget(future)
+            if future is None or (future.done() and (future.exception() is not None or len(future.result()) != length)):
+                future = self._enqueue(offset, length)
+            futures.append(future)
         return list(await asyncio.gather(*futures))
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """Start fetching these chunks now (merged); later reads of them wait on these requests."""
+        for offset, length in ranges:
+            if offset not in self._inflight:
+                self._claim(offset, self._enqueue(offset, length))
 
     def _claim(self, offset: int, future: asyncio.Future[bytes]) -> asyncio.Future[bytes]:
         previous = self._inflight.pop(offset, None)

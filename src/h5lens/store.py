@@ -20,6 +20,7 @@ from h5lens.fetch import (
     MAX_GAP,
     MAX_READAHEAD_CHUNKS,
     MAX_SPAN,
+    READAHEAD_CACHE_BYTES,
     ChunkFetcher,
     FsspecReader,
     LocalReader,
@@ -243,6 +244,39 @@ class ManifestStore(Store):
             ahead.append((offset, length))
             end = max(end, offset + length)
         return ahead
+
+    def prefetch_all(self, budget: int = READAHEAD_CACHE_BYTES) -> int:
+        """Start fetching every referenced chunk of remote sources, in file order, up to
+        ``budget`` bytes, as one batch of merged requests (for reads that will touch
+        everything, like an eager AnnData read). Returns the bytes requested."""
+        from zarr.core.sync import sync
+
+        wanted: dict[int, list[tuple[int, int]]] = {}
+        for table in self.manifest.chunks.values():
+            sources = table.source.reshape(-1)
+            for src in np.unique(sources[sources >= 0]).tolist():
+                if isinstance(self._reader(src), LocalReader):
+                    continue
+                mine = sources == src
+                wanted.setdefault(src, []).extend(
+                    zip(table.offset.reshape(-1)[mine].tolist(), table.length.reshape(-1)[mine].tolist(), strict=True)
+                )
+        requested = 0
+        plan: dict[int, list[tuple[int, int]]] = {}
+        for src, ranges in wanted.items():
+            for offset, length in sorted(ranges):
+                if requested + length > budget:
+                    break
+                plan.setdefault(src, []).append((offset, length))
+                requested += length
+
+        async def start() -> None:
+            for src, ranges in plan.items():
+                self._fetcher(src, self._reader(src)).prefetch(ranges)
+
+        if plan:
+            sync(start())
+        return requested
 
     def verify_sources(self) -> None:
         """Check once that every source is the file that was indexed (size, ETag or mtime)."""

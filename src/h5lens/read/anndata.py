@@ -128,6 +128,9 @@ def read_anndata(
     )
     if lazy:
         return _finer_sparse_blocks(anndata.experimental.read_lazy(group), group)
+    # An eager read touches every chunk: ask for all of them at once (merged requests),
+    # instead of one round trip per element as the reader walks the tree.
+    group.store.prefetch_all()
     if group.attrs.get("encoding-type") == "treedata":
         group = _as_anndata_root(group)
     from anndata.experimental import read_dispatched
