@@ -244,11 +244,18 @@ def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
             for name in plan.numpy_dtype.names:
                 if name in plan.reference_fields:
                     continue  # a null reference: "" (zero bytes), never the text of None
-                if name in fill.dtype.names:
-                    try:
-                        record[name] = fill[name]
-                    except (TypeError, ValueError):
-                        pass
+                if name not in fill.dtype.names:
+                    continue
+                value = fill[name]
+                if name in plan.string_fields:
+                    # a variable-length string field's fill is empty (None) or bytes
+                    value = "" if value is None else value.decode("utf-8") if isinstance(value, bytes) else value
+                try:
+                    record[name] = value
+                except (TypeError, ValueError) as e:
+                    raise UnsupportedFeatureError(
+                        f"{path}: fill value of compound field {name!r} ({value!r}) has no form in the zarr record ({e})"
+                    ) from None
         return base64.b64encode(record.tobytes()).decode("ascii")
     if plan.kind == "bytes":
         fill = np.bytes_(fill if isinstance(fill, bytes) else bytes(fill))

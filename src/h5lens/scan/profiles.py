@@ -96,20 +96,9 @@ Profile = tuple[Callable[[ProfileContext], bool], Callable[[ProfileContext], Non
 
 def registered_profiles() -> list[Profile]:
     """Profiles in the order they run: TreeData's trees first, then AnnData encodings."""
-    profiles: list[Profile] = []
-    try:
-        from h5lens.scan import treedata
+    from h5lens.scan import anndata, treedata
 
-        profiles.append((treedata.applies, treedata.apply))
-    except ImportError:  # pragma: no cover - module not present
-        pass
-    try:
-        from h5lens.scan import anndata
-
-        profiles.append((anndata.applies, anndata.apply))
-    except ImportError:  # pragma: no cover
-        pass
-    return profiles
+    return [(treedata.applies, treedata.apply), (anndata.applies, anndata.apply)]
 
 
 def apply_profiles(context: ProfileContext) -> list[str]:
