@@ -120,10 +120,13 @@ def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> 
         source_index["{{" + name + "}}"] = match
 
     nodes: dict[str, dict[str, Any]] = {}
+    chunk_items: list[tuple[str, Any]] = []
     for key, value in refs.items():
         if key == "zarr.json" or key.endswith("/zarr.json"):
             path = key[: -len("zarr.json")].rstrip("/")
             nodes[path] = _parse_document(key, value)
+        else:
+            chunk_items.append((key, value))
     chunks: dict[str, ChunkTable] = {}
     for path, doc in nodes.items():
         if doc.get("node_type") != "array":
@@ -131,24 +134,9 @@ def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> 
         _check_array_document(path, doc)
         chunks[path] = ChunkTable.empty(grid_shape_of(doc))
 
-    for key, value in refs.items():
-        if key == "zarr.json" or key.endswith("/zarr.json"):
-            continue
-        path, idx = _split_chunk_key(key, chunks)
-        table = chunks[path]
-        if isinstance(value, str):
-            payload = base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode()
-            table.set_inline(idx, payload)
-        elif isinstance(value, list) and len(value) == 3:
-            url = value[0]
-            src = source_index.get(url)
-            if src is None:
-                src = _literal_source(url, sources, source_index)
-            table.source[idx] = src
-            table.offset[idx] = int(value[1])
-            table.length[idx] = int(value[2])
-        else:
-            raise ManifestFormatError(f"{key}: expected [url, offset, length] or inline data. Got {value!r}")
+    resolve = _SourceResolver(sources, source_index)
+    for path, (keys, values) in _group_chunk_keys(chunk_items, chunks).items():
+        _fill_table(path, chunks[path], keys, values, resolve)
     return Manifest(
         nodes=nodes,
         chunks=chunks,
@@ -159,16 +147,114 @@ def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> 
     )
 
 
-def _literal_source(url: str, sources: list[Source], index: dict[str, int]) -> int:
-    for i, s in enumerate(sources):
-        if s.url == url:
-            index[url] = i
-            return i
-    if "{{" in url:
-        raise ManifestFormatError(f"Reference names an undefined template: {url!r}")
-    sources.append(Source(url))
-    index[url] = len(sources) - 1
-    return index[url]
+class _SourceResolver:
+    """Reference URL (a ``{{template}}`` or a literal URL) → source index."""
+
+    def __init__(self, sources: list[Source], index: dict[str, int]) -> None:
+        self.sources = sources
+        self.index = index
+
+    def __call__(self, url: Any) -> int:
+        found = self.index.get(url)
+        if found is not None:
+            return found
+        if not isinstance(url, str):
+            raise ManifestFormatError(f"Reference URL must be a string. Got {url!r}")
+        for i, s in enumerate(self.sources):
+            if s.url == url:
+                self.index[url] = i
+                return i
+        if "{{" in url:
+            raise ManifestFormatError(f"Reference names an undefined template: {url!r}")
+        self.sources.append(Source(url))
+        self.index[url] = len(self.sources) - 1
+        return self.index[url]
+
+
+_Group = tuple[list[str], list[Any]]  # the chunk-key tails of one array and their values
+
+
+def _group_chunk_keys(items: list[tuple[str, Any]], chunks: dict[str, ChunkTable]) -> dict[str, _Group]:
+    """Chunk keys grouped by array, each key reduced to the grid index part ("12/0").
+
+    Keys whose array prefix is ambiguous ("a/c/b/c/0") or that do not parse fast go
+    through :func:`_split_chunk_key`, which raises on keys of no array."""
+    groups: dict[str, _Group] = {}
+    for key, value in items:
+        head, sep, tail = key.rpartition("/c/")
+        if not sep:
+            if key == "c" or key.startswith("c/"):  # chunks of a root array
+                head, tail = "", key[2:]
+            else:
+                head = None
+        if head not in chunks:
+            path, idx = _split_chunk_key(key, chunks)
+            head, tail = path, "/".join(map(str, idx))
+        group = groups.get(head)
+        if group is None:
+            group = groups[head] = ([], [])
+        group[0].append(tail)
+        group[1].append(value)
+    return groups
+
+
+def _grid_indices(path: str, tails: list[str], grid: tuple[int, ...]) -> np.ndarray:
+    """Flat C-order chunk indices for the tails ("3/1") of one array's keys, checked against its grid."""
+    if not grid:
+        if any(tails):
+            raise ManifestFormatError(f"{path}: a scalar array has a single chunk key 'c'. Got {tails[:3]}")
+        return np.zeros(len(tails), dtype=np.int64)
+    joined = "/".join(tails)
+    parts = joined.split("/")
+    digits = "".join(parts)
+    if len(parts) != len(tails) * len(grid) or not (digits.isascii() and digits.isdigit()) or "//" in joined:
+        bad = next((t for t in tails if len(t.split("/")) != len(grid) or not t.replace("/", "").isdigit()), tails[0])
+        raise ManifestFormatError(f"{path}/c/{bad}: not a chunk index of a {len(grid)}-d grid")
+    index = np.array(parts, dtype=np.int64).reshape(len(tails), len(grid))
+    outside = (index >= np.asarray(grid, dtype=np.int64)).any(axis=1)
+    if outside.any():
+        bad = tails[int(np.flatnonzero(outside)[0])]
+        raise ManifestFormatError(f"{path}/c/{bad}: chunk index outside the grid {grid}")
+    return np.ravel_multi_index(tuple(index.T), grid).astype(np.int64, copy=False)
+
+
+def _fill_table(path: str, table: ChunkTable, tails: list[str], values: list[Any], resolve: _SourceResolver) -> None:
+    """Set one array's chunk table from its keys' values, column-wise (no per-chunk numpy calls)."""
+    flat = _grid_indices(path, tails, table.grid_shape)
+    is_ref = [type(v) is list for v in values]
+    if all(is_ref):
+        refs, ref_flat, inline_at = values, flat, []
+    else:
+        refs = [v for v, r in zip(values, is_ref, strict=True) if r]
+        ref_flat = flat[np.asarray(is_ref, dtype=bool)]
+        inline_at = [i for i, r in enumerate(is_ref) if not r]
+    if refs:
+        if any(len(v) != 3 for v in refs):
+            bad = next(i for i, v in enumerate(values) if type(v) is list and len(v) != 3)
+            raise ManifestFormatError(f"{path}/c/{tails[bad]}: expected [url, offset, length]. Got {values[bad]!r}")
+        urls = [v[0] for v in refs]
+        index = {url: resolve(url) for url in set(urls)}
+        try:
+            offsets = np.array([v[1] for v in refs], dtype=np.uint64)
+            lengths = np.array([v[2] for v in refs], dtype=np.uint64)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise ManifestFormatError(f"{path}: chunk offsets and lengths must be non-negative integers ({e})") from None
+        if len(index) == 1:
+            table.source.reshape(-1)[ref_flat] = next(iter(index.values()))
+        else:
+            table.source.reshape(-1)[ref_flat] = [index[u] for u in urls]
+        table.offset.reshape(-1)[ref_flat] = offsets
+        table.length.reshape(-1)[ref_flat] = lengths
+    if inline_at:
+        payloads = []
+        for i in inline_at:
+            value = values[i]
+            if not isinstance(value, str):
+                raise ManifestFormatError(
+                    f"{path}/c/{tails[i]}: expected [url, offset, length] or inline data. Got {value!r}"
+                )
+            payloads.append(base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode())
+        table.set_inline_many(flat[inline_at], payloads)
 
 
 def _parse_document(key: str, value: Any) -> dict[str, Any]:
