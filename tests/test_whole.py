@@ -37,6 +37,7 @@ def test_read_whole_equals_h5py(source, inline_threshold):
             expected = f[name][...]
             assert got is not None, name
             assert got.dtype == expected.dtype.newbyteorder("="), name
+            assert got.flags.writeable, name  # as h5py's: callers modify what they read
             np.testing.assert_array_equal(got, expected, err_msg=name)
         assert read_whole(store, "strings") is None  # left to zarr
 
@@ -51,5 +52,6 @@ def test_read_whole_over_s3(s3, s3_proxy, source):
     got = read_whole(store, "gzip_1d")
     with h5py.File(source) as f:
         np.testing.assert_array_equal(got, f["gzip_1d"][...])
+    assert got.flags.writeable
     assert manifest.chunks["gzip_1d"].n_present == 101
     assert s3_proxy.stats.gets == 1  # 101 neighbouring chunks, one request

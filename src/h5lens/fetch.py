@@ -10,11 +10,14 @@ than about twice what it asked for), and failed requests are retried with backof
 from __future__ import annotations
 
 import asyncio
+import bisect
 import os
 import posixpath
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from h5lens.errors import SourceNotFoundError, SourceReadError
 
@@ -22,6 +25,7 @@ MAX_GAP = 1 << 20  # merge ranges less than this apart: a request costs more tha
 MAX_SPAN = 32 << 20  # but never into one request larger than this
 MAX_READAHEAD_CHUNKS = 4096  # the window is bounded by MAX_SPAN bytes long before this
 READAHEAD_CACHE_BYTES = 256 << 20
+SPENT_CACHE_BYTES = 4 << 20  # blocks already read, kept for reads of the same bytes soon after
 # fsspec backends (s3fs, botocore) retry throttling and 5xx themselves; these retries
 # cover what they give up on, and connection resets between them.
 RETRIES = 2
@@ -223,118 +227,230 @@ def make_reader(url: str, storage_options: dict[str, Any] | None = None) -> Loca
     return FsspecReader(url, storage_options)
 
 
+class _Block:
+    """One merged request's bytes: [start, end) of a source, fetched once and sliced by many reads."""
+
+    __slots__ = ("start", "end", "future", "unclaimed")
+
+    def __init__(self, start: int, end: int, future: asyncio.Future[memoryview], unclaimed: int) -> None:
+        self.start = start
+        self.end = end
+        self.future = future
+        self.unclaimed = unclaimed  # bytes fetched for reads still to come (read-ahead, prefetch)
+
+
 @dataclass
 class _Pending:
     offset: int
     length: int
-    future: asyncio.Future[bytes]
+    waiter: asyncio.Future[_Block] | None  # a read waiting for its block; None for read-ahead
 
 
 class ChunkFetcher:
-    """Merges and reads ahead the chunk reads of one remote source (see the module docstring)."""
+    """Merges and reads ahead the chunk reads of one remote source (see the module docstring).
+
+    Fetched bytes are kept per request ("block"), not per chunk: a block stays until the
+    chunks fetched into it ahead of time have been read (or the cache needs the room),
+    so a prefetch of a whole file costs a few objects, not one per chunk. Blocks read in
+    full stay a little longer (SPENT_CACHE_BYTES in all): the row blocks of a lazy slice
+    share their boundary chunks.
+    """
 
     def __init__(self, reader: FsspecReader | LocalReader, *, on_request=None) -> None:
         self.reader = reader
         self.on_request = on_request  # called with (nbytes) for each request sent
-        self._inflight: OrderedDict[int, asyncio.Future[bytes]] = OrderedDict()
-        self._pending: list[_Pending] = []
-        self._flush_scheduled = False
+        self._starts: list[int] = []  # sorted block starts
+        self._blocks: list[_Block] = []  # aligned with _starts
+        self._age: OrderedDict[int, _Block] = OrderedDict()  # id -> block, oldest first
         self._cached_bytes = 0
+        self._spent: OrderedDict[int, _Block] = OrderedDict()  # fully read blocks, oldest first
+        self._spent_bytes = 0
+        self._pending: list[_Pending] = []
+        self._pending_offsets: set[int] = set()
+        self._flush_scheduled = False
 
+    # -- reads ------------------------------------------------------------------
     async def read(self, offset: int, length: int, ahead: list[tuple[int, int]] = ()) -> bytes:
         """The bytes of one chunk; ``ahead`` are chunks to fetch along with it if not yet asked for."""
-        future = self._inflight.get(offset)
-        if future is None or (future.done() and (future.exception() is not None or len(future.result()) != length)):
-            future = self._claim(offset, self._enqueue(offset, length))
+        block = self._find(offset, length)
+        if block is None:
+            waiter: asyncio.Future[_Block] = asyncio.get_running_loop().create_future()
+            self._enqueue(_Pending(offset, length, waiter))
         for other_offset, other_length in ahead:
-            if other_offset not in self._inflight:
-                self._claim(other_offset, self._enqueue(other_offset, other_length))
+            if other_offset not in self._pending_offsets and self._find(other_offset, other_length) is None:
+                self._enqueue(_Pending(other_offset, other_length, None))
+        if block is None:
+            block = await waiter
+            data = await block.future
+        else:
+            data = await block.future
+            self._claim(block, length)
+        return bytes(data[offset - block.start : offset - block.start + length])
+
+    async def read_ranges(self, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview]:
+        """Many chunks at once (a whole array): blocks already fetched or in flight are
+        used, the rest is fetched as one batch of merged requests, no read-ahead."""
+        blocks, which = self._cover(offsets, lengths, claimed=True)
+        datas = await asyncio.gather(*(b.future for b in blocks))
+        begins = (offsets - np.asarray([b.start for b in blocks], dtype=np.int64)[which]).tolist()
+        return [
+            datas[w][begin : begin + length]
+            for w, begin, length in zip(which.tolist(), begins, lengths.tolist(), strict=True)
+        ]
+
+    def prefetch(self, offsets: np.ndarray, lengths: np.ndarray) -> None:
+        """Start fetching these chunks now (merged); later reads of them use these requests."""
+        if len(offsets):
+            self._cover(np.asarray(offsets, dtype=np.int64), np.asarray(lengths, dtype=np.int64), claimed=False)
+
+    # -- blocks -----------------------------------------------------------------
+    def _find(self, offset: int, length: int) -> _Block | None:
+        # Blocks rarely overlap (a merged request may span an older one): look a few back.
+        i = bisect.bisect_right(self._starts, offset) - 1
+        for j in range(i, max(i - 4, -1), -1):
+            block = self._blocks[j]
+            if block.end >= offset + length and not _failed(block):
+                return block
+        return None
+
+    def _cover(self, offsets: np.ndarray, lengths: np.ndarray, *, claimed: bool) -> tuple[list[_Block], np.ndarray]:
+        """The blocks holding the ranges (``blocks[which[i]]`` holds range i), starting
+        merged fetches for ranges no block holds. Ranges found in blocks fetched ahead are
+        claimed from them when ``claimed``."""
+        blocks: list[_Block] = []
+        which = np.full(len(offsets), -1, dtype=np.int64)
+        if self._blocks:
+            starts = np.asarray(self._starts, dtype=np.int64)
+            ends = np.asarray([b.end for b in self._blocks], dtype=np.int64)
+            usable = np.asarray([not _failed(b) for b in self._blocks], dtype=bool)
+            candidate = np.searchsorted(starts, offsets, side="right") - 1
+            safe = np.maximum(candidate, 0)
+            inside = (candidate >= 0) & (ends[safe] >= offsets + lengths) & usable[safe]
+            used, local = np.unique(candidate[inside], return_inverse=True)
+            blocks = [self._blocks[i] for i in used.tolist()]
+            which[inside] = local
+            if claimed:  # after the lookups: claiming may drop blocks and shift positions
+                for block, nbytes in zip(blocks, np.bincount(local, weights=lengths[inside]).tolist(), strict=True):
+                    self._claim(block, int(nbytes))
+        missing = np.flatnonzero(which < 0)
+        if missing.size:
+            order = missing[np.argsort(offsets[missing], kind="stable")]
+            sorted_offsets, sorted_lengths = offsets[order], lengths[order]
+            for lo, hi in merge_plan(sorted_offsets, sorted_lengths):
+                start = int(sorted_offsets[lo])
+                end = int((sorted_offsets[lo:hi] + sorted_lengths[lo:hi]).max())
+                unclaimed = 0 if claimed else int(sorted_lengths[lo:hi].sum())
+                which[order[lo:hi]] = len(blocks)
+                blocks.append(self._new_block(start, end, unclaimed))
+        return blocks, which
+
+    def _new_block(self, start: int, end: int, unclaimed: int) -> _Block:
+        future: asyncio.Future[memoryview] = asyncio.get_running_loop().create_future()
+        block = _Block(start, end, future, unclaimed)
+        # Registered while in flight too: a concurrent read of the same bytes waits on it.
+        i = bisect.bisect_right(self._starts, start)
+        self._starts.insert(i, start)
+        self._blocks.insert(i, block)
+        self._age[id(block)] = block
+        self._cached_bytes += end - start
+        if unclaimed <= 0:
+            self._spend(block)
         self._evict()
-        try:
-            return await future
-        finally:
-            if self._inflight.get(offset) is future:  # consumed: chunks are rarely read twice
-                del self._inflight[offset]
-                self._forget(future)
+        _spawn(self._fetch(block))
+        return block
 
-    async def read_many(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        """Many chunks at once (a whole array): one batch of merged requests, no read-ahead."""
-        futures = []
-        for offset, length in ranges:
-            future = self._inflight.pop(offset, None)  # prefetched already?
-            if future is not None:
-                self._forget(future)
-            if future is None or (future.done() and (future.exception() is not None or len(future.result()) != length)):
-                future = self._enqueue(offset, length)
-            futures.append(future)
-        return list(await asyncio.gather(*futures))
+    def _claim(self, block: _Block, length: int) -> None:
+        block.unclaimed -= length
+        if block.unclaimed <= 0:
+            self._spend(block)
 
-    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
-        """Start fetching these chunks now (merged); later reads of them wait on these requests."""
-        for offset, length in ranges:
-            if offset not in self._inflight:
-                self._claim(offset, self._enqueue(offset, length))
+    def _spend(self, block: _Block) -> None:
+        """Every byte fetched ahead into ``block`` has been read. Keep it a little longer
+        (neighbouring slices share boundary chunks) within SPENT_CACHE_BYTES."""
+        if id(block) in self._spent or id(block) not in self._age:
+            return
+        self._spent[id(block)] = block
+        self._spent_bytes += block.end - block.start
+        while self._spent_bytes > SPENT_CACHE_BYTES and self._spent:
+            self._drop(next(iter(self._spent.values())))
 
-    def _claim(self, offset: int, future: asyncio.Future[bytes]) -> asyncio.Future[bytes]:
-        previous = self._inflight.pop(offset, None)
-        if previous is not None:
-            self._forget(previous)
-        self._inflight[offset] = future
-        return future
+    def _drop(self, block: _Block) -> None:
+        if self._age.pop(id(block), None) is None:
+            return
+        if self._spent.pop(id(block), None) is not None:
+            self._spent_bytes -= block.end - block.start
+        i = bisect.bisect_left(self._starts, block.start)
+        while self._blocks[i] is not block:
+            i += 1
+        del self._starts[i]
+        del self._blocks[i]
+        self._cached_bytes -= block.end - block.start
 
-    def _forget(self, future: asyncio.Future[bytes]) -> None:
-        if future.done() and future.exception() is None and getattr(future, "_h5lens_cached", False):
-            self._cached_bytes -= len(future.result())
-            future._h5lens_cached = False  # type: ignore[attr-defined]
+    def _evict(self) -> None:
+        while self._cached_bytes > READAHEAD_CACHE_BYTES and len(self._age) > 1:
+            self._drop(next(iter(self._age.values())))
 
-    def _enqueue(self, offset: int, length: int) -> asyncio.Future[bytes]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bytes] = loop.create_future()
-        self._pending.append(_Pending(offset, length, future))
+    @property
+    def unclaimed_bytes(self) -> int:
+        """Bytes fetched ahead that no read has asked for yet."""
+        return sum(max(0, b.unclaimed) for b in self._blocks)
+
+    # -- merging reads issued in the same event-loop turn ---------------------------
+    def _enqueue(self, item: _Pending) -> None:
+        self._pending.append(item)
+        self._pending_offsets.add(item.offset)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            loop.call_soon(self._flush)  # everything requested in this turn goes out together
-        return future
+            asyncio.get_running_loop().call_soon(self._flush)  # this turn's reads go out together
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         pending, self._pending = sorted(self._pending, key=lambda p: p.offset), []
-        group: list[_Pending] = []
-        start = end = 0
-        for item in pending:
-            item_end = item.offset + item.length
-            if group and (item.offset - end > MAX_GAP or max(end, item_end) - start > MAX_SPAN):
-                _spawn(self._fetch(group))
-                group = []
-            if not group:
-                start, end = item.offset, item_end
-            group.append(item)
-            end = max(end, item_end)
-        if group:
-            _spawn(self._fetch(group))
+        self._pending_offsets.clear()
+        offsets = np.asarray([p.offset for p in pending], dtype=np.int64)
+        lengths = np.asarray([p.length for p in pending], dtype=np.int64)
+        for lo, hi in merge_plan(offsets, lengths):
+            items = pending[lo:hi]
+            end = int((offsets[lo:hi] + lengths[lo:hi]).max())
+            block = self._new_block(items[0].offset, end, sum(p.length for p in items if p.waiter is None))
+            for item in items:
+                if item.waiter is not None and not item.waiter.done():
+                    item.waiter.set_result(block)
 
-    async def _fetch(self, group: list[_Pending]) -> None:
-        start = group[0].offset
-        end = max(p.offset + p.length for p in group)
+    async def _fetch(self, block: _Block) -> None:
         if self.on_request is not None:
-            self.on_request(end - start)
+            self.on_request(block.end - block.start)
         try:
-            data = memoryview(await self.reader.read(start, end - start))
+            data = memoryview(await self.reader.read(block.start, block.end - block.start))
         except BaseException as e:
-            for item in group:
-                if not item.future.done():
-                    item.future.set_exception(e)
-                    item.future.exception()  # read-ahead nobody claims must not warn
+            self._drop(block)  # a later read tries again
+            if not block.future.done():
+                block.future.set_exception(e)
+                block.future.exception()  # read-ahead nobody claims must not warn
+            if isinstance(e, asyncio.CancelledError):
+                raise
             return
-        for item in group:
-            if not item.future.done():
-                chunk = bytes(data[item.offset - start : item.offset - start + item.length])
-                item.future.set_result(chunk)
-                if self._inflight.get(item.offset) is item.future:
-                    item.future._h5lens_cached = True  # type: ignore[attr-defined]
-                    self._cached_bytes += len(chunk)
+        if not block.future.done():
+            block.future.set_result(data)
 
-    def _evict(self) -> None:
-        while self._cached_bytes > READAHEAD_CACHE_BYTES and self._inflight:
-            _, future = self._inflight.popitem(last=False)
-            self._forget(future)
+
+def _failed(block: _Block) -> bool:
+    return block.future.done() and (block.future.cancelled() or block.future.exception() is not None)
+
+
+def merge_plan(offsets: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
+    """``[lo, hi)`` runs of offset-sorted ranges to fetch as one request each: a range joins
+    the request before it when it starts within MAX_GAP of its end and the request stays
+    within MAX_SPAN bytes."""
+    if not len(offsets):
+        return []
+    reach = np.maximum.accumulate(offsets + lengths)
+    breaks = (np.flatnonzero(offsets[1:] - reach[:-1] > MAX_GAP) + 1).tolist()
+    plan: list[tuple[int, int]] = []
+    for lo, hi in zip([0, *breaks], [*breaks, len(offsets)], strict=True):
+        while lo < hi:  # split runs longer than MAX_SPAN
+            cut = lo + int(np.searchsorted(reach[lo:hi], int(offsets[lo]) + MAX_SPAN, side="right"))
+            cut = max(cut, lo + 1)
+            plan.append((lo, cut))
+            lo = cut
+    return plan

@@ -251,28 +251,31 @@ class ManifestStore(Store):
         everything, like an eager AnnData read). Returns the bytes requested."""
         from zarr.core.sync import sync
 
-        wanted: dict[int, list[tuple[int, int]]] = {}
+        offsets: dict[int, list[np.ndarray]] = {}
+        lengths: dict[int, list[np.ndarray]] = {}
         for table in self.manifest.chunks.values():
             sources = table.source.reshape(-1)
             for src in np.unique(sources[sources >= 0]).tolist():
                 if isinstance(self._reader(src), LocalReader):
                     continue
                 mine = sources == src
-                wanted.setdefault(src, []).extend(
-                    zip(table.offset.reshape(-1)[mine].tolist(), table.length.reshape(-1)[mine].tolist(), strict=True)
-                )
+                offsets.setdefault(src, []).append(table.offset.reshape(-1)[mine].astype(np.int64))
+                lengths.setdefault(src, []).append(table.length.reshape(-1)[mine].astype(np.int64))
         requested = 0
-        plan: dict[int, list[tuple[int, int]]] = {}
-        for src, ranges in wanted.items():
-            for offset, length in sorted(ranges):
-                if requested + length > budget:
-                    break
-                plan.setdefault(src, []).append((offset, length))
-                requested += length
+        plan: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for src in offsets:
+            src_offsets = np.concatenate(offsets[src])
+            src_lengths = np.concatenate(lengths[src])
+            order = np.argsort(src_offsets, kind="stable")
+            src_offsets, src_lengths = src_offsets[order], src_lengths[order]
+            take = int(np.searchsorted(np.cumsum(src_lengths), budget - requested, side="right"))
+            if take:
+                plan[src] = (src_offsets[:take], src_lengths[:take])
+                requested += int(src_lengths[:take].sum())
 
         async def start() -> None:
-            for src, ranges in plan.items():
-                self._fetcher(src, self._reader(src)).prefetch(ranges)
+            for src, (src_offsets, src_lengths) in plan.items():
+                self._fetcher(src, self._reader(src)).prefetch(src_offsets, src_lengths)
 
         if plan:
             sync(start())

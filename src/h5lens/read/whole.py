@@ -93,6 +93,11 @@ def read_whole(store: Any, path: str) -> np.ndarray | None:
     nbytes = math.prod(chunk_shape) * dtype.itemsize
     count = math.prod(chunk_shape)
     decode = _decode_function(decoders, nbytes)
+    if len(shape) == 1 and len(payloads) == table.source.size:
+        # Every chunk present: decode them in order and join, no Python loop per chunk.
+        joined = bytearray().join(map(decode, (payloads[i] for i in range(len(payloads)))))
+        if len(joined) == len(payloads) * nbytes:
+            return np.frombuffer(joined, dtype=stored)[: shape[0]].astype(dtype, copy=False)
     if len(shape) == 1:
         # One flat buffer, chunk after chunk: no per-chunk index arithmetic.
         flat_out = np.full(len(table.source) * chunk_shape[0], fill, dtype=stored)
@@ -135,29 +140,25 @@ def _fill(doc: dict[str, Any], dtype: np.dtype) -> Any:
     return zdtype.from_json_scalar(doc["fill_value"], zarr_format=3)
 
 
-async def _fetch_all(store: Any, table: Any) -> dict[int, bytes]:
+async def _fetch_all(store: Any, table: Any) -> dict[int, bytes | memoryview]:
     """Every present chunk's stored bytes, by flat index, requested all at once."""
     sources = table.source.reshape(-1)
-    offsets = table.offset.reshape(-1)
-    lengths = table.length.reshape(-1)
     present = np.flatnonzero(sources != MISSING)
-    out: dict[int, bytes] = {}
-    remote: dict[int, list[tuple[int, int, int]]] = {}  # source -> [(flat, offset, length)]
-    for flat, src, offset, length in zip(
-        present.tolist(), sources[present].tolist(), offsets[present].tolist(), lengths[present].tolist(), strict=True
-    ):
+    out: dict[int, bytes | memoryview] = {}
+    present_sources = sources[present]
+    for src in np.unique(present_sources).tolist():
+        flats = present[present_sources == src]
         if src == INLINE:
-            out[flat] = table.inline[flat]
+            out.update((flat, table.inline[flat]) for flat in flats.tolist())
             continue
+        offsets = table.offset.reshape(-1)[flats].astype(np.int64)
+        lengths = table.length.reshape(-1)[flats].astype(np.int64)
         reader = store._reader(src)
         if isinstance(reader, LocalReader):
-            store.stats.record(length)
-            out[flat] = reader.read_sync(offset, length)
+            store.stats.record(int(lengths.sum()))
+            payloads = [reader.read_sync(o, n) for o, n in zip(offsets.tolist(), lengths.tolist(), strict=True)]
         else:
-            remote.setdefault(src, []).append((flat, offset, length))
-    for src, wanted in remote.items():
-        fetcher: ChunkFetcher = store._fetcher(src, store._reader(src))
-        payloads = await fetcher.read_many([(offset, length) for _, offset, length in wanted])
-        for (flat, _, _), data in zip(wanted, payloads, strict=True):
-            out[flat] = data
+            fetcher: ChunkFetcher = store._fetcher(src, reader)
+            payloads = await fetcher.read_ranges(offsets, lengths)
+        out.update(zip(flats.tolist(), payloads, strict=True))
     return out

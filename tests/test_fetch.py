@@ -1,0 +1,141 @@
+"""ChunkFetcher: merged requests, blocks fetched ahead and claimed, failures not cached.
+
+The fetcher runs over a real file through LocalReader (its async read is the same
+interface the remote readers have); requests are counted by the fetcher's hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import numpy as np
+import pytest
+
+from h5lens import fetch
+from h5lens.errors import SourceNotFoundError
+from h5lens.fetch import MAX_GAP, MAX_SPAN, ChunkFetcher, LocalReader, merge_plan
+
+
+@pytest.fixture
+def blob(tmp_path):
+    path = tmp_path / "blob.bin"
+    data = np.random.default_rng(3).integers(0, 256, 4 << 20, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    return str(path), data
+
+
+def _fetcher(path: str) -> tuple[ChunkFetcher, list[int]]:
+    requests: list[int] = []
+    return ChunkFetcher(LocalReader(path), on_request=requests.append), requests
+
+
+def _ranges(step: int, length: int, count: int, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.arange(count, dtype=np.int64) * step + start
+    return offsets, np.full(count, length, dtype=np.int64)
+
+
+def test_merge_plan_splits_at_gaps_and_spans():
+    offsets = np.array([0, 100, MAX_GAP + 300, MAX_GAP + 400], dtype=np.int64)
+    lengths = np.array([50, 50, 50, 50], dtype=np.int64)
+    assert merge_plan(offsets, lengths) == [(0, 2), (2, 4)]
+    # adjacent ranges that together exceed MAX_SPAN become several requests, none longer
+    offsets, lengths = _ranges(1 << 20, 1 << 20, 70)
+    plan = merge_plan(offsets, lengths)
+    assert [hi - lo for lo, hi in plan] == [32, 32, 6]
+    assert all(int(offsets[hi - 1] + lengths[hi - 1] - offsets[lo]) <= MAX_SPAN for lo, hi in plan)
+    assert merge_plan(offsets[:0], lengths[:0]) == []
+
+
+def test_read_ranges_merges_and_matches_file_bytes(blob):
+    path, data = blob
+    fetcher, requests = _fetcher(path)
+    offsets, lengths = _ranges(1000, 700, 2000)
+    order = np.random.default_rng(0).permutation(2000)  # asked for out of order
+    got = asyncio.run(fetcher.read_ranges(offsets[order], lengths[order]))
+    assert [bytes(g) for g in got] == [data[o : o + n] for o, n in zip(offsets[order], lengths[order], strict=True)]
+    assert requests == [1999 * 1000 + 700]  # one request for all
+
+
+def test_prefetched_blocks_serve_reads_then_are_released(blob):
+    path, data = blob
+    fetcher, requests = _fetcher(path)
+    offsets, lengths = _ranges(4096, 4000, 500)
+
+    async def run() -> list[bytes]:
+        fetcher.prefetch(offsets, lengths)
+        first = await fetcher.read_ranges(offsets[:200], lengths[:200])
+        single = await fetcher.read(int(offsets[300]), int(lengths[300]))
+        rest = await fetcher.read_ranges(np.delete(offsets[200:], 100), np.delete(lengths[200:], 100))
+        return [bytes(b) for b in first] + [single] + [bytes(b) for b in rest]
+
+    got = asyncio.run(run())
+    expected = [data[o : o + n] for o, n in zip(offsets, lengths, strict=True)]
+    assert sorted(got) == sorted(expected)
+    assert len(requests) == 1
+    assert fetcher.unclaimed_bytes == 0  # every prefetched byte claimed
+    assert fetcher._cached_bytes <= fetch.SPENT_CACHE_BYTES
+
+
+def test_read_ahead_is_claimed_by_later_reads(blob):
+    path, data = blob
+    fetcher, requests = _fetcher(path)
+    offsets, lengths = _ranges(1000, 1000, 64)
+
+    async def run() -> list[bytes]:
+        ahead = list(zip(offsets[1:].tolist(), lengths[1:].tolist(), strict=True))
+        out = [await fetcher.read(0, 1000, ahead)]
+        for offset, length in ahead:
+            out.append(await fetcher.read(offset, length))
+        return out
+
+    assert asyncio.run(run()) == [data[o : o + n] for o, n in zip(offsets, lengths, strict=True)]
+    assert requests == [64_000]
+    assert fetcher.unclaimed_bytes == 0
+
+
+def test_reads_of_the_same_bytes_share_one_request(blob):
+    path, data = blob
+    fetcher, requests = _fetcher(path)
+
+    async def run() -> list[bytes]:
+        together = await asyncio.gather(fetcher.read(100, 50), fetcher.read(120, 10))  # in flight
+        after = await fetcher.read(100, 50)  # read already, kept a little while
+        return [*together, after]
+
+    assert asyncio.run(run()) == [data[100:150], data[120:130], data[100:150]]
+    assert requests == [50]
+
+
+def test_cache_is_bounded(blob, monkeypatch):
+    path, _ = blob
+    monkeypatch.setattr(fetch, "READAHEAD_CACHE_BYTES", 1 << 20)
+    fetcher, _ = _fetcher(path)
+    offsets, lengths = _ranges(MAX_GAP + 400_000, 300_000, 3)  # three separate requests of 300 kB
+
+    async def run() -> None:
+        fetcher.prefetch(offsets, lengths)
+        assert len(fetcher._blocks) == 3
+        fetcher.prefetch(*_ranges(1, 600_000, 1, start=3_500_000))  # a fourth evicts the oldest
+        assert fetcher._cached_bytes <= 1 << 20
+        assert int(offsets[0]) not in fetcher._starts
+        await asyncio.sleep(0)
+
+    asyncio.run(run())
+
+
+def test_a_failed_request_is_not_cached(tmp_path):
+    path = tmp_path / "later.bin"
+    fetcher, requests = _fetcher(str(path))
+    offsets, lengths = _ranges(100, 100, 10)
+
+    async def attempt() -> list[bytes]:
+        fetcher.prefetch(offsets, lengths)
+        return [bytes(b) for b in await fetcher.read_ranges(offsets, lengths)]
+
+    with pytest.raises(SourceNotFoundError):
+        asyncio.run(attempt())
+    assert not fetcher._blocks  # nothing failed is kept
+    path.write_bytes(os.urandom(1000))
+    assert b"".join(asyncio.run(attempt())) == path.read_bytes()
+    assert len(requests) == 2
