@@ -607,11 +607,12 @@ ZARR_FULL = "zarr decodes ~53k chunks one by one: tens of seconds of CPU per run
 CONTENDERS = [
     Contender("h5lens-scan", "scan", "h5lens.index(url) [default: inline <=1000 B]"),
     Contender("h5lens-scan-0", "scan", "h5lens.index(url, inline_threshold=0)"),
+    Contender("h5lens-scan-64k", "scan", "h5lens.index(url, inline_threshold=0, read_block_size=64 KiB)"),
     Contender("kc-default", "scan", "kerchunk, s3fs default read-ahead [default: inline <500 B]", "h5lens-scan", slow=True),
     Contender("kc-block", "scan", "kerchunk, 1 MiB blockcache [default: inline <500 B]", "h5lens-scan", slow=True),
     Contender("kc-default-0", "scan", "kerchunk, s3fs default read-ahead, inline_threshold=0", "h5lens-scan-0", slow=True),
     Contender("kc-block-0", "scan", "kerchunk, 1 MiB blockcache, inline_threshold=0", "h5lens-scan-0", slow=True),
-    Contender("h5lens-read", "full", "h5lens.read_anndata(manifest, inline_threshold=0)", slow=True),
+    Contender("h5lens-read", "full", "h5lens.read_anndata(manifest, inline_threshold=0)"),
     Contender(
         "h5lens-read-inl", "full", "h5lens.read_anndata(manifest, default inlining: X in JSON)", slow=True,
         only_on=("http0",),
@@ -680,10 +681,12 @@ def run_contender(key: str, ep: Endpoint, rows: tuple[int, int]) -> dict[str, An
     so = ep.storage_options
     clock = Clock(ep)
     check: dict[str, Any] = {}
-    if key in ("h5lens-scan", "h5lens-scan-0"):
+    if key in ("h5lens-scan", "h5lens-scan-0", "h5lens-scan-64k"):
         from h5lens.manifest.model import INLINE
 
-        kwargs = {"inline_threshold": 0} if key.endswith("-0") else {}
+        kwargs = {"inline_threshold": 0} if key != "h5lens-scan" else {}
+        if key.endswith("-64k"):
+            kwargs["read_block_size"] = 64 << 10
         manifest = h5lens.index(ep.file_url, storage_options=so, **kwargs)
         clock.mark("scan")
         tables = manifest.chunks.values()

@@ -74,9 +74,14 @@ def test_truncated_file_exits_2(sample, tmp_path):
     assert not out.exists()
 
 
-def test_bad_option_value_exits_2(sample, tmp_path):
-    result = h5lens_cli("index", sample, "-o", tmp_path / "o.json", "--convention", "nope")
+@pytest.mark.parametrize(
+    "option", [("--convention", "nope"), ("--read-block-size", "lots"), ("--read-block-size", "100")]
+)
+def test_bad_option_value_exits_2(sample, tmp_path, option):
+    result = h5lens_cli("index", sample, "-o", tmp_path / "o.json", *option)
     assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert option[0] in result.stderr or "read_block_size" in result.stderr
     assert not (tmp_path / "o.json").exists()
 
 
@@ -118,3 +123,10 @@ def test_validate_clean_and_broken(sample, tmp_path):
     result = h5lens_cli("validate", broken)
     assert result.returncode == 1
     assert "/no/such/node" in result.stdout
+
+
+def test_bad_option_values_raise_h5lens_errors(sample):
+    with pytest.raises(h5lens.InvalidOptionError, match="convention"):
+        h5lens.index(sample, convention="nope")
+    with pytest.raises(h5lens.InvalidOptionError, match="read_block_size"):
+        h5lens.index(sample, read_block_size=0)

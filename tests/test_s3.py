@@ -63,6 +63,20 @@ def test_index_from_s3_equals_local_index(s3, s3_proxy, tmp_path):
     assert remote.sources[0].url == url and remote.sources[0].etag
 
 
+def test_smaller_read_blocks_trade_requests_for_bytes(s3, s3_proxy, chunky):
+    url = _upload(s3, chunky, "chunky.h5ad")
+    options = s3.storage_options(s3_proxy.endpoint_url)
+    default = h5lens.index(url, storage_options=options, inline_threshold=0)
+    default_gets, default_bytes = s3_proxy.stats.gets, s3_proxy.stats.bytes
+    s3_proxy.stats.reset()
+    small = h5lens.index(url, storage_options=options, inline_threshold=0, read_block_size=4096)
+    assert small.to_dict() == default.to_dict()
+    assert s3_proxy.stats.gets > default_gets
+    assert s3_proxy.stats.bytes < default_bytes
+    with pytest.raises(h5lens.InvalidOptionError, match="read_block_size"):
+        h5lens.index(url, storage_options=options, read_block_size=10)
+
+
 def test_read_eager_and_lazy_from_s3(s3, s3_proxy, tmp_path):
     local = write_sample(tmp_path / "sample.h5ad")
     url = _upload(s3, local, "sample.h5ad")

@@ -12,6 +12,7 @@ from h5lens.api import index, open_group, open_store  # noqa: E402
 from h5lens.errors import (  # noqa: E402
     H5LensError,
     InvalidKeyError,
+    InvalidOptionError,
     ManifestFormatError,
     MaterializeLimitError,
     NotHDF5Error,
@@ -31,6 +32,7 @@ __all__ = [
     "Group",
     "H5LensError",
     "InvalidKeyError",
+    "InvalidOptionError",
     "Manifest",
     "ManifestFormatError",
     "ManifestStore",

@@ -12,7 +12,7 @@ from h5lens import __version__
 from h5lens.manifest.model import Manifest
 from h5lens.scan.build import DEFAULT_INLINE_THRESHOLD, ScanOptions, build_manifest
 from h5lens.scan.chunks import DEFAULT_SLAB_BYTES
-from h5lens.scan.source import open_source
+from h5lens.scan.source import REMOTE_BLOCK_SIZE, open_source
 from h5lens.store import ManifestStore
 
 PathOrManifest = Manifest | str | os.PathLike[str]
@@ -28,6 +28,7 @@ def index(
     materialize_limit: int | None = None,
     url: str | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    read_block_size: int = REMOTE_BLOCK_SIZE,
 ) -> Manifest:
     """Scan the HDF5 file ``source`` (path or fsspec URL) into a :class:`Manifest`.
 
@@ -48,9 +49,13 @@ def index(
         where the manifest will live, or the bucket a local copy came from).
     progress
         Called as ``progress(datasets_done, datasets_total, hdf5_path)`` while scanning.
+    read_block_size
+        Remote files only: libhdf5's metadata reads are served from blocks of this many
+        bytes. Larger blocks take fewer requests and fetch more bytes that are not
+        metadata (chunk indexes sit between the chunks); see docs/cloud.md.
     """
     location = os.fspath(source)
-    opened = open_source(location, storage_options=storage_options)
+    opened = open_source(location, storage_options=storage_options, read_block_size=read_block_size)
     try:
         manifest = build_manifest(
             opened,

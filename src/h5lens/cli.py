@@ -65,6 +65,27 @@ StorageOption = Annotated[
 ]
 Anon = Annotated[bool, typer.Option("--anon", help="Anonymous access to object storage.")]
 EndpointUrl = Annotated[str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint URL.")]
+ReadBlockSize = Annotated[
+    str,
+    typer.Option(
+        help="Remote sources: read metadata in blocks of this size (e.g. 64KiB, 4MiB). "
+        "Larger: fewer requests, more bytes fetched."
+    ),
+]
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
+
+
+def _byte_size(option: str, text: str) -> int:
+    """'64KiB' → 65536; a bad size exits with one line naming the option."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        _fail(f"{option}: expected a size like 65536, 64KiB or 4MiB, got {text!r}")
+    return int(match.group(1)) * _UNITS[unit]
 
 
 @app.command()
@@ -84,6 +105,7 @@ def index(
     url: Annotated[
         str | None, typer.Option(help="URL to record for the source (default: the absolute source path).")
     ] = None,
+    read_block_size: ReadBlockSize = "1MiB",
     storage_option: StorageOption = [],  # noqa: B006 - typer needs a literal default
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
@@ -104,6 +126,7 @@ def index(
                 slab_bytes=slab_bytes,
                 materialize_limit=materialize_limit,
                 url=url,
+                read_block_size=_byte_size("--read-block-size", read_block_size),
             )
             manifest.to_json(output, storage_options=options or None)
     except (H5LensError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
@@ -127,6 +150,7 @@ def publish(
     ] = None,
     inline_threshold: Annotated[int, typer.Option(help="Inline referenced chunks up to this many bytes.")] = 1000,
     convention: Annotated[str, typer.Option(help="'released' or 'proposal'.")] = "released",
+    read_block_size: ReadBlockSize = "1MiB",
     storage_option: StorageOption = [],  # noqa: B006
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
@@ -146,6 +170,7 @@ def publish(
                 storage_options=options or None,
                 inline_threshold=inline_threshold,
                 convention=convention,
+                read_block_size=_byte_size("--read-block-size", read_block_size),
             )
     except (H5LensError, FileNotFoundError, PermissionError, IsADirectoryError) as e:
         _fail(str(e))

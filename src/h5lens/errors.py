@@ -17,6 +17,7 @@ __all__ = [
     "InvalidKeyError",
     "SourceReadError",
     "SourceNotFoundError",
+    "InvalidOptionError",
 ]
 
 
@@ -57,3 +58,7 @@ class SourceReadError(H5LensError, OSError):
 
 class SourceNotFoundError(H5LensError, FileNotFoundError):
     """The file to index, or a source a manifest points at, does not exist."""
+
+
+class InvalidOptionError(H5LensError, ValueError):
+    """An argument h5lens was called with is out of range or not one of the choices."""

@@ -9,7 +9,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5lens.errors import H5LensError, MaterializeLimitError, NotHDF5Error, UnsupportedFeatureError
+from h5lens.errors import H5LensError, InvalidOptionError, MaterializeLimitError, NotHDF5Error, UnsupportedFeatureError
 from h5lens.manifest.model import ChunkTable, Manifest
 from h5lens.scan import chunks as chunk_scan
 from h5lens.scan.attrs import read_attributes
@@ -50,7 +50,7 @@ def build_manifest(
     progress: Callable[[int, int, str], None] | None = None,
 ) -> Manifest:
     if options.convention not in CONVENTIONS:
-        raise ValueError(f"convention must be one of {CONVENTIONS}. Got {options.convention!r}")
+        raise InvalidOptionError(f"convention must be one of {CONVENTIONS}. Got {options.convention!r}")
     h5 = opened.h5
     found = walk(h5)
     resolve = _resolver(h5, found)

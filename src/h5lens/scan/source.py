@@ -8,7 +8,7 @@ from typing import Any, BinaryIO
 
 import h5py
 
-from h5lens.errors import NotHDF5Error, SourceNotFoundError
+from h5lens.errors import InvalidOptionError, NotHDF5Error, SourceNotFoundError
 from h5lens.manifest.model import Source
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -45,8 +45,15 @@ class OpenSource:
             self.raw.close()
 
 
-def open_source(url: str, *, storage_options: dict[str, Any] | None = None) -> OpenSource:
-    """Open ``url`` for scanning; raise an h5lens error if it is missing or not HDF5."""
+def open_source(
+    url: str, *, storage_options: dict[str, Any] | None = None, read_block_size: int = REMOTE_BLOCK_SIZE
+) -> OpenSource:
+    """Open ``url`` for scanning; raise an h5lens error if it is missing or not HDF5.
+
+    Remote files are read in blocks of ``read_block_size`` bytes: larger blocks mean
+    fewer requests and more bytes beyond the metadata."""
+    if read_block_size < 4096:
+        raise InvalidOptionError(f"read_block_size must be at least 4096 bytes. Got {read_block_size}")
     if is_remote(url):
         import fsspec
 
@@ -56,7 +63,7 @@ def open_source(url: str, *, storage_options: dict[str, Any] | None = None) -> O
         except FileNotFoundError:
             raise SourceNotFoundError(f"{url}: no such file") from None
         # size= spares the second HEAD that open() would make to learn it
-        raw = fs.open(path, "rb", block_size=REMOTE_BLOCK_SIZE, cache_type="blockcache", size=info.get("size"))
+        raw = fs.open(path, "rb", block_size=read_block_size, cache_type="blockcache", size=info.get("size"))
         etag = info.get("ETag") or info.get("etag")
         source = Source(url, int(info.get("size") or 0), None, etag.strip('"') if etag else None)
     else:
