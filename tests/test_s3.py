@@ -216,3 +216,27 @@ def test_eager_read_asks_for_everything_at_once(s3, s3_proxy, chunky):
     assert_equal(adata, ad.read_h5ad(chunky))
     # every chunk of every element, merged into one request (the file is far below 32 MiB)
     assert s3_proxy.stats.gets == 1, s3_proxy.stats
+
+
+def test_lazy_anndata_computes_on_a_dask_cluster(s3, tmp_path):
+    """The lazy AnnData's tasks (and the ManifestStore inside them) pickle to worker
+    processes of a real LocalCluster, which read their chunks from S3 themselves."""
+    distributed = pytest.importorskip("distributed")
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    options = s3.storage_options()
+    manifest_url = url + ".json"
+    h5lens.index(url, storage_options=options, inline_threshold=0).to_json(manifest_url, storage_options=options)
+    expected = ad.read_h5ad(local)
+    lazy = h5lens.read_anndata(manifest_url, storage_options=options, lazy=True)
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        x, pca = client.compute([lazy.X[10:90], lazy.obsm["X_pca"]], sync=True)
+        workers = client.run(lambda: True)
+    assert len(workers) == 2
+    got = x.toarray() if hasattr(x, "toarray") else np.asarray(x)
+    want = expected.X[10:90]
+    np.testing.assert_array_equal(got, want.toarray() if hasattr(want, "toarray") else want)
+    np.testing.assert_array_equal(pca, expected.obsm["X_pca"])
