@@ -23,11 +23,9 @@ from anndata.tests.helpers import assert_equal
 
 import h5lens
 from h5lens.keys import escape_key, unescape_key
+from shared_data import shared_file, shared_names
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-SHARED_H5AD = sorted(p.name for p in DATA.glob("*.h5ad"))
-if not SHARED_H5AD:  # the real files are the point of these tests: never let them vanish quietly
-    raise RuntimeError(f"no .h5ad files in {DATA}: shared/ must lie beside the repository")
+SHARED_H5AD = shared_names("*.h5ad")
 
 pytestmark = pytest.mark.filterwarnings("ignore::anndata.OldFormatWarning", "ignore::UserWarning")
 
@@ -35,7 +33,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::anndata.OldFormatWarning", "ign
 @pytest.fixture(params=SHARED_H5AD)
 def shared_h5ad(request, tmp_path) -> Path:
     copy = tmp_path / request.param
-    shutil.copy(DATA / request.param, copy)
+    shutil.copy(shared_file(request.param), copy)
     return copy
 
 

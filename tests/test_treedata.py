@@ -16,11 +16,11 @@ import pytest
 import zarr
 
 import h5lens
+from shared_data import shared_file
 
 treedata = pytest.importorskip("treedata")
 anndata_helpers = pytest.importorskip("anndata.tests.helpers")
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # shared/ lies beside the repository
 SHARED = ["pycea_tdata_treedata-0.4.0.h5td", "edgecases_treedata-0.4.0.h5td"]
 TREE_ELEMENTS = ("obst", "vart")
 # anndata itself (not h5lens) trips this pandas deprecation while reading/writing string columns
@@ -87,7 +87,7 @@ def _as_anndata_root(path: Path) -> Path:
 def _make(name: str, tmp_path: Path) -> Path:
     target = tmp_path / (name if name.endswith(".h5td") else f"{name}.h5td")
     if name in SHARED:
-        shutil.copy(DATA / name, target)
+        shutil.copy(shared_file(name), target)
         target.chmod(0o644)
         return target
     if name == "generated":
@@ -95,7 +95,7 @@ def _make(name: str, tmp_path: Path) -> Path:
     if name == "no-trees":
         return _write(_no_trees(), target)
     if name == "pycea-anndata-root":
-        shutil.copy(DATA / SHARED[0], target)
+        shutil.copy(shared_file(SHARED[0]), target)
         target.chmod(0o644)
         return _as_anndata_root(target)
     if name == "generated-anndata-root":
