@@ -69,7 +69,7 @@ def needs_escaping(key: str) -> bool:
 
 
 def unescape_key(key: str) -> str:
-    """Recover the original key from an escaped *key*, as the spec's reader does.
+    """Recover the original key from an escaped *key*, exactly as the spec's reader MUST:
 
     1. strip a ``%`` from both ends if *key* is at least two characters long
        and starts and ends with ``%``;
@@ -77,12 +77,13 @@ def unescape_key(key: str) -> str:
     3. reject the key if escaping the result's characters does not give back
        the key from step 1 (``%41``, ``%2f``, ``a%``, a stray ``%``).
 
-    Additionally a reserved key that is not wrapped (``CON``, ``a.``, ``""``)
-    is rejected, since writers MUST wrap those. A wrapped key that is not
-    reserved (``%abc%``) is accepted: the spec lets a writer wrap every key.
+    Nothing else is rejected: a stored key that is reserved but not wrapped (``5.``,
+    ``gE ``, ``CON``) reads as itself, since its characters re-escape to themselves;
+    a wrapped key that is not reserved (``%abc%``) is accepted, since the spec lets a
+    writer wrap every key.
 
     Raises:
-        InvalidKeyError: if no writer of escaped keys can have produced *key*.
+        InvalidKeyError: if step 3 rejects *key*.
     """
     wrapped = len(key) >= 2 and key[0] == key[-1] == "%"
     inner = key[1:-1] if wrapped else key
@@ -92,10 +93,5 @@ def unescape_key(key: str) -> str:
             f"invalid escaped key {key!r}: escaping its decoded form {result!r} gives "
             f"{_escape_chars(result)!r}, not {inner!r} (only '%' followed by two upper-case "
             "hex digits of an escaped character may appear)"
-        )
-    if not wrapped and is_reserved_key(result):
-        raise InvalidKeyError(
-            f"invalid escaped key {key!r}: {result!r} is reserved and must be stored "
-            f"wrapped as {escape_key(result)!r}"
         )
     return result
