@@ -28,7 +28,8 @@ from h5lens.fetch import (
     resolve_url,
 )
 from h5lens.manifest.model import Manifest
-from h5lens.manifest.refs_json import chunk_prefix, dumps_document, metadata_key
+from h5lens.manifest.refs_json import dumps_document
+from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, KeyGrammar, chunk_key, metadata_key
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class ManifestStore(Store):
         self._fetchers: dict[int, ChunkFetcher] = {}
         self._streaks: dict[str, tuple[int, int, int]] = {}  # array -> (last chunk read, read-ahead end, window)
         self._metadata: dict[str, bytes] | None = None
+        self._grammar: KeyGrammar | None = None
         self.stats = ReadStats()
 
     # -- identity and pickling -------------------------------------------
@@ -119,6 +121,7 @@ class ManifestStore(Store):
         state["_fetchers"] = {}
         state["_streaks"] = {}
         state["_metadata"] = None
+        state["_grammar"] = None
         state["stats"] = ReadStats()
         return state
 
@@ -148,21 +151,16 @@ class ManifestStore(Store):
             ]
         return self._readers[index]
 
+    @property
+    def grammar(self) -> KeyGrammar:
+        """The key grammar of this manifest's arrays (built once)."""
+        if self._grammar is None:
+            self._grammar = KeyGrammar.of_documents(self.manifest.nodes)
+        return self._grammar
+
     def _locate(self, key: str) -> tuple[str, tuple[int, ...]] | None:
         """Split a chunk key into (array path, chunk index); None if it is not one."""
-        chunks = self.manifest.chunks
-        if key.endswith("/c") and key[:-2] in chunks:
-            return key[:-2], ()
-        cut = key.rfind("/c/")
-        while cut >= 0:
-            path, rest = key[:cut], key[cut + 3 :]
-            if path in chunks:
-                parts = rest.split("/")
-                if all(p.isdigit() for p in parts):
-                    return path, tuple(int(p) for p in parts)
-                return None
-            cut = key.rfind("/c/", 0, cut)
-        return None
+        return self.grammar.chunk(key)
 
     def _resolve(self, key: str, byte_range: ByteRequest | None) -> bytes | _Referenced | None:
         """What ``key`` holds: bytes in the manifest, a byte range of a source, or None."""
@@ -376,11 +374,21 @@ class ManifestStore(Store):
             if nodes[path].get("node_type") == "group":
                 for name in self.manifest.children(path):
                     yield name
-            elif self.manifest.chunks[path].n_present:
-                yield "c"
+                return
+            if self.grammar.arrays[path][0] == DEFAULT_ENCODING and len(nodes[path].get("shape", ())):
+                if self.manifest.chunks[path].n_present:
+                    yield "c"  # every chunk key is c/i/j...
+                return
+            seen: set[str] = set()
+            cut = len(path) + 1 if path else 0
+            for key in self._chunk_keys(path):
+                head = key[cut:].split("/", 1)[0]
+                if head not in seen:
+                    seen.add(head)
+                    yield head
             return
         base = path + "/" if path else ""
-        seen: set[str] = set()
+        seen = set()
         for key in self._all_keys():
             if key.startswith(base):
                 head = key[len(base) :].split("/", 1)[0]
@@ -389,20 +397,24 @@ class ManifestStore(Store):
                     yield head
 
     def _all_keys(self) -> Iterable[str]:
+        yield from sorted(self.metadata)
+        for path in sorted(self.manifest.chunks):
+            yield from self._chunk_keys(path)
+
+    def _chunk_keys(self, path: str) -> Iterable[str]:
+        """The keys of array ``path``'s present chunks, in C order."""
         import numpy as np
 
         from h5lens.manifest.model import MISSING
 
-        yield from sorted(self.metadata)
-        for path in sorted(self.manifest.chunks):
-            table = self.manifest.chunks[path]
-            prefix = chunk_prefix(path)
-            if table.grid_shape == ():
-                if table.lookup(()) is not None:
-                    yield prefix
-                continue
-            for index in np.argwhere(table.source != MISSING):
-                yield prefix + "/" + "/".join(str(int(i)) for i in index)
+        table = self.manifest.chunks[path]
+        encoding = self.grammar.arrays[path][0]
+        if table.grid_shape == ():
+            if table.lookup(()) is not None:
+                yield chunk_key(path, (), encoding)
+            return
+        for index in np.argwhere(table.source != MISSING):
+            yield chunk_key(path, tuple(int(i) for i in index), encoding)
 
     def close(self) -> None:
         for reader in self._readers or []:

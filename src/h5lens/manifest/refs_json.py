@@ -24,20 +24,13 @@ import orjson
 
 from h5lens.errors import ManifestFormatError
 from h5lens.manifest.model import INLINE, MISSING, ChunkTable, Manifest, Source
+from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar, chunk_key, join, metadata_key, metadata_path
 
 FORMAT_KEY = "h5lens"
 
 
 def template_name(index: int) -> str:
     return "u" if index == 0 else f"u{index}"
-
-
-def metadata_key(path: str) -> str:
-    return f"{path}/zarr.json" if path else "zarr.json"
-
-
-def chunk_prefix(path: str) -> str:
-    return f"{path}/c" if path else "c"
 
 
 def dumps_document(doc: dict[str, Any]) -> str:
@@ -58,7 +51,8 @@ def manifest_to_refs(manifest: Manifest) -> dict[str, Any]:
     templates = {template_name(i): s.url for i, s in enumerate(manifest.sources)}
     names = ["{{" + template_name(i) + "}}" for i in range(len(manifest.sources))]
     for path in sorted(manifest.chunks):
-        refs.update(_chunk_refs(manifest.chunks[path], chunk_prefix(path), names))
+        encoding = KeyEncoding.from_document(manifest.nodes[path], "/" + path)
+        refs.update(_chunk_refs(manifest.chunks[path], path, encoding, names))
     return {
         "version": 1,
         "templates": templates,
@@ -71,17 +65,19 @@ def manifest_to_refs(manifest: Manifest) -> dict[str, Any]:
     }
 
 
-def _chunk_refs(table: ChunkTable, prefix: str, names: list[str]) -> dict[str, Any]:
+def _chunk_refs(table: ChunkTable, path: str, encoding: KeyEncoding, names: list[str]) -> dict[str, Any]:
     """The refs of one array's present chunks, in C order, built column-wise (no per-chunk numpy calls)."""
     source = table.source.reshape(-1)
     present = np.flatnonzero(source != MISSING)
     if present.size == 0:
         return {}
     if table.grid_shape == ():
-        keys = [prefix]
+        keys = [chunk_key(path, (), encoding)]
     else:
+        prefix = join(path, encoding.tail_prefix())
+        sep = encoding.separator
         columns = [c.astype(str).tolist() for c in np.unravel_index(present, table.grid_shape)]
-        keys = [prefix + "/" + "/".join(parts) for parts in zip(*columns, strict=True)]
+        keys = [prefix + sep.join(parts) for parts in zip(*columns, strict=True)]
     sources = source[present].tolist()
     offsets = table.offset.reshape(-1)[present].tolist()
     lengths = table.length.reshape(-1)[present].tolist()
@@ -122,8 +118,8 @@ def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> 
     nodes: dict[str, dict[str, Any]] = {}
     chunk_items: list[tuple[str, Any]] = []
     for key, value in refs.items():
-        if key == "zarr.json" or key.endswith("/zarr.json"):
-            path = key[: -len("zarr.json")].rstrip("/")
+        path = metadata_path(key)
+        if path is not None:
             nodes[path] = _parse_document(key, value)
         else:
             chunk_items.append((key, value))
@@ -134,9 +130,10 @@ def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> 
         _check_array_document(path, doc)
         chunks[path] = ChunkTable.empty(grid_shape_of(doc))
 
+    grammar = KeyGrammar.of_documents(nodes)
     resolve = _SourceResolver(sources, source_index)
-    for path, (keys, values) in _group_chunk_keys(chunk_items, chunks).items():
-        _fill_table(path, chunks[path], keys, values, resolve)
+    for path, (tails, values) in _group_chunk_keys(chunk_items, grammar, chunks).items():
+        _fill_table(path, chunks[path], grammar.arrays[path][0], tails, values, resolve)
     return Manifest(
         nodes=nodes,
         chunks=chunks,
@@ -171,25 +168,19 @@ class _SourceResolver:
         return self.index[url]
 
 
-_Group = tuple[list[str], list[Any]]  # the chunk-key tails of one array and their values
+_Group = tuple[list[str], list[Any]]  # the key tails of one array's chunks ("c/3/1") and their values
 
 
-def _group_chunk_keys(items: list[tuple[str, Any]], chunks: dict[str, ChunkTable]) -> dict[str, _Group]:
-    """Chunk keys grouped by array, each key reduced to the grid index part ("12/0").
+def _group_chunk_keys(items: list[tuple[str, Any]], grammar: KeyGrammar, chunks: dict[str, ChunkTable]) -> dict[str, _Group]:
+    """Chunk keys grouped by array, each reduced to its tail below the array ("c/12/0").
 
-    Keys whose array prefix is ambiguous ("a/c/b/c/0") or that do not parse fast go
-    through :func:`_split_chunk_key`, which raises on keys of no array."""
+    A key below no array is an error naming it."""
     groups: dict[str, _Group] = {}
     for key, value in items:
-        head, sep, tail = key.rpartition("/c/")
-        if not sep:
-            if key == "c" or key.startswith("c/"):  # chunks of a root array
-                head, tail = "", key[2:]
-            else:
-                head = None
-        if head not in chunks:
-            path, idx = _split_chunk_key(key, chunks)
-            head, tail = path, "/".join(map(str, idx))
+        split = grammar.split_chunk_key(key)
+        if split is None:
+            raise ManifestFormatError(f"{key}: not a metadata key nor a chunk key of any array")
+        head, tail = split
         group = groups.get(head)
         if group is None:
             group = groups[head] = ([], [])
@@ -198,29 +189,40 @@ def _group_chunk_keys(items: list[tuple[str, Any]], chunks: dict[str, ChunkTable
     return groups
 
 
-def _grid_indices(path: str, tails: list[str], grid: tuple[int, ...]) -> np.ndarray:
-    """Flat C-order chunk indices for the tails ("3/1") of one array's keys, checked against its grid."""
+def _grid_indices(path: str, encoding: KeyEncoding, tails: list[str], grid: tuple[int, ...]) -> np.ndarray:
+    """Flat C-order chunk indices for one array's key tails, checked against its grid,
+    parsed column-wise (one split of the joined tails, not one parse per key)."""
+    where = join(path, "")
     if not grid:
-        if any(tails):
-            raise ManifestFormatError(f"{path}: a scalar array has a single chunk key 'c'. Got {tails[:3]}")
+        bad = next((t for t in tails if encoding.parse_tail(t, 0) is None), None)
+        if bad is not None:
+            raise ManifestFormatError(f"{where}{bad}: a 0-d array has the single chunk key {encoding.tail(())!r}")
         return np.zeros(len(tails), dtype=np.int64)
-    joined = "/".join(tails)
-    parts = joined.split("/")
+    prefix, sep = encoding.tail_prefix(), encoding.separator
+    cut = len(prefix)
+    if prefix and not all(t.startswith(prefix) for t in tails):
+        bad = next(t for t in tails if not t.startswith(prefix))
+        raise ManifestFormatError(f"{where}{bad}: not a chunk key of a {len(grid)}-d array ({encoding.name!r} encoding)")
+    joined = sep.join(t[cut:] for t in tails)
+    parts = joined.split(sep)
     digits = "".join(parts)
-    if len(parts) != len(tails) * len(grid) or not (digits.isascii() and digits.isdigit()) or "//" in joined:
-        bad = next((t for t in tails if len(t.split("/")) != len(grid) or not t.replace("/", "").isdigit()), tails[0])
-        raise ManifestFormatError(f"{path}/c/{bad}: not a chunk index of a {len(grid)}-d grid")
+    if len(parts) != len(tails) * len(grid) or not (digits.isascii() and digits.isdigit()) or "" in parts:
+        bad = next((t for t in tails if encoding.parse_tail(t, len(grid)) is None), tails[0])
+        raise ManifestFormatError(f"{where}{bad}: not a chunk key of a {len(grid)}-d array")
     index = np.array(parts, dtype=np.int64).reshape(len(tails), len(grid))
     outside = (index >= np.asarray(grid, dtype=np.int64)).any(axis=1)
     if outside.any():
         bad = tails[int(np.flatnonzero(outside)[0])]
-        raise ManifestFormatError(f"{path}/c/{bad}: chunk index outside the grid {grid}")
+        raise ManifestFormatError(f"{where}{bad}: chunk index outside the grid {grid}")
     return np.ravel_multi_index(tuple(index.T), grid).astype(np.int64, copy=False)
 
 
-def _fill_table(path: str, table: ChunkTable, tails: list[str], values: list[Any], resolve: _SourceResolver) -> None:
+def _fill_table(
+    path: str, table: ChunkTable, encoding: KeyEncoding, tails: list[str], values: list[Any], resolve: _SourceResolver
+) -> None:
     """Set one array's chunk table from its keys' values, column-wise (no per-chunk numpy calls)."""
-    flat = _grid_indices(path, tails, table.grid_shape)
+    flat = _grid_indices(path, encoding, tails, table.grid_shape)
+    where = join(path, "")
     is_ref = [type(v) is list for v in values]
     if all(is_ref):
         refs, ref_flat, inline_at = values, flat, []
@@ -231,7 +233,7 @@ def _fill_table(path: str, table: ChunkTable, tails: list[str], values: list[Any
     if refs:
         if any(len(v) != 3 for v in refs):
             bad = next(i for i, v in enumerate(values) if type(v) is list and len(v) != 3)
-            raise ManifestFormatError(f"{path}/c/{tails[bad]}: expected [url, offset, length]. Got {values[bad]!r}")
+            raise ManifestFormatError(f"{where}{tails[bad]}: expected [url, offset, length]. Got {values[bad]!r}")
         urls = [v[0] for v in refs]
         index = {url: resolve(url) for url in set(urls)}
         try:
@@ -251,7 +253,7 @@ def _fill_table(path: str, table: ChunkTable, tails: list[str], values: list[Any
             value = values[i]
             if not isinstance(value, str):
                 raise ManifestFormatError(
-                    f"{path}/c/{tails[i]}: expected [url, offset, length] or inline data. Got {value!r}"
+                    f"{where}{tails[i]}: expected [url, offset, length] or inline data. Got {value!r}"
                 )
             payloads.append(base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode())
         table.set_inline_many(flat[inline_at], payloads)
@@ -276,36 +278,7 @@ def _check_array_document(path: str, doc: dict[str, Any]) -> None:
     grid = doc.get("chunk_grid", {})
     if grid.get("name") != "regular":
         raise ManifestFormatError(f"{path}: only regular chunk grids are supported. Got {grid.get('name')!r}")
-    encoding = doc.get("chunk_key_encoding", {"name": "default"})
-    sep = encoding.get("configuration", {}).get("separator", "/")
-    if encoding.get("name") != "default" or sep != "/":
-        raise ManifestFormatError(f"{path}: only the default chunk key encoding with '/' is supported")
-
-
-def _split_chunk_key(key: str, chunks: dict[str, ChunkTable]) -> tuple[str, tuple[int, ...]]:
-    # The common case first: "X/data/c/12" splits at the last "/c/".
-    head, sep, tail = key.rpartition("/c/")
-    if sep and head in chunks:
-        table = chunks[head]
-        parts = tail.split("/")
-        if len(parts) == len(table.grid_shape) and all(p.isdigit() for p in parts):
-            idx = tuple(map(int, parts))
-            if all(i < n for i, n in zip(idx, table.grid_shape, strict=True)):
-                return head, idx
-    # "a/c/b/c/0/1": the chunk part is "c" followed only by integers
-    parts = key.split("/")
-    for cut in range(len(parts) - 1, -1, -1):
-        if parts[cut] == "c" and all(p.isdigit() for p in parts[cut + 1 :]):
-            path = "/".join(parts[:cut])
-            if path in chunks:
-                idx = tuple(int(p) for p in parts[cut + 1 :])
-                table = chunks[path]
-                if len(idx) != len(table.grid_shape) or any(
-                    i >= n for i, n in zip(idx, table.grid_shape, strict=True)
-                ):
-                    raise ManifestFormatError(f"{key}: chunk index outside the grid {table.grid_shape}")
-                return path, idx
-    raise ManifestFormatError(f"{key}: not a metadata key nor a chunk key of any array")
+    KeyEncoding.from_document(doc, "/" + path)
 
 
 def write_json(manifest: Manifest, path: str, *, storage_options: dict[str, Any] | None = None) -> None:
