@@ -21,6 +21,63 @@ MISSING = -1  # no chunk: readers see the fill value
 INLINE = -2  # bytes stored in ChunkTable.inline
 
 
+class NodeMap(dict[str, dict[str, Any]]):
+    """node path -> zarr.json document, counting changes to its keys so that indexes
+    built over it (children by parent) are rebuilt only when the tree changed."""
+
+    version = 0
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def __setitem__(self, key: str, value: dict[str, Any]) -> None:
+        if key not in self:
+            self._changed()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self._changed()
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:  # type: ignore[override]
+        self._changed()
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, dict[str, Any]]:
+        self._changed()
+        return super().popitem()
+
+    def setdefault(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        if key not in self:
+            self._changed()
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._changed()
+        super().update(*args, **kwargs)
+
+    def clear(self) -> None:
+        self._changed()
+        super().clear()
+
+    def __ior__(self, other: Any) -> NodeMap:  # type: ignore[override]
+        self.update(other)
+        return self
+
+
+def children_index(nodes: dict[str, Any]) -> dict[str, list[str]]:
+    """parent path -> sorted names of its direct children."""
+    index: dict[str, list[str]] = {}
+    for node in nodes:
+        if node == "":
+            continue
+        parent, _, name = node.rpartition("/")
+        index.setdefault(parent, []).append(name)
+    for names in index.values():
+        names.sort()
+    return index
+
+
 @dataclass(frozen=True)
 class Source:
     """One file that chunk references point into, with what identifies its version."""
@@ -133,6 +190,13 @@ class Manifest:
     # where the manifest was read from: relative source URLs resolve against it
     location: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.nodes, NodeMap):
+            self.nodes = NodeMap(self.nodes)
+    _children_cache: tuple[tuple[int, int], dict[str, list[str]]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
     # -- views -----------------------------------------------------------
     def arrays(self) -> list[str]:
         return [p for p, doc in self.nodes.items() if doc.get("node_type") == "array"]
@@ -142,16 +206,17 @@ class Manifest:
 
     def children(self, path: str) -> list[str]:
         """Names of the direct children of group ``path``, sorted."""
-        return sorted(self._children_index().get(path, ()))
+        return list(self._children_index().get(path, ()))
 
-    def _children_index(self) -> dict[str, set[str]]:
-        index: dict[str, set[str]] = {}
-        for node in self.nodes:
-            if node == "":
-                continue
-            parent, _, name = node.rpartition("/")
-            index.setdefault(parent, set()).add(name)
-        return index
+    def _children_index(self) -> dict[str, list[str]]:
+        """parent path -> sorted child names, built once (listing every group stays linear),
+        and again only after a node was added or removed."""
+        if not isinstance(self.nodes, NodeMap):
+            self.nodes = NodeMap(self.nodes)
+        fingerprint = (id(self.nodes), self.nodes.version)
+        if self._children_cache is None or self._children_cache[0] != fingerprint:
+            self._children_cache = (fingerprint, children_index(self.nodes))
+        return self._children_cache[1]
 
     @property
     def n_chunks(self) -> int:

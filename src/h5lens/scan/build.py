@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 
 from h5lens.errors import H5LensError, InvalidOptionError, MaterializeLimitError, NotHDF5Error, UnsupportedFeatureError
-from h5lens.manifest.model import ChunkTable, Manifest
+from h5lens.manifest.model import ChunkTable, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
 from h5lens.scan.attrs import read_attributes
 from h5lens.scan.codecs import ambiguous_length, read_pipeline, translate_pipeline, untranslatable
@@ -56,7 +56,7 @@ def build_manifest(
     resolve = _resolver(h5, found)
     nan_strings = options.convention == "proposal"
 
-    nodes: dict[str, dict[str, Any]] = {}
+    nodes = NodeMap()
     tables: dict[str, ChunkTable] = {}
     # A dataset with no zarr form may still be rewritten by a profile (an old h5ad's compound
     # obsm becomes plain arrays); the refusal stands only if no profile takes the node.

@@ -16,7 +16,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5lens.manifest.model import ChunkTable
+from h5lens.manifest.model import ChunkTable, NodeMap, children_index
 from h5lens.scan.walk import Walk
 
 
@@ -25,7 +25,7 @@ class ProfileContext:
     """What a profile may read and change."""
 
     h5: h5py.File
-    nodes: dict[str, dict[str, Any]]
+    nodes: NodeMap
     tables: dict[str, ChunkTable]
     options: Any  # ScanOptions
     walk: Walk
@@ -34,6 +34,9 @@ class ProfileContext:
     refused: dict[str, Exception] = field(default_factory=dict)  # datasets with no zarr form (yet)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.nodes, NodeMap):
+            raise TypeError("ProfileContext.nodes must be a NodeMap (children are indexed by its version)")
+        self._children: tuple[int, dict[str, list[str]]] | None = None
         for record in [*self.walk.groups, *self.walk.datasets]:
             self.walk_names.setdefault(record.key, posixpath.basename(record.h5_path))
             self.h5_paths.setdefault(record.key, record.h5_path)
@@ -52,10 +55,10 @@ class ProfileContext:
         return self.nodes.get(key, {}).get("node_type") == "array"
 
     def children(self, key: str) -> list[str]:
-        prefix = f"{key}/" if key else ""
-        return sorted(
-            k[len(prefix) :] for k in self.nodes if k.startswith(prefix) and k != key and "/" not in k[len(prefix) :]
-        )
+        """Sorted names of ``key``'s children (an index rebuilt only after nodes come or go)."""
+        if self._children is None or self._children[0] != self.nodes.version:
+            self._children = (self.nodes.version, children_index(self.nodes))
+        return list(self._children[1].get(key, ()))
 
     def is_refused(self, key: str) -> bool:
         """A dataset the generic scan could not represent; a profile may replace it."""
