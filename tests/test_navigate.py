@@ -34,6 +34,8 @@ def write_sample(path: Path) -> Path:
         group.attrs["ref"] = target.ref
         group.attrs["null_ref"] = h5py.Reference()
         group.attrs["names"] = np.array([b"a", b"b"])
+        group.attrs.create("latin1", data=b"caf\xe9", dtype=h5py.string_dtype("ascii"))
+        group.attrs["latin1_fixed"] = np.array([b"\xe9t\xe9", b"ok"], dtype="S3")
         f["soft"] = h5py.SoftLink("/group/target")
         f["hard"] = target  # a second hard link to one object
         f["dangling"] = h5py.SoftLink("/nowhere")
@@ -163,6 +165,9 @@ def test_attributes(root, h5):
     assert group.attrs["ref"] == root["group/target"]
     assert group.attrs["null_ref"] is None
     assert group.attrs["names"] == ["a", "b"]
+    # bytes that are not UTF-8 come back as the bytes HDF5 holds (h5py: str with surrogates / S)
+    assert group.attrs["latin1"] == h5["group"].attrs["latin1"].encode("utf-8", "surrogateescape") == b"caf\xe9"
+    assert group.attrs["latin1_fixed"] == h5["group"].attrs["latin1_fixed"].tolist()
     assert "_LINKS" not in root.attrs and "_LINKS" in root.convention_attrs
     assert root["group/target"].convention_attrs["_DTYPE"] == "float64"
 

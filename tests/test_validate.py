@@ -130,6 +130,25 @@ def test_removed_target_breaks_every_reference(released):
     ]
 
 
+def test_bytes_attribute_values(released, tmp_path):
+    path = tmp_path / "latin1.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs.create("name", data=b"caf\xe9", dtype=h5py.string_dtype("ascii"))
+    assert validate(h5lens.index(path)) == []
+    attrs(released, "")["b"] = {"_BYTES": "not base64!"}
+    attrs(released, "")["c"] = {"_BYTES": ["AA==", 3]}
+    attrs(released, "")["d"] = {"_BYTES": "AA==", "x": 1}
+    problems = found(released)
+    assert len(problems) == 3 and all("_BYTES" in p for p in problems), problems
+
+
+def test_text_strict_parsers_refuse(released):
+    """A lone surrogate (what h5py makes of non-UTF-8 text) is not UTF-8 JSON: orjson refuses it."""
+    attrs(released, "g")["name"] = "caf\udce9"
+    (problem,) = found(released)
+    assert problem.startswith("/g: metadata is not valid UTF-8 JSON")
+
+
 def test_unknown_dtype(released):
     attrs(released, "g/target")["_DTYPE"] = "float"
     assert found(released) == [f"/g/target: _DTYPE 'float' is not one of {sorted(KNOWN_DTYPES)}"]

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from h5lens import convention
 from h5lens.manifest.model import INLINE, MISSING, Manifest
 
 __all__ = ["KNOWN_DTYPES", "Problem", "validate"]
@@ -100,6 +101,7 @@ class _Validator:
             if not isinstance(attributes, dict):
                 yield Problem(path, f"attributes must be an object, not {type(attributes).__name__}")
                 attributes = {}
+            yield from self._strict_json(path, doc)
             if doc.get("node_type") == "group":
                 yield from self._group(key, path, doc, attributes)
             else:
@@ -107,6 +109,15 @@ class _Validator:
             for name, value in attributes.items():
                 if name not in ("_LINKS", "_REFERENCE_FIELDS", "_ENUM"):
                     yield from self._references_in(path, f"attribute {name!r}", value)
+
+    def _strict_json(self, path: str, doc: dict[str, Any]) -> Iterator[Problem]:
+        """What the strictest readers refuse: text that is not UTF-8 (lone surrogates)."""
+        import orjson
+
+        try:
+            orjson.dumps(doc)
+        except orjson.JSONEncodeError as e:
+            yield Problem(path, f"metadata is not valid UTF-8 JSON, which strict parsers refuse ({e})")
 
     # -- groups ----------------------------------------------------------------------
     def _group(self, key: str, path: str, doc: dict[str, Any], attributes: dict[str, Any]) -> Iterator[Problem]:
@@ -297,6 +308,9 @@ class _Validator:
     # -- references --------------------------------------------------------------------
     def _references_in(self, path: str, where: str, value: Any) -> Iterator[Problem]:
         if isinstance(value, dict):
+            if convention.BYTES in value:
+                yield from self._bytes(path, where, value)
+                return
             if "_REFERENCE" in value:
                 yield from self._reference(path, where, value)
                 return
@@ -307,6 +321,15 @@ class _Validator:
                 yield from self._references_in(path, f"{where}[{i}]", v)
         elif isinstance(value, float) and not math.isfinite(value) and self.manifest.convention == "proposal":
             yield Problem(path, f"{where}: bare {value} in a proposal-profile manifest (the proposal writes strings)")
+
+    def _bytes(self, path: str, where: str, value: dict[str, Any]) -> Iterator[Problem]:
+        if len(value) != 1:
+            yield Problem(path, f"{where}: a {convention.BYTES} wrapper has other keys: {sorted(set(value) - {convention.BYTES})}")
+            return
+        try:
+            convention.decode_bytes_value(value)
+        except ValueError as e:  # binascii.Error is a ValueError
+            yield Problem(path, f"{where}: {convention.BYTES} is not base64 text (or nested lists of it): {e}")
 
     def _reference(self, path: str, where: str, value: dict[str, Any]) -> Iterator[Problem]:
         if len(value) != 1:

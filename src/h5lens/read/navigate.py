@@ -40,6 +40,7 @@ import h5py
 import numpy as np
 import zarr
 
+from h5lens import convention
 from h5lens.errors import SourceNotFoundError
 from h5lens.fetch import resolve_url
 from h5lens.keys import unescape_key
@@ -57,19 +58,7 @@ __all__ = [
 ]
 
 #: Attributes the convention reserves; hidden from ``Node.attrs``.
-RESERVED_ATTRIBUTES = frozenset(
-    {
-        "_LINKS",
-        "_DTYPE",
-        "_SCALAR",
-        "_REFERENCE_FIELDS",
-        "_EMPTY",
-        "_ENUM",
-        "_EXTERNAL_ARRAY_LINK",
-        "_REGION_REFERENCE",
-        "_COMPOUND_DTYPE",
-    }
-)
+RESERVED_ATTRIBUTES = convention.RESERVED_ATTRIBUTES
 _MAX_LINK_DEPTH = 64
 _NAN_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -292,6 +281,8 @@ class Attributes(Mapping[str, Any]):
         return len(self.raw)
 
     def _decode(self, value: Any) -> Any:
+        if convention.is_bytes_value(value):  # byte strings that are not UTF-8, as h5py's bytes
+            return convention.decode_bytes_value(value)
         if isinstance(value, dict):
             ref = value.get("_REFERENCE")
             if len(value) == 1 and isinstance(ref, dict):

@@ -1,11 +1,17 @@
 """HDF5 attributes → JSON values, without loss.
 
 Arrays stay lists whatever their size (``column-order: ["gene"]`` must not
-become ``"gene"``), bytes become text, numpy scalars become JSON numbers,
+become ``"gene"``), bytes become text where they are UTF-8, numpy scalars become JSON numbers,
 object references become ``{"_REFERENCE": {"source": ".", "path": ...}}`` and
 compound values become objects. NaN and ±Infinity are bare JSON tokens in the
 released convention and strings in the proposal's. An attribute that cannot be
 converted raises :class:`~h5lens.errors.UnsupportedFeatureError` naming it.
+
+Byte strings that are not UTF-8 text (HDF5 strings of the ASCII character set may
+hold any bytes; h5py gives fixed-length ones as ``bytes`` and variable-length ones
+as ``str`` with lone surrogates) are stored as ``{"_BYTES": <base64>}``, or for an
+array ``{"_BYTES": [<base64>, ...]}`` nested like the array: one decision per
+attribute, so the JSON stays valid UTF-8 and the bytes come back exactly.
 """
 
 from __future__ import annotations
@@ -17,11 +23,16 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5lens import convention
 from h5lens.errors import UnsupportedFeatureError
 
 ResolveRef = Callable[[h5py.Reference], str | None]
 
 NAN_STRINGS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+class _NotText(Exception):
+    """Raised inside a conversion when a string value is not UTF-8 text."""
 
 
 def read_attributes(
@@ -31,6 +42,8 @@ def read_attributes(
     out: dict[str, Any] = {}
     for name in obj.attrs.keys():
         where = f"{h5_path} attribute {name!r}"
+        if not _is_text(name):
+            raise UnsupportedFeatureError(f"{h5_path}: an attribute name is not UTF-8 text ({name!r})")
         try:
             value = obj.attrs[name]
         except (OSError, TypeError, ValueError, RuntimeError) as e:
@@ -42,12 +55,21 @@ def read_attributes(
 
 def to_json(value: Any, where: str, resolve: ResolveRef) -> Any:
     """Convert one value as h5py returns it."""
+    try:
+        return _to_json(value, where, resolve)
+    except _NotText:
+        return {convention.BYTES: _nested_base64(value)}
+
+
+def _to_json(value: Any, where: str, resolve: ResolveRef) -> Any:
     if isinstance(value, h5py.Empty):
         return None
     if isinstance(value, str):
+        if not _is_text(value):
+            raise _NotText
         return value
     if isinstance(value, bytes):
-        return _decode(value, where)
+        return _decode(value)
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (int, np.integer)):
@@ -63,6 +85,7 @@ def to_json(value: Any, where: str, resolve: ResolveRef) -> Any:
     if isinstance(value, np.void):
         if value.dtype.names is None:
             raise UnsupportedFeatureError(f"{where}: opaque values have no JSON form")
+        # each field decides for itself: a byte-string field becomes {"_BYTES": ...}
         return {name: to_json(value[name], where, resolve) for name in value.dtype.names}
     if isinstance(value, np.ndarray):
         return _array(value, where, resolve)
@@ -71,15 +94,17 @@ def to_json(value: Any, where: str, resolve: ResolveRef) -> Any:
 
 def _array(value: np.ndarray, where: str, resolve: ResolveRef) -> Any:
     if value.ndim == 0:
-        return to_json(value[()], where, resolve)
+        return _to_json(value[()], where, resolve)
     kind = value.dtype.kind
     if kind in "iufb":
         return value.tolist()
     if kind == "S":
-        return _nested(value, lambda v: _decode(bytes(v), where))
+        return _nested(value, lambda v: _decode(bytes(v)))
     if kind == "U":
         return value.tolist()
-    return _nested(value, lambda v: to_json(v, where, resolve))
+    if value.dtype.names is not None:  # records: each one's fields decide for themselves
+        return _nested(value, lambda v: to_json(v, where, resolve))
+    return _nested(value, lambda v: _to_json(v, where, resolve))
 
 
 def _nested(value: np.ndarray, convert: Callable[[Any], Any]) -> list[Any]:
@@ -88,11 +113,37 @@ def _nested(value: np.ndarray, convert: Callable[[Any], Any]) -> list[Any]:
     return [_nested(row, convert) for row in value]
 
 
-def _decode(value: bytes, where: str) -> str:
+def _decode(value: bytes) -> str:
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError:
-        raise UnsupportedFeatureError(f"{where}: bytes that are not UTF-8 text have no JSON form") from None
+        raise _NotText from None
+
+
+def _is_text(value: str) -> bool:
+    """False for h5py's reading of bytes that are not UTF-8 (lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def as_bytes(value: Any) -> bytes:
+    """The bytes HDF5 holds for a string value as h5py returns it."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    return bytes(value)
+
+
+def _nested_base64(value: Any) -> Any:
+    import base64
+
+    if isinstance(value, np.ndarray) and value.ndim > 0:
+        return [_nested_base64(v) for v in value]
+    if isinstance(value, np.ndarray):
+        value = value[()]
+    return base64.b64encode(as_bytes(value)).decode("ascii")
 
 
 def _reference(ref: h5py.Reference, where: str, resolve: ResolveRef) -> Any:

@@ -14,12 +14,13 @@ from h5lens.manifest.model import ChunkTable, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
 from h5lens.scan.attrs import read_attributes
 from h5lens.scan.codecs import ambiguous_length, read_pipeline, translate_pipeline, untranslatable
-from h5lens.scan.dtypes import TypePlan, fill_value_json, plan_type
+from h5lens.scan.dtypes import BYTE_STRING_PLAN, TypePlan, fill_value_json, plan_type
 from h5lens.scan.materialize import (
     chunk_selection,
     compound_plan,
     compound_values,
     encode_chunks,
+    is_bytes_values,
     read_values,
 )
 from h5lens.scan.profiles import ProfileContext, apply_profiles
@@ -165,6 +166,8 @@ def _array(
     estimate = int(np.prod(shape, dtype=np.int64)) * max(base_itemsize, 1)
     _check_limit(path, options, estimate, reason)
     values = read_values(ds, plan, (), path, resolve)
+    if plan.kind == "string" and is_bytes_values(values):
+        plan = BYTE_STRING_PLAN  # not UTF-8 text: the bytes, exactly as h5py reads them
     if plan.kind == "compound" and not plan.raw:
         plan = compound_plan(plan, values)
     values = values.reshape(shape) if values.shape != shape else values

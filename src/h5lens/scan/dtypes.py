@@ -46,6 +46,10 @@ class TypePlan:
     string_fields: tuple[str, ...] = field(default=())  # compound fields re-stored as U{N}
 
 
+# Variable-length strings that are not UTF-8 text (decided per dataset, once its values are read).
+BYTE_STRING_PLAN = TypePlan("variable_length_bytes", np.dtype("O"), None, False, "vlen-bytes", "bytes")
+
+
 def _zdtype(dtype: np.dtype) -> Any:
     from zarr.core.dtype import get_data_type_from_native_dtype
 
@@ -248,8 +252,13 @@ def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
                     continue
                 value = fill[name]
                 if name in plan.string_fields:
-                    # a variable-length string field's fill is empty (None) or bytes
-                    value = "" if value is None else value.decode("utf-8") if isinstance(value, bytes) else value
+                    # a variable-length string field's fill is empty (None) or bytes; the field
+                    # is text (U) or, where its values are not UTF-8, bytes (S)
+                    as_text = plan.numpy_dtype.fields[name][0].kind == "U"
+                    if value is None:
+                        value = "" if as_text else b""
+                    elif isinstance(value, bytes) and as_text:
+                        value = value.decode("utf-8")
                 try:
                     record[name] = value
                 except (TypeError, ValueError) as e:

@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 
 from h5lens.errors import UnsupportedFeatureError
+from h5lens.scan.attrs import as_bytes
 from h5lens.scan.dtypes import TypePlan, structured_json
 
 ResolvePath = Callable[[h5py.Reference], str | None]
@@ -25,11 +26,8 @@ def read_values(
 ) -> np.ndarray:
     """The values of ``ds[selection]`` in the form zarr stores for ``plan``."""
     if plan.kind == "string":
-        try:
-            values = ds.asstr(encoding="utf-8")[selection]
-        except UnicodeDecodeError as e:
-            raise UnsupportedFeatureError(f"{path}: string data that is not UTF-8 ({e.reason})") from None
-        return np.asarray(values, dtype=np.dtypes.StringDType())
+        # h5py reads variable-length strings as bytes, whatever their character set
+        return text_or_bytes(np.asarray(ds[selection], dtype=object))
     if plan.kind == "reference":
         refs = np.asarray(ds[selection], dtype=object)
         paths = [_ref_path(r, path, resolve) for r in refs.ravel()]
@@ -46,6 +44,24 @@ def read_values(
     if plan.kind == "compound":
         return values.astype(plan.numpy_dtype)
     return values
+
+
+def text_or_bytes(raw: np.ndarray) -> np.ndarray:
+    """UTF-8 text as a StringDType array; if any value is not UTF-8, every value as bytes
+    (an object array): one decision for the whole dataset, never per value."""
+    flat = [v if isinstance(v, bytes) else as_bytes(v) for v in raw.ravel().tolist()]
+    try:
+        text = [v.decode("utf-8") for v in flat]
+    except UnicodeDecodeError:
+        out = np.empty(len(flat), dtype=object)
+        out[:] = flat
+        return out.reshape(raw.shape)
+    return np.array(text, dtype=np.dtypes.StringDType()).reshape(raw.shape)
+
+
+def is_bytes_values(values: np.ndarray) -> bool:
+    """Whether :func:`text_or_bytes` (or a compound rewrite) kept these values as bytes."""
+    return values.dtype.kind == "O"
 
 
 def _ref_path(ref: Any, path: str, resolve: ResolvePath) -> str:
@@ -67,8 +83,7 @@ def compound_values(values: np.ndarray, plan: TypePlan, path: str, resolve: Reso
             text = [_ref_path(r, f"{path} field {name!r}", resolve) for r in column.ravel()]
             columns[name] = _fixed_text(text, column.shape, f"{path} field {name!r}")
         elif name in plan.string_fields:
-            text = [_decode_field(v, f"{path} field {name!r}") for v in column.ravel()]
-            columns[name] = _fixed_text(text, column.shape, f"{path} field {name!r}")
+            columns[name] = _string_field(column, f"{path} field {name!r}")
         else:
             dtype = column.dtype
             columns[name] = column.astype(dtype.newbyteorder("=") if dtype.fields is None else dtype)
@@ -79,13 +94,17 @@ def compound_values(values: np.ndarray, plan: TypePlan, path: str, resolve: Reso
     return out
 
 
-def _decode_field(value: Any, where: str) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return bytes(value).decode("utf-8")
-    except UnicodeDecodeError:
-        raise UnsupportedFeatureError(f"{where}: string data that is not UTF-8") from None
+def _string_field(column: np.ndarray, where: str) -> np.ndarray:
+    """A variable-length string field as fixed-length text (``U{N}``), or, if any value is
+    not UTF-8, as fixed-length bytes (``S{N}``, which reads back as the bytes h5py gives)."""
+    values = text_or_bytes(column)
+    if not is_bytes_values(values):
+        return _fixed_text([str(v) for v in values.ravel()], column.shape, where)
+    raw = values.ravel().tolist()
+    if any(b"\x00" in v for v in raw):
+        raise UnsupportedFeatureError(f"{where}: byte strings holding NUL cannot be stored as fixed-length bytes")
+    width = max((len(v) for v in raw), default=1) or 1
+    return np.array(raw, dtype=f"S{width}").reshape(column.shape)
 
 
 def _fixed_text(text: list[str], shape: tuple[int, ...], where: str) -> np.ndarray:
@@ -134,6 +153,11 @@ def encode_chunks(
         chunk_shape = tuple(doc["chunk_grid"]["configuration"]["chunk_shape"])
         shape = tuple(doc["shape"])
         for index, values in regions:
+            if not shape and values.dtype.kind == "O":
+                # zarr 3.4 cannot write a 0-d variable_length_bytes array (it hands the codec
+                # an ndarray); the chunk is the vlen-bytes encoding of the one value
+                store_dict["c"] = _vlen_bytes_chunk(doc, values)
+                continue
             if not shape:
                 array[()] = values
                 continue
@@ -145,6 +169,17 @@ def encode_chunks(
         parts = key.split("/")[1:]  # "c/0/1" -> ["0", "1"]
         out[tuple(int(p) for p in parts)] = buffer.to_bytes()
     return out
+
+
+def _vlen_bytes_chunk(doc: dict[str, Any], values: np.ndarray) -> Any:
+    import numcodecs
+    from zarr.core.buffer import default_buffer_prototype
+
+    if [c["name"] for c in doc["codecs"]] != ["vlen-bytes"]:
+        raise AssertionError(f"0-d byte strings are stored with vlen-bytes alone, not {doc['codecs']}")
+    one = np.empty(1, dtype=object)
+    one[0] = bytes(values[()])
+    return default_buffer_prototype().buffer.from_bytes(numcodecs.VLenBytes().encode(one))
 
 
 def chunk_selection(index: tuple[int, ...], chunk_shape: tuple[int, ...], shape: tuple[int, ...]) -> tuple:

@@ -82,6 +82,10 @@ def walk(h5: h5py.File) -> Walk:
             stack.pop()
             continue
         name, group = member
+        if not isinstance(name, str) or not _is_text(name):  # h5py lists such names as bytes
+            raise UnsupportedFeatureError(
+                f"{record.h5_path.rstrip('/')}/{name!r}: an HDF5 name that is not UTF-8 text has no zarr key"
+            )
         child_h5 = posixpath.join(record.h5_path, name)
         child_key = f"{record.key}/{escape_key(name)}" if record.key else escape_key(name)
         link = group.get(name, getlink=True)
@@ -118,6 +122,14 @@ def walk(h5: h5py.File) -> Walk:
     for record in groups:
         record.links.sort(key=lambda entry: entry.name)
     return Walk(groups, datasets, canonical)
+
+
+def _is_text(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _members(group: h5py.Group, record: GroupRecord) -> Iterator[tuple[str, h5py.Group]]:

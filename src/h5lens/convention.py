@@ -1,0 +1,48 @@
+"""The unified zarr v3 convention's reserved attribute names, and h5lens's own additions.
+
+One place names them; the scanner writes them, the readers and the validator read them.
+See docs/conventions.md and docs/manifest-format.md.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+LINKS = "_LINKS"  # groups: [{name, source, path}], the parent-centric links
+DTYPE = "_DTYPE"  # non-compound arrays: what HDF5 held ("float64", "str", "bytes", "object_reference")
+SCALAR = "_SCALAR"  # proposal profile: a shape-(1,) array that is an HDF5 scalar
+REFERENCE = "_REFERENCE"  # attribute values: {"_REFERENCE": {source, path}}
+REFERENCE_FIELDS = "_REFERENCE_FIELDS"  # structured arrays: fields holding object-reference paths
+EMPTY = "_EMPTY"  # an HDF5 null dataspace, stored with shape [0]
+ENUM = "_ENUM"  # enum arrays: {name: value}
+EXTERNAL_ARRAY_LINK = "_EXTERNAL_ARRAY_LINK"  # reserved by the proposal (not written)
+REGION_REFERENCE = "_REGION_REFERENCE"  # reserved by the proposal (not written)
+COMPOUND_DTYPE = "_COMPOUND_DTYPE"  # LINDI's; replaced by zarr v3 structured
+# h5lens: attribute values that are byte strings but not UTF-8 text, as base64
+# ({"_BYTES": "..."} or, for an array, {"_BYTES": [...]} nested like the array).
+BYTES = "_BYTES"
+
+RESERVED_ATTRIBUTES = frozenset(
+    {LINKS, DTYPE, SCALAR, REFERENCE_FIELDS, EMPTY, ENUM, EXTERNAL_ARRAY_LINK, REGION_REFERENCE, COMPOUND_DTYPE}
+)
+
+
+def is_bytes_value(value: Any) -> bool:
+    """Whether an attribute value is the ``{"_BYTES": ...}`` form."""
+    return isinstance(value, dict) and len(value) == 1 and BYTES in value
+
+
+def decode_bytes_value(value: dict[str, Any]) -> bytes | list[Any]:
+    """``{"_BYTES": ...}`` → the bytes (nested lists of bytes for an array).
+
+    Raises ValueError when the base64 text is malformed."""
+
+    def decode(item: Any) -> Any:
+        if isinstance(item, list):
+            return [decode(v) for v in item]
+        if not isinstance(item, str):
+            raise ValueError(f"{BYTES} holds {type(item).__name__}, not base64 text")
+        return base64.b64decode(item, validate=True)
+
+    return decode(value[BYTES])
