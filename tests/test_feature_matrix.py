@@ -936,6 +936,27 @@ def test_inline_threshold_zero_references_bytes(indexed):
     assert (table.source >= 0).any(), "contiguous/big_1d: no chunk is referenced by byte range with inline_threshold=0"
 
 
+def test_inlining_copies_small_arrays_never_chunks_of_big_ones(tmp_path):
+    """A 48 KB array in 2,000 chunks of ~100 bytes stays references: the manifest is a map of the
+    data, not a copy. A 400-byte array is inlined whole."""
+    path = tmp_path / "tiny_chunks.h5"
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("big", data=rng.integers(0, 1000, 128_000, dtype="i4"), chunks=(64,), compression="gzip")
+        f.create_dataset("small", data=np.arange(100, dtype="i4"), chunks=(10,))
+    manifest = h5lens.index(path)
+    big, small = manifest.chunks["big"], manifest.chunks["small"]
+    assert big.n_present == 2000 and (big.source >= 0).all() and not big.inline
+    assert small.n_present == 10 and (small.source == -2).all()
+    out = tmp_path / "m.json"
+    manifest.to_json(out)
+    assert out.stat().st_size / big.n_present < 50  # bytes of manifest per chunk
+    with h5py.File(path) as f:
+        group = h5lens.open_group(out)
+        np.testing.assert_array_equal(group["big"][...], f["big"][...])
+        np.testing.assert_array_equal(group["small"][...], f["small"][...])
+
+
 def test_json_round_trip_reads_the_same(feature_files, indexed, tmp_path):
     """Manifest.from_json(to_json(m)) opened through h5lens reads the same values as h5py."""
     p = tmp_path / "m.json"

@@ -35,7 +35,8 @@ def index(
     Parameters
     ----------
     inline_threshold
-        Referenced chunks of at most this many bytes are copied into the manifest.
+        Arrays whose whole stored size is at most this many bytes are copied into the
+        manifest; the chunks of bigger arrays stay references however small each is.
     convention
         ``"released"`` (what readers of the unified convention ship: 0-d scalars, bare
         NaN tokens) or ``"proposal"`` (``_SCALAR`` shape-(1,) arrays, NaN as strings).

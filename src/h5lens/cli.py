@@ -25,6 +25,7 @@ app = typer.Typer(
 EXIT_BAD_INPUT = 2
 
 
+
 def _fail(message: str) -> None:
     first = message.strip().splitlines()[0] if message.strip() else "failed"
     typer.echo(f"h5lens: error: {first}", err=True)
@@ -93,7 +94,7 @@ def index(
     source: Annotated[str, typer.Argument(help="HDF5 file: local path or fsspec URL (s3://...).")],
     output: Annotated[str, typer.Option("--output", "-o", help="Where to write the manifest JSON.")],
     inline_threshold: Annotated[
-        int, typer.Option(help="Copy referenced chunks of at most this many bytes into the manifest.")
+        int, typer.Option(help="Copy arrays of at most this many stored bytes into the manifest.")
     ] = 1000,
     convention: Annotated[
         str, typer.Option(help="'released' (what convention readers ship) or 'proposal'.")
@@ -148,7 +149,7 @@ def publish(
     url: Annotated[
         str | None, typer.Option(help="URL to record for the source, e.g. the bucket a local copy came from.")
     ] = None,
-    inline_threshold: Annotated[int, typer.Option(help="Inline referenced chunks up to this many bytes.")] = 1000,
+    inline_threshold: Annotated[int, typer.Option(help="Copy arrays of at most this many stored bytes into the manifest.")] = 1000,
     convention: Annotated[str, typer.Option(help="'released' or 'proposal'.")] = "released",
     read_block_size: ReadBlockSize = "1MiB",
     storage_option: StorageOption = [],  # noqa: B006

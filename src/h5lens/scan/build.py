@@ -320,7 +320,9 @@ def _finish_scalar(doc: dict[str, Any], table: ChunkTable, options: ScanOptions)
 
 
 def _inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], threshold: int) -> None:
-    """Copy referenced chunks of at most ``threshold`` bytes into the manifest.
+    """Copy the referenced chunks of small *arrays* (whole stored size at most ``threshold``
+    bytes) into the manifest. The chunks of a big array stay references however small each
+    one is: the manifest is a map of the data, not a copy of it.
 
     Reads go in file order, neighbouring chunks merged into one read (for a remote
     source, one request instead of thousands).
@@ -329,12 +331,14 @@ def _inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], thre
         return
     paths, flats, offsets, lengths = [], [], [], []
     for number, (path, table) in enumerate(tables.items()):
-        small = np.flatnonzero(((table.source >= 0) & (table.length <= threshold)).reshape(-1))
-        if small.size:
-            paths.append(np.full(small.size, number))
-            flats.append(small)
-            offsets.append(table.offset.reshape(-1)[small])
-            lengths.append(table.length.reshape(-1)[small])
+        referenced = table.referenced_bytes
+        if referenced == 0 or referenced + table.inline_bytes > threshold:
+            continue
+        small = np.flatnonzero((table.source >= 0).reshape(-1))
+        paths.append(np.full(small.size, number))
+        flats.append(small)
+        offsets.append(table.offset.reshape(-1)[small])
+        lengths.append(table.length.reshape(-1)[small])
     if not flats:
         return
     which, flat = np.concatenate(paths), np.concatenate(flats)
