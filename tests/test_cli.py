@@ -130,3 +130,14 @@ def test_bad_option_values_raise_h5lens_errors(sample):
         h5lens.index(sample, convention="nope")
     with pytest.raises(h5lens.InvalidOptionError, match="read_block_size"):
         h5lens.index(sample, read_block_size=0)
+
+
+def test_library_warnings_only_with_verbose(tmp_path):
+    """zarr warns about structured / byte-string data types; the CLI prints its own lines only."""
+    source = tmp_path / "records.h5"
+    with h5py.File(source, "w") as f:
+        f.create_dataset("records", data=np.zeros(3, dtype=[("a", "<i4"), ("b", "S2")]))
+    quiet = h5lens_cli("index", source, "-o", tmp_path / "q.json")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    loud = h5lens_cli("-v", "index", source, "-o", tmp_path / "l.json")
+    assert loud.returncode == 0 and "UnstableSpecificationWarning" in loud.stderr

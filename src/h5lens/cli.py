@@ -25,6 +25,20 @@ app = typer.Typer(
 EXIT_BAD_INPUT = 2
 
 
+@app.callback()
+def _options(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also show the warnings of the libraries h5lens uses.")
+    ] = False,
+) -> None:
+    """Index HDF5 files (h5ad, h5td, NWB, any HDF5) into zarr v3 reference manifests and read them."""
+    import warnings
+
+    if not verbose:
+        # The CLI speaks in its own lines; zarr's UnstableSpecificationWarning and the like
+        # are for people debugging (-v), not for every run.
+        warnings.simplefilter("ignore")
+
 
 def _fail(message: str) -> None:
     first = message.strip().splitlines()[0] if message.strip() else "failed"
