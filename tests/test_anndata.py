@@ -3,6 +3,20 @@
 Oracles: ``anndata.read_h5ad(original)`` for eager reads; ``read_lazy`` of the
 original (then ``to_memory``) for lazy reads; anndata's reading of its *own*
 zarr v3 copy of the file for plain ``anndata.read_zarr`` over the manifest.
+
+Every branch of anndata 0.13's ``read_h5ad`` (``_io/h5ad.py``, ``_io/utils.py``,
+``_io/specs/methods.py``) that reads an old layout has a test here:
+
+- top-level ``raw.X`` / ``raw.var`` / ``raw.varm`` (< 0.6), gathered by ``_read_legacy_raw``:
+  ``test_legacy_05_raw`` (dense and h5sparse ``raw.X``);
+- ``raw.*`` beside a ``raw`` group (``ValueError``): ``test_legacy_raw_beside_a_raw_group``;
+- compound ``obs`` / ``var`` datasets (``read_dataframe_legacy``), categories in
+  ``uns/<col>_categories`` (``_clean_uns``), and un-encoded ``uns`` datasets
+  (``read_dataset``: ``S`` arrays as text, one-element ones as scalars, compounds as
+  record arrays): ``test_legacy_05_compound_tables``;
+- ``h5sparse_format`` groups (``read_basic``): ``test_h5sparse_legacy_matrix``;
+- ``dataframe`` 0.1.0 with categoricals through object references (0.7):
+  ``test_legacy_07_categoricals_lzf``.
 """
 
 from __future__ import annotations
@@ -261,6 +275,9 @@ def _write_v05(path: Path) -> None:
         uns.create_dataset("title", data=np.array([b"old"]))
         uns.create_dataset("labels", data=np.array([b"a", b"bb"]))
         uns.create_dataset("k", data=np.int64(3))
+        records = np.zeros(2, dtype=[("name", "S3"), ("score", "<f8")])
+        records["name"], records["score"] = [b"ab", b"cde"], [0.5, 1.5]
+        uns.create_dataset("records", data=records)
         obsm = np.zeros(n_obs, dtype=[("X_pca", "<f4", (2,)), ("X_umap", "<f8", (2,))])
         obsm["X_pca"] = rng.random((n_obs, 2))
         obsm["X_umap"] = rng.random((n_obs, 2))
@@ -275,6 +292,65 @@ def test_legacy_05_compound_tables(tmp_path):
     assert_equal(h5lens.read_anndata(manifest), expected)
     assert_equal(_text_as_object(ad.read_zarr(h5lens.open_group(manifest).store)), _text_as_object(expected))
     assert (manifest.chunks["X"].source >= 0).all()  # the matrix is referenced, not copied
+
+
+def _add_legacy_raw(path: Path, *, sparse: bool, prefix: str = "raw.") -> None:
+    """anndata < 0.7 wrote raw as top-level raw.X / raw.var / raw.varm."""
+    rng = np.random.default_rng(9)
+    n_raw = 7
+    with h5py.File(path, "a") as f:
+        n_obs = f["obs"].shape[0]
+        x = sp.random(n_obs, n_raw, density=0.4, format="csr", random_state=4, dtype=np.float32)
+        if sparse:
+            g = f.create_group(f"{prefix}X")
+            g.attrs["h5sparse_format"] = "csr"
+            g.attrs["h5sparse_shape"] = np.array(x.shape)
+            g.create_dataset("data", data=x.data)
+            g.create_dataset("indices", data=x.indices)
+            g.create_dataset("indptr", data=x.indptr)
+        else:
+            f.create_dataset(f"{prefix}X", data=x.toarray(), chunks=(4, n_raw), compression="gzip")
+        var = np.zeros(n_raw, dtype=[("index", "S6"), ("gene_ids", "S10"), ("mean", "<f8")])
+        var["index"] = [f"r{i}".encode() for i in range(n_raw)]
+        var["gene_ids"] = [f"ENSR{i}".encode() for i in range(n_raw)]
+        var["mean"] = rng.random(n_raw)
+        f.create_dataset(f"{prefix}var", data=var)
+        varm = np.zeros(n_raw, dtype=[("PCs", "<f4", (2,))])
+        varm["PCs"] = rng.random((n_raw, 2))
+        f.create_dataset(f"{prefix}varm", data=varm)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "h5sparse"])
+def test_legacy_05_raw(tmp_path, sparse):
+    path = tmp_path / "v05raw.h5ad"
+    _write_v05(path)
+    _add_legacy_raw(path, sparse=sparse)
+    expected = ad.read_h5ad(path)
+    assert expected.raw is not None and expected.raw.shape == (12, 7)
+    manifest = h5lens.index(path, inline_threshold=0)
+    assert_equal(h5lens.read_anndata(manifest), expected)
+    lazy = h5lens.read_anndata(manifest, lazy=True).to_memory()
+    assert_equal(_text_as_object(lazy.raw.to_adata()), _text_as_object(expected.raw.to_adata()))
+    assert_equal(_text_as_object(ad.read_zarr(h5lens.open_group(manifest).store)), _text_as_object(expected))
+    # raw.X's bytes are referenced where they lie, not copied
+    x_key = "raw/X/data" if sparse else "raw/X"
+    assert (manifest.chunks[x_key].source >= 0).all()
+
+
+def test_legacy_raw_beside_a_raw_group(tmp_path):
+    """read_h5ad refuses a file with both; the manifest keeps every element visible, and
+    reading it as AnnData is refused alike, never silently without raw."""
+    path = tmp_path / "both.h5ad"
+    _write_v05(path)
+    _add_legacy_raw(path, sparse=False)
+    with h5py.File(path, "a") as f:
+        f.create_group("raw").create_dataset("X", data=np.zeros((12, 7), dtype=np.float32))
+    with pytest.raises(ValueError, match="both legacy and current raw"):
+        ad.read_h5ad(path)
+    manifest = h5lens.index(path)
+    assert {"raw.X", "raw.var", "raw.varm", "raw/X"} <= set(manifest.nodes)
+    with pytest.raises(ValueError, match="both legacy and current raw"):
+        h5lens.read_anndata(manifest)
 
 
 def test_compound_with_array_members_still_refused_outside_profiles(tmp_path):

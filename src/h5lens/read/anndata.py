@@ -135,7 +135,26 @@ def read_anndata(
         group = _as_anndata_root(group)
     from anndata.experimental import read_dispatched
 
-    return read_dispatched(group, _as_h5ad_reads)
+    adata = read_dispatched(group, _as_h5ad_reads)
+    return _with_legacy_raw(adata, group)
+
+
+def _with_legacy_raw(adata: Any, group: zarr.Group) -> Any:
+    """Top-level ``raw.X`` / ``raw.var`` / ``raw.varm`` (anndata < 0.7), as anndata's own
+    readers take them: gathered into ``adata.raw``, or refused beside a ``raw`` group. The
+    h5ad profile moves them into a ``raw`` group; a manifest from elsewhere may not."""
+    legacy = [name for name in group if name.startswith("raw.")]
+    if not legacy or ("raw" not in group and "raw.X" not in legacy):  # read_h5ad's two branches
+        return adata
+    import anndata
+    from anndata._io.specs import read_elem
+    from anndata._io.utils import _read_legacy_raw
+    from anndata._io.zarr import read_dataframe
+
+    raw = anndata.AnnData(**_read_legacy_raw(group, adata.raw, read_dataframe, read_elem))
+    raw.obs_names = adata.obs_names
+    adata.raw = raw
+    return adata
 
 
 # anndata computes lazy sparse matrices in blocks of 1000 rows: a slice of 1% of a 50k-row

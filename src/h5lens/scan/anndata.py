@@ -59,21 +59,6 @@ def _h5_name(ctx: ProfileContext, key: str) -> str:
     return ctx.walk_names.get(key, key.rsplit("/", 1)[-1])
 
 
-def _rename(ctx: ProfileContext, old: str, new: str) -> None:
-    """Move a node and its subtree to another key, chunk tables included."""
-    if old == new:
-        return
-    prefix = old + "/"
-    moves = [k for k in ctx.nodes if k == old or k.startswith(prefix)]
-    for k in moves:
-        target = new + k[len(old) :]
-        ctx.nodes[target] = ctx.nodes.pop(k)
-        if k in ctx.tables:
-            ctx.tables[target] = ctx.tables.pop(k)
-        if k in ctx.walk_names:
-            ctx.walk_names[target] = ctx.walk_names.pop(k)
-
-
 def _mapping(ctx: ProfileContext, key: str, version: Any) -> None:
     children = ctx.children(key)
     if version == "0.2.0":
@@ -81,7 +66,7 @@ def _mapping(ctx: ProfileContext, key: str, version: Any) -> None:
         for name in children:
             raw = _h5_name(ctx, f"{key}/{name}" if key else name)
             if raw != name:
-                _rename(ctx, _join(key, name), _join(key, raw))
+                ctx.rename(_join(key, name), _join(key, raw))
         return
     if any(_h5_name(ctx, _join(key, name)) != name for name in children):
         ctx.attributes(key)["encoding-version"] = "0.2.0"
@@ -101,7 +86,7 @@ def _dataframe_column_names(ctx: ProfileContext, key: str) -> None:
     for name in ctx.children(key):
         raw = _h5_name(ctx, _join(key, name))
         if raw != name and _zarr_safe(raw) and _join(key, raw) not in ctx.nodes:
-            _rename(ctx, _join(key, name), _join(key, raw))
+            ctx.rename(_join(key, name), _join(key, raw))
 
 
 # -- legacy layouts ------------------------------------------------------------
@@ -139,7 +124,7 @@ def _dataframe_0_1_0(ctx: ProfileContext, key: str) -> None:
             raise UnsupportedFeatureError(f"/{column_key}: its categories reference /{target}, which is not an array")
         ordered = bool(ctx.attributes(target).get("ordered", False))
         codes_key = _join(column_key, "codes")
-        _rename(ctx, column_key, codes_key)
+        ctx.rename(column_key, codes_key)
         codes_attrs = ctx.attributes(codes_key)
         codes_attrs.pop("categories", None)
         codes_attrs.update({"encoding-type": "array", "encoding-version": "0.2.0"})

@@ -18,8 +18,10 @@ from h5lens.scan.profiles import ProfileContext
 
 ENCODING = "encoding-type"
 VERSION = "encoding-version"
-DATAFRAMES = ("obs", "var", "raw/var")
-MATRIX_MAPPINGS = ("obsm", "varm", "raw/varm")
+# raw.var / raw.varm / raw.X stay at the top level only beside a raw group (a file that
+# read_h5ad refuses): they are still presented in modern encodings, never dropped.
+DATAFRAMES = ("obs", "var", "raw/var", "raw.var")
+MATRIX_MAPPINGS = ("obsm", "varm", "raw/varm", "raw.varm")
 
 
 def is_legacy(ctx: ProfileContext) -> bool:
@@ -28,6 +30,7 @@ def is_legacy(ctx: ProfileContext) -> bool:
 
 def upgrade(ctx: ProfileContext) -> None:
     ctx.attributes("").update({ENCODING: "anndata", VERSION: "0.1.0"})
+    _legacy_raw(ctx)
     categories = _uns_categories(ctx)
     for key in DATAFRAMES:
         if _is_compound(ctx, key):
@@ -35,7 +38,7 @@ def upgrade(ctx: ProfileContext) -> None:
     for key in MATRIX_MAPPINGS:
         if _is_compound(ctx, key):
             _matrix_mapping(ctx, key)
-    for key in ("X", "raw/X"):
+    for key in ("X", "raw/X", "raw.X"):
         _encode_matrix(ctx, key)
     for key in ("layers", "obsp", "varp", "obsm", "varm", "raw", "raw/varm"):
         if ctx.is_group(key) and ENCODING not in ctx.attributes(key):
@@ -46,6 +49,23 @@ def upgrade(ctx: ProfileContext) -> None:
                 _encode_matrix(ctx, f"{key}/{name}")
     if ctx.is_group("uns"):
         _uns(ctx, "uns")
+
+
+LEGACY_RAW = ("X", "var", "varm")
+
+
+def _legacy_raw(ctx: ProfileContext) -> None:
+    """anndata before 0.6 stored raw as top-level ``raw.X`` / ``raw.var`` / ``raw.varm``,
+    which ``read_h5ad`` gathers into ``adata.raw``. Present them as a modern ``raw`` group
+    over the same bytes (its elements are then upgraded like any other). With a ``raw``
+    group beside them, ``read_h5ad`` refuses the file ("both legacy and current raw
+    formats"): they stay where they are, and anndata's zarr reader refuses it alike."""
+    present = [name for name in LEGACY_RAW if f"raw.{name}" in ctx.nodes or ctx.is_refused(f"raw.{name}")]
+    if not present or "raw" in ctx.nodes:
+        return
+    ctx.put_group("raw", {ENCODING: "raw", VERSION: "0.1.0"})
+    for name in present:
+        ctx.rename(f"raw.{name}", f"raw/{name}")
 
 
 def _is_compound(ctx: ProfileContext, key: str) -> bool:

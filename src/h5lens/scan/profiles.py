@@ -83,6 +83,18 @@ class ProfileContext:
         self.nodes[key] = doc
         self.tables[key] = table
 
+    def rename(self, old: str, new: str) -> None:
+        """Move a node and its subtree to another key: documents, chunk tables, the HDF5
+        names and paths it was scanned from, and refusals still pending on it."""
+        if old == new:
+            return
+        prefix = old + "/"
+        for k in [k for k in self.nodes if k == old or k.startswith(prefix)]:
+            self.nodes[new + k[len(old) :]] = self.nodes.pop(k)
+        for mapping in (self.tables, self.walk_names, self.h5_paths, self.refused):
+            for k in [k for k in mapping if k == old or k.startswith(prefix)]:
+                mapping[new + k[len(old) :]] = mapping.pop(k)
+
     def remove(self, key: str) -> None:
         """Remove a node and everything below it."""
         prefix = key + "/"
