@@ -149,6 +149,12 @@ def test_text_strict_parsers_refuse(released):
     assert problem.startswith("/g: metadata is not valid UTF-8 JSON")
 
 
+def test_chunk_key_encoding_the_grammar_does_not_know(released):
+    released.nodes["g/target"]["chunk_key_encoding"] = {"name": "default", "configuration": {"separator": "|"}}
+    problems = found(released)
+    assert any(p.startswith("/g/target: chunk_key_encoding") for p in problems), problems
+
+
 def test_unknown_dtype(released):
     attrs(released, "g/target")["_DTYPE"] = "float"
     assert found(released) == [f"/g/target: _DTYPE 'float' is not one of {sorted(KNOWN_DTYPES)}"]

@@ -264,11 +264,16 @@ def _parse_document(key: str, value: Any) -> dict[str, Any]:
         doc = value
     elif isinstance(value, str):
         try:
-            doc = json.loads(value)
-        except ValueError as e:
-            raise ManifestFormatError(f"{key}: not valid JSON ({e})") from None
+            doc = orjson.loads(value)  # several times faster than json.loads, per document
+        except orjson.JSONDecodeError:
+            try:  # bare NaN / Infinity tokens (as zarr writes them) are not JSON to orjson
+                doc = json.loads(value)
+            except ValueError as e:
+                raise ManifestFormatError(f"{key}: not valid JSON ({e})") from None
     else:
         raise ManifestFormatError(f"{key}: expected a zarr.json document. Got {type(value).__name__}")
+    if not isinstance(doc, dict):
+        raise ManifestFormatError(f"{key}: expected a zarr.json object. Got {type(doc).__name__}")
     if doc.get("zarr_format") != 3 or doc.get("node_type") not in ("array", "group"):
         raise ManifestFormatError(f"{key}: expected zarr v3 metadata (zarr_format 3, node_type array|group)")
     return doc
