@@ -140,6 +140,24 @@ def build_byte_strings(path: Path) -> None:
         f["vlen/1d"].attrs["compound_attr"] = np.array((b"\xfe", 7), dtype=[("name", "S1"), ("x", "<i4")])
 
 
+def build_chunk_indexes(path: Path) -> None:
+    """libver="latest" chunk indexes: single chunk, fixed array, extensible array (the
+    unlimited dimension first, and not first: libhdf5 2.0's chunk_iter lists the latter's
+    chunks in the wrong order), version-2 B-tree; some chunks never written."""
+    with h5py.File(path, "w", libver="latest") as f:
+        values = np.arange(50 * 30, dtype="i4").reshape(50, 30)
+        f.create_dataset("single", data=values, chunks=(50, 30), compression="gzip")
+        f.create_dataset("fixed_array", data=values, chunks=(7, 4), compression="gzip")
+        f.create_dataset("extensible_first", data=values, chunks=(7, 4), maxshape=(None, 30))
+        f.create_dataset("extensible_second", data=values, chunks=(7, 4), maxshape=(50, None), compression="gzip")
+        square = f.create_dataset("extensible_square", shape=(50, 50), chunks=(10, 10), maxshape=(50, None), dtype="f8")
+        square[...] = np.arange(2500.0).reshape(50, 50)
+        sparse = f.create_dataset("extensible_3d_partial", shape=(9, 12, 6), chunks=(3, 4, 2), maxshape=(9, None, 6), dtype="u2")
+        sparse[0:3, 4:8] = 7
+        sparse[6:9, 8:12, 4:6] = 9
+        f.create_dataset("btree_v2", data=values, chunks=(7, 4), maxshape=(None, None), compression="gzip")
+
+
 def build_scalars_empty(path: Path) -> None:
     with h5py.File(path, "w") as f:
         s = f.create_group("scalar")
@@ -425,6 +443,7 @@ BUILDERS: dict[str, Callable[[Path], None]] = {
     "numeric": build_numeric,
     "strings": build_strings,
     "byte_strings": build_byte_strings,
+    "chunk_indexes": build_chunk_indexes,
     "scalars_empty": build_scalars_empty,
     "layouts": build_layouts,
     "filters": build_filters,

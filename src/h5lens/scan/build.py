@@ -68,7 +68,7 @@ def build_manifest(
         if progress is not None:
             progress(number, len(found.datasets), record.h5_path)
         try:
-            doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings)
+            doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, opened.raw)
         except UnsupportedFeatureError as e:
             refused[record.key] = e
             continue
@@ -111,7 +111,7 @@ def _group_document(h5: h5py.File, group: GroupRecord, resolve, nan_strings: boo
 
 
 def _array(
-    ds: h5py.Dataset, record: DatasetRecord, options: ScanOptions, resolve, nan_strings: bool
+    ds: h5py.Dataset, record: DatasetRecord, options: ScanOptions, resolve, nan_strings: bool, raw: Any = None
 ) -> tuple[dict[str, Any], ChunkTable]:
     path = record.h5_path
     plan = plan_type(ds.dtype, path)
@@ -141,7 +141,7 @@ def _array(
         codecs = [_bytes_codec(plan)] + pipeline
         if chunked:
             doc = _document(path, plan, shape, hdf5_chunks, codecs, ds.fillvalue, attributes)
-            scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks)
+            scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks, raw)
             table = scan.table
             redo = scan.masked
             suspect = ambiguous_length(filters, _chunk_nbytes(doc, base_itemsize))

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import h5py
 import numpy as np
 
+from h5lens.errors import UnsupportedFeatureError
 from h5lens.manifest.model import ChunkTable
 
 DEFAULT_SLAB_BYTES = 4 << 20
@@ -34,11 +36,34 @@ def grid_shape(shape: tuple[int, ...], chunk_shape: tuple[int, ...]) -> tuple[in
     return tuple(-(-s // c) for s, c in zip(shape, chunk_shape, strict=True))
 
 
-def scan_chunked(dsid: h5py.h5d.DatasetID, shape: tuple[int, ...], chunk_shape: tuple[int, ...]) -> ChunkScan:
-    """One ``chunk_iter`` pass → a ChunkTable of source 0."""
-    table = ChunkTable.empty(grid_shape(shape, chunk_shape))
+def scan_chunked(
+    dsid: h5py.h5d.DatasetID, shape: tuple[int, ...], chunk_shape: tuple[int, ...], raw: BinaryIO | None = None
+) -> ChunkScan:
+    """The chunk table of a chunked dataset, source 0.
+
+    One ``chunk_iter`` pass, except where libhdf5's iteration is known to be wrong: an
+    extensible-array index whose unlimited dimension is not the first (libver latest,
+    ``maxshape=(n, None)``), for which libhdf5 2.0 reports chunk offsets in the wrong
+    order while it reads those chunks right. There, and wherever the iteration gives
+    chunks outside the grid or twice, h5lens walks the index itself (scan/index_walk.py),
+    following what libhdf5's reads do, from ``raw`` (the file's bytes)."""
+    grid = grid_shape(shape, chunk_shape)
     if 0 in shape:
-        return ChunkScan(table, [])
+        return ChunkScan(ChunkTable.empty(grid), [])
+    if _unlimited_not_first(dsid) and raw is not None:
+        return _walked(dsid, grid, chunk_shape, raw)
+    index, addresses, sizes, masks = _iterated(dsid, chunk_shape)
+    if index.shape[0] and not _consistent(index, grid):
+        if raw is None:
+            raise UnsupportedFeatureError(
+                f"{_name(dsid)}: libhdf5 lists chunks outside the chunk grid {grid} or twice"
+            )
+        return _walked(dsid, grid, chunk_shape, raw)
+    return _table(grid, index, addresses, sizes, masks)
+
+
+def _iterated(dsid: h5py.h5d.DatasetID, chunk_shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """(grid indices (n, ndim), addresses, sizes, filter masks) from one chunk_iter pass."""
     infos: list = []
     # Hundreds of thousands of live records make the cyclic GC rescan them over and over;
     # nothing here creates cycles, so it waits until the table is built.
@@ -47,19 +72,66 @@ def scan_chunked(dsid: h5py.h5d.DatasetID, shape: tuple[int, ...], chunk_shape: 
     try:
         dsid.chunk_iter(infos.append)  # a bound method: the cheapest callback there is
         if not infos:
-            return ChunkScan(table, [])
+            empty = np.zeros((0, len(chunk_shape)), dtype=np.int64)
+            return empty, np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.uint32)
         offsets, masks, addresses, sizes = zip(*infos, strict=True)
         del infos
-        index = tuple((np.asarray(offsets, dtype=np.int64) // np.asarray(chunk_shape, dtype=np.int64)).T)
+        index = np.asarray(offsets, dtype=np.int64).reshape(len(offsets), -1) // np.asarray(chunk_shape, dtype=np.int64)
     finally:
         if gc_was_enabled:
             gc.enable()
-    table.source[index] = 0
-    table.offset[index] = np.asarray(addresses, dtype=np.uint64)
-    table.length[index] = np.asarray(sizes, dtype=np.uint64)
-    mask_array = np.asarray(masks, dtype=np.uint32)
-    masked = [tuple(int(i[k]) for i in index) for k in np.flatnonzero(mask_array)]
+    return (
+        index,
+        np.asarray(addresses, dtype=np.uint64),
+        np.asarray(sizes, dtype=np.uint64),
+        np.asarray(masks, dtype=np.uint32),
+    )
+
+
+def _consistent(index: np.ndarray, grid: tuple[int, ...]) -> bool:
+    if (index < 0).any() or (index >= np.asarray(grid, dtype=np.int64)).any():
+        return False
+    flat = np.ravel_multi_index(tuple(index.T), grid)
+    return np.unique(flat).size == flat.size
+
+
+def _unlimited_not_first(dsid: h5py.h5d.DatasetID) -> bool:
+    maxdims = dsid.get_space().get_simple_extent_dims(maxdims=True)
+    unlimited = [i for i, n in enumerate(maxdims) if n == h5py.h5s.UNLIMITED]
+    return len(unlimited) == 1 and unlimited[0] != 0
+
+
+def _walked(dsid: h5py.h5d.DatasetID, grid: tuple[int, ...], chunk_shape: tuple[int, ...], raw: BinaryIO) -> ChunkScan:
+    from h5lens.scan import index_walk
+
+    address = h5py.h5o.get_info(dsid).addr
+    try:
+        found = index_walk.walk_chunk_index_local(raw, address)
+    except index_walk.UnsupportedIndexError as e:
+        raise UnsupportedFeatureError(
+            f"{_name(dsid)}: libhdf5 lists this dataset's chunks inconsistently and h5lens cannot read "
+            f"its chunk index itself ({e})"
+        ) from None
+    if tuple(found.chunk_shape[: len(chunk_shape)]) != tuple(chunk_shape) or not _consistent(found.grid_index, grid):
+        raise UnsupportedFeatureError(f"{_name(dsid)}: the chunk index does not match the dataset's chunk grid {grid}")
+    return _table(grid, found.grid_index, found.address, found.size, found.filter_mask)
+
+
+def _table(
+    grid: tuple[int, ...], index: np.ndarray, addresses: np.ndarray, sizes: np.ndarray, masks: np.ndarray
+) -> ChunkScan:
+    table = ChunkTable.empty(grid)
+    where = tuple(index.T)
+    table.source[where] = 0
+    table.offset[where] = addresses
+    table.length[where] = sizes
+    masked = [tuple(int(i) for i in index[k]) for k in np.flatnonzero(masks)]
     return ChunkScan(table, masked)
+
+
+def _name(dsid: h5py.h5d.DatasetID) -> str:
+    name = h5py.h5i.get_name(dsid)
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
 
 
 def plan_slabs(shape: tuple[int, ...], itemsize: int, target_bytes: int = DEFAULT_SLAB_BYTES) -> tuple[int, ...]:
