@@ -10,6 +10,7 @@ _register_codecs()  # also discoverable through the "zarr.codecs" entry point
 
 from h5lens.api import index, open_group, open_store  # noqa: E402
 from h5lens.errors import (  # noqa: E402
+    AccessDeniedError,
     H5LensError,
     InvalidKeyError,
     InvalidOptionError,
@@ -19,8 +20,10 @@ from h5lens.errors import (  # noqa: E402
     SourceNotFoundError,
     SourceReadError,
     StaleSourceError,
+    StorageError,
     UnsupportedFeatureError,
 )
+from h5lens.scan.build import ScanProgress  # noqa: E402
 from h5lens.manifest.model import Manifest  # noqa: E402
 from h5lens.read.anndata import read_anndata, read_treedata  # noqa: E402
 from h5lens.read.navigate import Dataset, Group, open  # noqa: E402, A004
@@ -28,6 +31,7 @@ from h5lens.validate import Problem, validate  # noqa: E402
 from h5lens.store import ManifestStore  # noqa: E402
 
 __all__ = [
+    "AccessDeniedError",
     "Dataset",
     "Group",
     "H5LensError",
@@ -42,6 +46,8 @@ __all__ = [
     "SourceNotFoundError",
     "SourceReadError",
     "StaleSourceError",
+    "ScanProgress",
+    "StorageError",
     "UnsupportedFeatureError",
     "index",
     "open",

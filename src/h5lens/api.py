@@ -9,8 +9,9 @@ from typing import Any
 import zarr
 
 from h5lens import __version__
+from h5lens.errors import NotHDF5Error
 from h5lens.manifest.model import Manifest
-from h5lens.scan.build import DEFAULT_INLINE_THRESHOLD, ScanOptions, build_manifest
+from h5lens.scan.build import DEFAULT_INLINE_THRESHOLD, ScanOptions, ScanProgress, build_manifest
 from h5lens.scan.chunks import DEFAULT_SLAB_BYTES
 from h5lens.scan.source import REMOTE_BLOCK_SIZE, open_source
 from h5lens.store import ManifestStore
@@ -27,7 +28,7 @@ def index(
     slab_bytes: int = DEFAULT_SLAB_BYTES,
     materialize_limit: int | None = None,
     url: str | None = None,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[ScanProgress], None] | None = None,
     read_block_size: int = REMOTE_BLOCK_SIZE,
 ) -> Manifest:
     """Scan the HDF5 file ``source`` (path or fsspec URL) into a :class:`Manifest`.
@@ -49,7 +50,9 @@ def index(
         The URL to record for the source instead of ``source`` (e.g. a path relative to
         where the manifest will live, or the bucket a local copy came from).
     progress
-        Called as ``progress(datasets_done, datasets_total, hdf5_path)`` while scanning.
+        Called with a :class:`~h5lens.scan.build.ScanProgress` (datasets done and total, the
+        HDF5 path, bytes read from a remote source, chunks found) per dataset, and every
+        MiB read from a remote source.
     read_block_size
         Remote files only: libhdf5's metadata reads are served from blocks of this many
         bytes. Larger blocks take fewer requests and fetch more bytes that are not
@@ -64,6 +67,12 @@ def index(
             writer=__version__,
             progress=progress,
         )
+    except (NotHDF5Error, OSError, RuntimeError) as e:
+        # libhdf5 reports a failed remote read as an unreadable file: say what really failed
+        failure = opened.failure(e)
+        if failure is e:
+            raise
+        raise failure from None
     finally:
         opened.close()
     recorded = url if url is not None else _default_url(location)

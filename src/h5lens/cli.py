@@ -225,8 +225,14 @@ class _progress:
         self.task = self.bar.add_task(self.label, total=None)
         return self.update
 
-    def update(self, done: int, total: int, path: str) -> None:
-        self.bar.update(self.task, completed=done, total=total, description=f"{self.label} {path}")
+    def update(self, progress) -> None:
+        mib = f" {progress.bytes_read / 2**20:.0f} MiB read," if progress.bytes_read else ""
+        self.bar.update(
+            self.task,
+            completed=progress.datasets_done,
+            total=progress.datasets_total,
+            description=f"{self.label}{mib} {progress.chunks} chunks {progress.path}",
+        )
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:

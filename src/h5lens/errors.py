@@ -2,7 +2,20 @@
 
 Every error is an :class:`H5LensError`; each subclass also inherits the builtin
 exception that fits, so ``except KeyError`` / ``except ValueError`` keep working.
-They are grouped by what the caller can do about them.
+They are grouped by what the caller can do about them::
+
+    H5LensError
+    ├── NotHDF5Error (ValueError)              the input is not a readable HDF5 file
+    ├── UnsupportedFeatureError (ValueError)   the file uses what h5lens cannot represent
+    │   └── MaterializeLimitError              ... within materialize_limit
+    ├── ManifestFormatError (ValueError)       a manifest is malformed
+    ├── InvalidKeyError (ValueError)           an escaped key no writer can have produced
+    ├── InvalidOptionError (ValueError)        an argument is out of range or refused
+    ├── StaleSourceError (RuntimeError)        a source changed since indexing
+    └── StorageError (OSError)                 storage could not be reached or refused
+        ├── SourceNotFoundError (FileNotFoundError)  a file or object does not exist
+        ├── AccessDeniedError (PermissionError)      credentials missing or refused
+        └── SourceReadError                          bytes could not be read (or decoded)
 """
 
 from __future__ import annotations
@@ -18,6 +31,8 @@ __all__ = [
     "SourceReadError",
     "SourceNotFoundError",
     "InvalidOptionError",
+    "StorageError",
+    "AccessDeniedError",
 ]
 
 
@@ -45,19 +60,38 @@ class ManifestFormatError(H5LensError, ValueError):
 
 
 class StaleSourceError(H5LensError, RuntimeError):
-    """A source file changed (size, ETag or mtime) since the manifest was written."""
+    """A source file changed (size, ETag or mtime) since the manifest was written.
+
+    ``url`` is the source, ``changes`` what differs (``"size 10 → 12"``, ...)."""
+
+    def __init__(self, message: str, *, url: str = "", changes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.url = url
+        self.changes = changes
 
 
 class InvalidKeyError(H5LensError, ValueError):
     """A key that no writer of escaped keys can have produced."""
 
 
-class SourceReadError(H5LensError, OSError):
-    """Bytes a manifest points at could not be read (missing source, short read, network)."""
+class StorageError(H5LensError, OSError):
+    """A file or object store could not be reached, or refused the request (network,
+    endpoint, a missing fsspec backend, a destination that cannot be written). The message
+    names the URL."""
 
 
-class SourceNotFoundError(H5LensError, FileNotFoundError):
-    """The file to index, or a source a manifest points at, does not exist."""
+class SourceReadError(StorageError):
+    """Bytes a manifest points at could not be read or decoded (short read, network, a
+    chunk that does not decode); the message names the chunk key and byte range."""
+
+
+class SourceNotFoundError(StorageError, FileNotFoundError):
+    """A file h5lens was asked to read does not exist: the file to index, a manifest, or
+    a source a manifest points at."""
+
+
+class AccessDeniedError(StorageError, PermissionError):
+    """Storage refused access: no credentials, wrong credentials, or not allowed."""
 
 
 class InvalidOptionError(H5LensError, ValueError):

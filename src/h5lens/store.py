@@ -295,7 +295,9 @@ class ManifestStore(Store):
             if changes:
                 raise StaleSourceError(
                     f"{self.source_url(index)}: changed since the manifest was written ({'; '.join(changes)}); "
-                    "index it again, or open with verify=False to read it anyway"
+                    "index it again, or open with verify=False to read it anyway",
+                    url=self.source_url(index),
+                    changes=tuple(changes),
                 )
 
     # -- synchronous reads (zarr's FusedCodecPipeline) ------------------------

@@ -287,12 +287,21 @@ def _check_array_document(path: str, doc: dict[str, Any]) -> None:
 
 
 def write_json(manifest: Manifest, path: str, *, storage_options: dict[str, Any] | None = None) -> None:
-    """Serialise and write atomically: a temporary file renamed into place."""
+    """Serialise and write atomically: a temporary file renamed into place. A destination
+    that is one of the manifest's own sources is refused (it would destroy the data)."""
+    from h5lens.destination import refuse_sources
+    from h5lens.fetch import resolve_url
+
+    refuse_sources(path, [resolve_url(s.url, path) for s in manifest.sources])
     payload = orjson.dumps(manifest.to_dict())
     write_bytes_atomic(path, payload, storage_options=storage_options)
 
 
 def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, Any] | None = None) -> None:
+    """Write ``payload`` at ``path`` so that readers see the old content or the new, never
+    a part: a temporary file renamed into place, or one PUT on object storage."""
+    from h5lens.backend_errors import anon_requested, storage_error
+
     if "://" not in path or path.startswith("file://"):
         local = path.removeprefix("file://")
         directory = os.path.dirname(os.path.abspath(local))
@@ -301,6 +310,8 @@ def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, 
             with open(tmp, "wb") as f:
                 f.write(payload)
             os.replace(tmp, local)
+        except OSError as e:
+            raise storage_error(e, path, "writing") from None
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -308,20 +319,26 @@ def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, 
     import fsspec
 
     # Object stores publish an object only when its upload completes: one PUT is atomic.
-    fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
-    fs.pipe_file(fs_path, payload)
+    try:
+        fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
+        fs.pipe_file(fs_path, payload)
+    except Exception as e:  # noqa: BLE001 - every backend failure, named with the URL
+        raise storage_error(e, path, "writing", anon=anon_requested(storage_options)) from e
 
 
 def read_json(path: str, *, storage_options: dict[str, Any] | None = None) -> Manifest:
     import fsspec
 
+    from h5lens.backend_errors import anon_requested, storage_error
+
+    if "://" not in path and os.path.isdir(path):
+        raise ManifestFormatError(f"{path}: a directory, not a manifest file")
     try:
         with fsspec.open(path, "rb", **(storage_options or {})) as f:
             raw = f.read()
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        raise ManifestFormatError(f"{path}: cannot read manifest ({e})") from e
+    except Exception as e:  # noqa: BLE001 - not found, denied, unreachable: named with the URL
+        error = storage_error(e, path, "reading the manifest", anon=anon_requested(storage_options))
+        raise error from (None if isinstance(e, OSError) else e)
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:

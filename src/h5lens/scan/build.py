@@ -35,6 +35,18 @@ _DEFAULT_KEY_ENCODING = {"name": "default", "configuration": {"separator": "/"}}
 
 
 @dataclass(frozen=True)
+class ScanProgress:
+    """Where a scan is, for progress displays: called per dataset, and for remote files
+    also every MiB that libhdf5 reads (a big chunk index can take a while)."""
+
+    datasets_done: int
+    datasets_total: int
+    path: str  # the HDF5 path being scanned
+    bytes_read: int  # from a remote source so far (0 for local files, read by libhdf5 natively)
+    chunks: int  # chunks found so far
+
+
+@dataclass(frozen=True)
 class ScanOptions:
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD
     convention: str = "released"
@@ -48,7 +60,7 @@ def build_manifest(
     options: ScanOptions,
     *,
     writer: str,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[ScanProgress], None] | None = None,
 ) -> Manifest:
     if options.convention not in CONVENTIONS:
         raise InvalidOptionError(f"convention must be one of {CONVENTIONS}. Got {options.convention!r}")
@@ -64,9 +76,16 @@ def build_manifest(
     refused: dict[str, UnsupportedFeatureError] = {}
     for group in found.groups:
         nodes[group.key] = _group_document(h5, group, resolve, nan_strings)
-    for number, record in enumerate(found.datasets):
+    state = {"done": 0, "path": "/", "chunks": 0}
+
+    def report() -> None:
         if progress is not None:
-            progress(number, len(found.datasets), record.h5_path)
+            progress(ScanProgress(state["done"], len(found.datasets), state["path"], opened.bytes_read, state["chunks"]))
+
+    opened.on_read(report)
+    for number, record in enumerate(found.datasets):
+        state.update(done=number, path=record.h5_path)
+        report()
         try:
             doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, opened.raw)
         except UnsupportedFeatureError as e:
@@ -75,9 +94,13 @@ def build_manifest(
         except H5LensError:
             raise
         except (OSError, RuntimeError, KeyError) as e:
-            raise NotHDF5Error(f"{record.h5_path}: cannot read dataset ({_first_line(e)})") from None
+            raise NotHDF5Error(f"{record.h5_path}: cannot read dataset ({_first_line(e)})") from e
         nodes[record.key] = doc
         tables[record.key] = table
+        state["chunks"] += table.n_present
+    state.update(done=len(found.datasets), path="")
+    report()
+    opened.on_read(None)
 
     if options.profiles:
         apply_profiles(ProfileContext(h5, nodes, tables, options, found, refused=refused))
@@ -381,4 +404,4 @@ def read_merged(opened: OpenSource, offset: np.ndarray, length: np.ndarray) -> l
     return out
 
 
-__all__ = ["ScanOptions", "build_manifest", "CONVENTIONS", "DEFAULT_INLINE_THRESHOLD", "UnsupportedFeatureError"]
+__all__ = ["ScanOptions", "ScanProgress", "build_manifest", "CONVENTIONS", "DEFAULT_INLINE_THRESHOLD", "UnsupportedFeatureError"]

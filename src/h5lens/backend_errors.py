@@ -1,0 +1,152 @@
+"""What storage backends raise, as h5lens errors: by exception type and HTTP status, never by text.
+
+fsspec backends raise in their own vocabularies: s3fs turns S3 error codes into builtin
+``OSError`` subclasses with the botocore ``ClientError`` as ``__cause__``; botocore
+raises ``NoCredentialsError`` or ``EndpointConnectionError`` (not ``OSError``s);
+aiohttp raises ``ClientConnectorError``; fsspec raises ``ImportError`` for a backend
+that is not installed and ``ValueError`` for a protocol it does not know.
+:func:`storage_error` maps each to the documented h5lens error naming the URL;
+:func:`is_transient` says which failures are worth another attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from typing import Any
+
+from h5lens.errors import (
+    AccessDeniedError,
+    H5LensError,
+    InvalidOptionError,
+    SourceNotFoundError,
+    StorageError,
+)
+
+# Server answers that another attempt may get past (throttling, server errors).
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# errnos s3fs gives those answers (SlowDown / ServiceUnavailable: EBUSY; InternalError:
+# EREMOTEIO), and the socket errors of a dropped connection.
+_TRANSIENT_ERRNO = frozenset(
+    e
+    for e in (
+        errno.EBUSY,
+        getattr(errno, "EREMOTEIO", errno.EIO),
+        errno.ECONNRESET,
+        errno.ECONNABORTED,
+        errno.ETIMEDOUT,
+        errno.EPIPE,
+    )
+)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """The error and its causes / contexts, outermost first."""
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in seen and len(seen) < 8:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def http_status(error: BaseException) -> int | None:
+    """The HTTP status of a failed request, where the error (or its cause) carries one."""
+    for item in _chain(error):
+        response = getattr(item, "response", None)  # botocore ClientError
+        if isinstance(response, dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(status, int):
+                return status
+        status = getattr(item, "status", None)  # aiohttp ClientResponseError
+        if isinstance(status, int) and 100 <= status < 600:
+            return status
+    return None
+
+
+def _botocore(name: str) -> type[BaseException] | None:
+    try:
+        import botocore.exceptions as bex
+    except ImportError:
+        return None
+    found = getattr(bex, name, None)
+    return found if isinstance(found, type) else None
+
+
+def _aiohttp_connection_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import aiohttp
+    except ImportError:
+        return ()
+    return (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+
+
+def _is(error: BaseException, *names: str) -> bool:
+    classes = tuple(c for c in (_botocore(n) for n in names) if c is not None)
+    return bool(classes) and isinstance(error, classes)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether another attempt at the same request may succeed."""
+    if isinstance(error, H5LensError):
+        return False
+    status = http_status(error)
+    if status is not None:
+        return status in TRANSIENT_STATUS
+    for item in _chain(error):
+        if isinstance(item, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+            return True
+        if isinstance(item, _aiohttp_connection_errors()):
+            return True
+        if _is(item, "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError", "ConnectTimeoutError"):
+            return True
+        if isinstance(item, OSError) and item.errno in _TRANSIENT_ERRNO:
+            return True
+    return False
+
+
+def storage_error(error: BaseException, url: str, action: str = "reading", *, anon: bool = False) -> H5LensError:
+    """The h5lens error for ``error``, raised while ``action`` ``url``; the message is one line."""
+    if isinstance(error, H5LensError):
+        return error
+    detail = _first_line(error)
+    status = http_status(error)
+    for item in _chain(error):
+        if _is(item, "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
+            return AccessDeniedError(
+                f"{url}: no credentials for {action} it ({detail}); configure credentials, "
+                "or pass --anon / storage_options={'anon': True} for public data"
+            )
+    if isinstance(error, FileNotFoundError) or status == 404:
+        what = "bucket" if "bucket" in detail.lower() else "file or object"
+        return SourceNotFoundError(f"{url}: no such {what} ({detail})")
+    if isinstance(error, PermissionError) or status in (401, 403):
+        hint = (
+            "; anonymous access was asked for (--anon): the data may need credentials"
+            if anon
+            else "; check the credentials and what they allow"
+        )
+        return AccessDeniedError(f"{url}: access denied while {action} it ({detail}){hint}")
+    if isinstance(error, ImportError):
+        return StorageError(f"{url}: the storage backend for this URL is not installed ({detail})")
+    if isinstance(error, ValueError) and "protocol" in detail.lower():
+        return InvalidOptionError(f"{url}: {detail}")
+    for item in _chain(error):
+        if _is(item, "EndpointConnectionError", "ConnectTimeoutError") or isinstance(
+            item, (ConnectionError, *_aiohttp_connection_errors())
+        ):
+            return StorageError(f"{url}: cannot reach the storage endpoint ({detail})")
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+        return StorageError(f"{url}: timed out while {action} it")
+    return StorageError(f"{url}: {action} failed ({type(error).__name__}: {detail})")
+
+
+def _first_line(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:  # without the (maybe temporary) file name
+        return error.strerror
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def anon_requested(storage_options: dict[str, Any] | None) -> bool:
+    return bool((storage_options or {}).get("anon"))

@@ -1,0 +1,139 @@
+"""Storage failures reach the user as the documented h5lens error naming the URL.
+
+Real failures, made for real: a closed port on 127.0.0.1, moto without credentials or
+anonymous (403), a prefix instead of an object, a missing bucket, a protocol whose fsspec
+backend is not installed. The classification is by exception type and HTTP status
+(botocore, aiohttp, s3fs's OSError mapping), never by searching message text.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import h5py
+import numpy as np
+import pytest
+
+import h5lens
+from h5lens.backend_errors import http_status, is_transient, storage_error
+from h5lens.destination import check_destination, same_location
+from h5lens.testing.s3 import free_port
+
+
+@pytest.fixture
+def uploaded(s3, tmp_path):
+    local = tmp_path / "x.h5"
+    with h5py.File(local, "w") as f:
+        f["x"] = np.arange(10)
+    key = f"bucket/{uuid.uuid4().hex}/x.h5"
+    s3.filesystem().put(str(local), key)
+    return f"s3://{key}"
+
+
+def test_unreachable_endpoint(uploaded):
+    options = {"key": "k", "secret": "s", "endpoint_url": f"http://127.0.0.1:{free_port()}",
+               "config_kwargs": {"retries": {"max_attempts": 1}}}
+    with pytest.raises(h5lens.StorageError, match=r"cannot reach the storage endpoint") as info:
+        h5lens.index(uploaded, storage_options=options)
+    assert uploaded in str(info.value) and len(str(info.value).splitlines()) == 1
+
+
+def test_no_credentials(s3, uploaded, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(h5lens.AccessDeniedError, match="no credentials") as info:
+        h5lens.index(uploaded, storage_options={"endpoint_url": s3.endpoint_url, "skip_instance_cache": True})
+    assert uploaded in str(info.value)
+    assert isinstance(info.value, PermissionError)
+
+
+def test_anonymous_access_refused_says_so(s3, uploaded):
+    with pytest.raises(h5lens.AccessDeniedError, match="anonymous access") as info:
+        h5lens.index(uploaded, storage_options={"endpoint_url": s3.endpoint_url, "anon": True})
+    assert uploaded in str(info.value)
+
+
+def test_a_prefix_is_not_a_file(s3, uploaded):
+    folder = uploaded.rsplit("/", 1)[0] + "/"
+    with pytest.raises(h5lens.NotHDF5Error, match="a directory"):
+        h5lens.index(folder, storage_options=s3.storage_options())
+
+
+def test_missing_object_and_bucket(s3):
+    with pytest.raises(h5lens.SourceNotFoundError):
+        h5lens.index("s3://bucket/no/such.h5", storage_options=s3.storage_options())
+    with pytest.raises(h5lens.StorageError, match="no-such-bucket"):
+        check_destination("s3://no-such-bucket/m.json", storage_options=s3.storage_options())
+
+
+def test_backend_not_installed(tmp_path):
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("gcsfs is installed here")
+    with pytest.raises(h5lens.StorageError, match="not installed") as info:
+        h5lens.index("gs://bucket/x.h5")
+    assert "gs://bucket/x.h5" in str(info.value)
+
+
+def test_unknown_protocol():
+    with pytest.raises(h5lens.InvalidOptionError, match="zzz"):
+        h5lens.index("zzz://bucket/x.h5")
+
+
+def test_transient_is_decided_by_status_and_type():
+    from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+    def client_error(status: int, code: str) -> OSError:
+        cause = ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject")
+        error = OSError(22, "wrapped by s3fs")
+        error.__cause__ = cause
+        return error
+
+    assert http_status(client_error(503, "SlowDown")) == 503
+    assert is_transient(client_error(503, "SlowDown"))
+    assert is_transient(client_error(500, "InternalError"))
+    assert not is_transient(client_error(416, "InvalidRange"))  # a range past the end never gets better
+    assert not is_transient(client_error(403, "AccessDenied"))
+    assert is_transient(EndpointConnectionError(endpoint_url="http://127.0.0.1:1"))
+    assert is_transient(ConnectionResetError())
+    assert not is_transient(NoCredentialsError())
+    assert not is_transient(ValueError("500 in the message is not a status"))
+    assert isinstance(storage_error(NoCredentialsError(), "s3://b/k"), h5lens.AccessDeniedError)
+
+
+def test_same_location_sees_through_links_and_spellings(tmp_path):
+    target = tmp_path / "data.h5"
+    target.write_bytes(b"x")
+    (tmp_path / "link.h5").symlink_to(target)
+    hard = tmp_path / "hard.h5"
+    hard.hardlink_to(target)
+    for spelling in (str(target), f"file://{target}", str(tmp_path / "." / "data.h5"), str(tmp_path / "link.h5"), str(hard)):
+        assert same_location(spelling, str(target)), spelling
+    assert same_location("s3://bucket/a/b.h5", "s3://bucket/a/b.h5/")
+    assert not same_location("s3://bucket/a/b.h5", "s3://bucket/a/c.h5")
+
+
+def test_to_json_refuses_to_overwrite_its_source(tmp_path):
+    path = tmp_path / "same.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(3)
+    before = path.read_bytes()
+    manifest = h5lens.index(path)
+    for destination in (path, f"file://{path}", tmp_path / "sub" / ".." / "same.h5"):
+        with pytest.raises(h5lens.InvalidOptionError, match="overwrite"):
+            manifest.to_json(destination)
+    assert path.read_bytes() == before
+
+
+def test_local_destination_checks(tmp_path):
+    with pytest.raises(h5lens.StorageError, match="does not exist"):
+        check_destination(str(tmp_path / "nodir" / "m.json"))
+    with pytest.raises(h5lens.InvalidOptionError, match="directory"):
+        check_destination(str(tmp_path))
+    check_destination(str(tmp_path / "m.json"))  # fine
