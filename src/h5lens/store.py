@@ -158,6 +158,21 @@ class ManifestStore(Store):
             self._grammar = KeyGrammar.of_documents(self.manifest.nodes)
         return self._grammar
 
+    def describe_key(self, key: str) -> str:
+        """Where a chunk key's bytes are, for messages: the chunk key, its array, and the source
+        URL and byte range it points at (or that it is inline)."""
+        located = self._locate(key)
+        if located is None:
+            return f"key {key!r} (not a chunk of this manifest)"
+        path, index = located
+        entry = self.manifest.chunks[path].lookup(index)
+        if entry is None:
+            return f"chunk {key!r} of /{path} (absent: the fill value)"
+        if isinstance(entry, bytes):
+            return f"chunk {key!r} of /{path} (inline, {len(entry)} bytes)"
+        source, offset, length = entry
+        return f"chunk {key!r} of /{path} ({self.source_url(source)}, bytes {offset}-{offset + length})"
+
     def _locate(self, key: str) -> tuple[str, tuple[int, ...]] | None:
         """Split a chunk key into (array path, chunk index); None if it is not one."""
         return self.grammar.chunk(key)
