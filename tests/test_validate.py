@@ -328,3 +328,71 @@ def _nwb_params():
 @pytest.mark.parametrize(("name", "convention"), list(_nwb_params()))
 def test_nwb_manifests_validate_clean(nwb_manifests, name, convention):
     assert found(nwb_manifests[name, convention]) == []
+
+
+# -- chunk tables against what the writer recorded; decoding every chunk ---------------
+
+
+@pytest.fixture
+def h5ad_manifest(tmp_path):
+    import anndata as ad
+    import scipy.sparse as sp
+
+    path = tmp_path / "x.h5ad"
+    x = sp.random(300, 40, density=0.3, format="csr", random_state=0, dtype=np.float32)
+    ad.AnnData(X=x).write_h5ad(path)
+    with h5py.File(path, "a") as f:  # many small chunks, as big atlases have
+        data = f["X/data"][...]
+        del f["X/data"]
+        f["X"].create_dataset("data", data=data, chunks=(100,), compression="gzip")
+    out = tmp_path / "x.h5ad.json"
+    h5lens.index(path, inline_threshold=0).to_json(out)
+    return path, out
+
+
+def _edit(out: Path, change) -> Path:
+    import json
+
+    refs = json.loads(out.read_text())
+    change(refs)
+    edited = out.with_name("edited.json")
+    edited.write_text(json.dumps(refs))
+    return edited
+
+
+def test_a_deleted_chunk_reference_is_found(h5ad_manifest):
+    import anndata as ad
+
+    path, out = h5ad_manifest
+    assert validate(out) == []
+    edited = _edit(out, lambda refs: refs["refs"].pop("X/data/c/3"))
+    # what a reader gets without the check: stored values as the fill value, silently
+    x = h5lens.read_anndata(edited).X
+    assert (x.data == 0).sum() > 0 and ad.read_h5ad(path).X.nnz == x.nnz
+    (problem,) = validate(edited)
+    assert problem.path == "/X/data" and "1 of" in problem.message and "missing" in problem.message
+
+
+def test_an_edited_chunk_reference_is_found(h5ad_manifest):
+    _, out = h5ad_manifest
+
+    def bump(refs):
+        refs["refs"]["X/data/c/2"][1] += 1
+
+    (problem,) = validate(_edit(out, bump))
+    assert problem.path == "/X/data" and "differ from what the writer recorded" in problem.message
+
+
+def test_deep_decodes_every_chunk(h5ad_manifest):
+    """A manifest with no record (another tool's, or a record removed) is checked by decoding."""
+    _, out = h5ad_manifest
+
+    def bump_and_forget(refs):
+        refs["refs"]["X/data/c/2"][1] += 1
+        del refs["h5lens"]["arrays"]
+
+    edited = _edit(out, bump_and_forget)
+    assert validate(edited) == []
+    (problem,) = validate(edited, deep=True)
+    assert problem.path == "/X/data" and "'X/data/c/2'" in problem.message and "does not decode" in problem.message
+    assert validate(out, deep=True) == []

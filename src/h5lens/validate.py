@@ -82,12 +82,56 @@ class Problem:
 
 
 def validate(
-    manifest: Manifest | str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+    manifest: Manifest | str | os.PathLike[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    deep: bool = False,
+    source_options: dict[str, Any] | None = None,
+    source_urls: dict[str, str] | None = None,
 ) -> list[Problem]:
-    """All problems of ``manifest`` (an object, or a manifest path/URL), in node order."""
+    """All problems of ``manifest`` (an object, or a manifest path/URL), in node order.
+
+    Without reading the sources: the convention, the metadata, and each array's chunk
+    table against what the writer recorded (a chunk reference deleted or edited since
+    reads as fill values or garbage, and is found here). With ``deep``, every chunk is
+    also fetched from its source and decoded (the sources are checked unchanged first);
+    ``source_options`` / ``source_urls`` are as for :func:`h5lens.open_group`.
+    """
     if not isinstance(manifest, Manifest):
         manifest = Manifest.from_json(os.fspath(manifest), storage_options=storage_options)
-    return list(_Validator(manifest).run())
+    problems = list(_Validator(manifest).run())
+    if deep:
+        options = source_options if source_options is not None else storage_options
+        problems += _decode_every_chunk(manifest, options, source_urls)
+    return problems
+
+
+def _decode_every_chunk(
+    manifest: Manifest, source_options: dict[str, Any] | None, source_urls: dict[str, str] | None
+) -> list[Problem]:
+    """Fetch and decode every chunk of every array; one problem per array that fails."""
+    import zarr
+
+    from h5lens.errors import H5LensError
+    from h5lens.read.check import check_array
+    from h5lens.store import ManifestStore
+
+    store = ManifestStore(manifest, source_options=source_options, source_urls=source_urls)
+    problems: list[Problem] = []
+    try:
+        store.verify_sources()
+        for path in sorted(manifest.chunks):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    check_array(zarr.open_array(store, path=path, mode="r", zarr_format=3))
+            except H5LensError as e:
+                problems.append(Problem("/" + path, str(e).strip().splitlines()[0]))
+    except H5LensError as e:  # a source missing or changed: nothing can be decoded
+        problems.append(Problem("/", str(e).strip().splitlines()[0]))
+    finally:
+        store.close()
+    return problems
 
 
 class _Validator:
@@ -98,6 +142,32 @@ class _Validator:
 
     # -- driving ------------------------------------------------------------------
     def run(self) -> Iterator[Problem]:
+        yield from self._recorded_tables()
+        yield from self._nodes()
+
+    def _recorded_tables(self) -> Iterator[Problem]:
+        """Each array's chunk table against what its writer recorded (count and digest)."""
+        recorded = self.manifest.recorded
+        if recorded is None:
+            return
+        tables = self.manifest.chunks
+        for path in sorted(set(recorded) - set(tables)):
+            yield Problem("/" + path, "the writer recorded this array, which the manifest no longer holds")
+        for path in sorted(tables):
+            entry = recorded.get(path)
+            if entry is None:
+                yield Problem("/" + path, "an array the writer did not record (added to the manifest since)")
+                continue
+            table = tables[path]
+            count, digest = entry.get("chunks"), entry.get("digest")
+            if count != table.n_present:
+                missing = f"{count - table.n_present} of {count}" if isinstance(count, int) and count > table.n_present else None
+                what = f"{missing} chunk references are missing" if missing else f"{table.n_present} chunk references where the writer recorded {count}"
+                yield Problem("/" + path, f"{what}: missing chunks read as the fill value")
+            elif digest != table.digest():
+                yield Problem("/" + path, "chunk references differ from what the writer recorded (offsets, lengths or inline bytes edited)")
+
+    def _nodes(self) -> Iterator[Problem]:
         for key in sorted(self.manifest.nodes):
             path = "/" + key
             doc = self.manifest.nodes[key]

@@ -10,6 +10,7 @@ onto Parquet columns.
 from __future__ import annotations
 
 import os
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,6 +162,20 @@ class ChunkTable:
             return self.inline[flat]
         return src, int(self.offset[index]), int(self.length[index])
 
+    def digest(self) -> str:
+        """A CRC-32 of where every present chunk is (grid position, source, offset, length)
+        and of the inline bytes: recorded at indexing, so that a chunk reference deleted or
+        edited later is found by ``h5lens validate`` (a missing chunk reads as fill values)."""
+        source = self.source.reshape(-1)
+        present = np.flatnonzero(source != MISSING)
+        crc = zlib.crc32(present.astype("<i8").tobytes())
+        crc = zlib.crc32(source[present].astype("<i4").tobytes(), crc)
+        crc = zlib.crc32(self.offset.reshape(-1)[present].astype("<u8").tobytes(), crc)
+        crc = zlib.crc32(self.length.reshape(-1)[present].astype("<u8").tobytes(), crc)
+        for flat in sorted(self.inline):
+            crc = zlib.crc32(self.inline[flat], crc)
+        return f"{crc:08x}"
+
     @property
     def n_present(self) -> int:
         return int(np.count_nonzero(self.source != MISSING))
@@ -189,6 +204,9 @@ class Manifest:
     writer: str = ""
     # where the manifest was read from: relative source URLs resolve against it
     location: str | None = None
+    # what the writer recorded of each array's chunk table ({"chunks": n, "digest": crc}),
+    # for validate to compare with the tables as read; None when the file recorded none
+    recorded: dict[str, dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.nodes, NodeMap):

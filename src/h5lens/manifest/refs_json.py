@@ -61,6 +61,10 @@ def manifest_to_refs(manifest: Manifest) -> dict[str, Any]:
             "version": manifest.writer,
             "convention": manifest.convention,
             "sources": [s.to_dict() for s in manifest.sources],
+            "arrays": {
+                path: {"chunks": manifest.chunks[path].n_present, "digest": manifest.chunks[path].digest()}
+                for path in sorted(manifest.chunks)
+            },
         },
     }
 
@@ -141,7 +145,16 @@ def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> 
         convention=info.get("convention", "released"),
         writer=info.get("version", ""),
         location=location,
+        recorded=_recorded(info.get("arrays")),
     )
+
+
+def _recorded(value: Any) -> dict[str, dict[str, Any]] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ManifestFormatError(f"Expected h5lens.arrays to map array paths to {{chunks, digest}}. Got {type(value).__name__}")
+    return value
 
 
 class _SourceResolver:
