@@ -204,3 +204,39 @@ def test_corrupt_or_truncated_chunks_raise(backend):
     noise = np.random.default_rng(1).bytes(1000)
     assert lzf_mod.encode_hdf5_lzf(noise) == noise
     assert lzf_mod.decode_hdf5_lzf(noise, len(noise)) == noise
+
+
+def _compressed_exactly_as_long_as(data_len: int) -> tuple[bytes, bytes]:
+    """Raw bytes whose LZF stream is exactly as long as they are (random bytes compress to a
+    little more; a run of zeros somewhere takes just enough back)."""
+    import lzf
+
+    rng = np.random.default_rng(0)
+    for run in range(8, data_len // 4):
+        raw = bytearray(rng.bytes(data_len))
+        raw[100 : 100 + run] = bytes(run)
+        packed = lzf.compress(bytes(raw), 2 * data_len)
+        if packed is not None and len(packed) == data_len:
+            return bytes(raw), packed
+    raise AssertionError("no such chunk found")
+
+
+def test_a_chunk_compressed_to_its_own_length_reads_like_h5py(tmp_path):
+    """HDF5's LZF filter may store a compressed chunk exactly as long as the data (filter mask
+    0). The LZF codec takes a chunk of that length as stored uncompressed, so the scanner must
+    re-encode such chunks (scan.codecs.ambiguous_length) or they read as garbage."""
+    import h5lens
+
+    raw, packed = _compressed_exactly_as_long_as(1024)
+    path = tmp_path / "ambiguous.h5"
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("x", shape=(512,), dtype="<i4", chunks=(256,), compression="lzf")
+        ds.id.write_direct_chunk((0,), packed, filter_mask=0)
+        ds[256:] = np.arange(256, dtype="<i4")
+        assert ds.id.get_chunk_info(0).size == 1024 and ds.id.get_chunk_info(0).filter_mask == 0
+    with h5py.File(path) as f:
+        expected = f["x"][...]
+    assert expected[:256].tobytes() == raw  # h5py decodes it
+    for threshold in (0, 1000):
+        got = h5lens.open_group(h5lens.index(path, inline_threshold=threshold))["x"][...]
+        np.testing.assert_array_equal(got, expected)

@@ -1047,8 +1047,9 @@ def _truncated(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("make", [_zero_byte, _text_file, _truncated], ids=["zero-byte", "text", "truncated"])
 def test_bad_input_raises_h5lens_error(make, tmp_path):
-    with pytest.raises(h5lens.H5LensError):
+    with pytest.raises(h5lens.NotHDF5Error) as info:
         h5lens.index(make(tmp_path))
+    assert isinstance(info.value, ValueError)
 
 
 def test_missing_path_raises_source_not_found(tmp_path):

@@ -256,7 +256,8 @@ def test_walk_reaches_every_object_once(root, h5):
 
 def test_nodes_compare_by_file_and_path(root):
     assert root["group/target"] == root["soft"] and hash(root["group/target"]) == hash(root["soft"])
-    assert root["group"] != root["group/target"] and hash(root["group"]) == hash(root["group"])
+    assert root["group"] != root["group/target"]
+    assert root["group"] == root["group"] and hash(root["group"]) == hash(root["group"])  # two lookups, one node
     assert {root["group"], root["group"]} == {root["group"]}
     assert repr(root["group"]).startswith("<Group '/group' in ")
 

@@ -569,15 +569,6 @@ def test_plain_nwbzarrio_cannot_follow_external_links(manifests):
         NWBZarrIO(store, mode="r").read()
 
 
-def test_older_schema_versions():
-    """pynwb writes the core schema it bundles; older versions would need an older pynwb."""
-    core = pynwb.get_type_map().namespace_catalog.get_namespace("core")
-    pytest.skip(
-        f"pynwb {pynwb.__version__} bundles only NWB core {core['version']} and NWBHDF5IO writes files of "
-        "the bundled schema only: no older schema version can be written here"
-    )
-
-
 # -- proposal: what hdmf-zarr 0.14 cannot read, precisely ---------------------------------
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import orjson
 
-from h5lens.errors import H5LensError, SourceReadError
-from h5lens.manifest.model import MISSING, Manifest
+from h5lens.destination import check_destination
+from h5lens.errors import H5LensError, InvalidOptionError, SourceReadError, StorageError
+from h5lens.manifest.model import MISSING, Manifest, Source
 from h5lens.report import summarize
 
 SAMPLE_CHUNKS_PER_ARRAY = 2
@@ -75,24 +78,92 @@ def publish(
 ) -> PublishReport:
     """Index ``source``, check that sampled chunks decode, then write ``destination`` atomically.
 
-    ``url`` records another URL for the source (a manifest built from a local copy that
-    points at the bucket); the check then reads from that URL. Nothing is written at
-    ``destination`` unless every step succeeds.
+    ``url`` records another location for the source (a manifest built from a local copy
+    that points at the bucket): that location's own identity (size, and ETag or mtime)
+    is recorded, so readers' change check guards the object they will read; it must be
+    reachable and of the indexed size, and the sampled chunks are read from it.
+
+    Nothing is written at ``destination`` unless every step succeeds: the destination is
+    checked first (never one of the sources; its directory or bucket must exist), the
+    manifest is written under a temporary name, read back and compared, and only then
+    moved into place.
     """
     import h5lens
-    from h5lens.manifest.refs_json import read_json
 
-    manifest = h5lens.index(source, storage_options=source_options or storage_options, **index_options)
+    options = source_options or storage_options
+    check_destination(destination, sources=[source, url], storage_options=storage_options)
+    manifest = h5lens.index(source, storage_options=options, **index_options)
     if url is not None:
         manifest = with_source_url(manifest, url)
-    checked = check_sample(manifest, source_options=source_options or storage_options)
-    manifest.to_json(destination, storage_options=storage_options)
-    # Read back what landed: the bytes at the destination must be this manifest.
-    written = read_json(destination, storage_options=storage_options)
-    if written.to_dict() != manifest.to_dict():
-        raise H5LensError(f"{destination}: the manifest read back differs from the one written")
+        manifest = replace(manifest, sources=[_identity_at(url, manifest.sources[0], options)])
+    checked = check_sample(manifest, source_options=options)
+    _write_checked(manifest, destination, storage_options)
     size = _size(destination, storage_options)
     return PublishReport(destination, size, checked, summarize(manifest))
+
+
+def _identity_at(url: str, indexed: Source, options: dict[str, Any] | None) -> Source:
+    """The source as found at ``url``: it must be there, and as big as the file indexed."""
+    from h5lens.fetch import make_reader
+
+    reader = make_reader(url, options)
+    try:
+        found = reader.stat()
+    except H5LensError as e:
+        raise type(e)(f"--url {url}: cannot be reached to record its identity ({e})") from None
+    finally:
+        reader.close()
+    if found.get("size") is not None and indexed.size is not None and found["size"] != indexed.size:
+        raise InvalidOptionError(
+            f"--url {url}: holds {found['size']} bytes, the file indexed {indexed.size}: not the same file"
+        )
+    return Source(url, found.get("size"), found.get("mtime"), found.get("etag"))
+
+
+def _write_checked(manifest: Manifest, destination: str, storage_options: dict[str, Any] | None) -> None:
+    """Write under a temporary name beside the destination, read it back, compare, then
+    move it into place; the temporary copy is removed whatever happens."""
+    from h5lens.backend_errors import anon_requested, storage_error
+    from h5lens.manifest.refs_json import read_json, write_bytes_atomic
+
+    expected = manifest.to_dict()
+    payload = orjson.dumps(expected)
+    remote = "://" in destination and not destination.startswith("file://")
+    staging = f"{destination}.{uuid.uuid4().hex[:12]}.h5lens-staging"
+    fs = None
+    try:
+        write_bytes_atomic(staging, payload, storage_options=storage_options)
+        written = read_json(staging, storage_options=storage_options)
+        if written.to_dict() != replace(manifest, location=written.location).to_dict():
+            raise StorageError(f"{destination}: the manifest read back differs from the one written")
+        if remote:
+            import fsspec
+
+            try:
+                fs, path = fsspec.core.url_to_fs(destination, **(storage_options or {}))
+                fs.copy(fs._strip_protocol(staging), path)  # server-side: the object appears whole
+            except Exception as e:  # noqa: BLE001
+                raise storage_error(e, destination, "writing", anon=anon_requested(storage_options)) from e
+        else:
+            os.replace(staging.removeprefix("file://"), destination.removeprefix("file://"))
+    finally:
+        _remove_quietly(staging, fs, storage_options)
+
+
+def _remove_quietly(path: str, fs: Any, storage_options: dict[str, Any] | None) -> None:
+    if "://" not in path or path.startswith("file://"):
+        local = path.removeprefix("file://")
+        if os.path.exists(local):
+            os.unlink(local)
+        return
+    try:
+        if fs is None:
+            import fsspec
+
+            fs, _ = fsspec.core.url_to_fs(path, **(storage_options or {}))
+        fs.rm_file(fs._strip_protocol(path))
+    except Exception:  # noqa: BLE001 - best effort: the staging object may never have been written
+        pass
 
 
 def _size(path: str, storage_options: dict[str, Any] | None) -> int:

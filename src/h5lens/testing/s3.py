@@ -80,8 +80,9 @@ class ProxyStats:
 class CountingProxy:
     """An HTTP reverse proxy on 127.0.0.1 in front of an endpoint.
 
-    It counts requests and GET bytes, and can add a fixed latency per request and
-    answer a share of requests with 503 SlowDown (seeded, so runs repeat).
+    It counts requests and GET bytes, and can add a fixed latency per request, answer a
+    share of requests with 503 SlowDown (seeded, so runs repeat), or answer the next
+    ``n`` GETs with 503 (:meth:`fail_next_gets`).
     """
 
     def __init__(self, target: str, *, latency_ms: float = 0.0, fault_rate: float = 0.0, seed: int = 0) -> None:
@@ -95,6 +96,12 @@ class CountingProxy:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._runner = None
+        self._failing_gets = 0
+
+    def fail_next_gets(self, count: int) -> None:
+        """Answer the next ``count`` GET requests with 503 ServiceUnavailable (an error code
+        that s3fs does not retry itself, unlike SlowDown: a test of h5lens's own retries)."""
+        self._failing_gets = count
 
     @property
     def endpoint_url(self) -> str:
@@ -150,9 +157,16 @@ class CountingProxy:
             self.stats.heads += 1
         if self.latency_ms:
             await asyncio.sleep(self.latency_ms / 1000)
-        if self.fault_rate and self._random.random() < self.fault_rate:
+        failing_get = request.method == "GET" and self._failing_gets > 0
+        if failing_get:
+            self._failing_gets -= 1
+        if failing_get or (self.fault_rate and self._random.random() < self.fault_rate):
             self.stats.injected_faults += 1
-            body = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+            body = (
+                b"<Error><Code>ServiceUnavailable</Code><Message>Unavailable.</Message></Error>"
+                if failing_get
+                else b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+            )
             return web.Response(status=503, body=body, content_type="application/xml")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
         body = await request.read()
