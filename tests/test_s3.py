@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 import warnings
+from pathlib import Path
 
 import anndata as ad
 import h5py
@@ -273,3 +274,54 @@ def test_lazy_anndata_computes_on_a_dask_cluster(s3, tmp_path):
     want = expected.X[10:90]
     np.testing.assert_array_equal(got, want.toarray() if hasattr(want, "toarray") else want)
     np.testing.assert_array_equal(pca, expected.obsm["X_pca"])
+
+
+def test_publish_records_the_identity_of_the_url_it_points_at(s3, tmp_path):
+    """A manifest published from a local copy must guard the object readers will read: after a
+    same-size edit of that object, reading is refused (before: the local mtime was recorded)."""
+    from h5lens.publish import publish
+
+    local = Path(write_sample(tmp_path / "sample.h5ad"))
+    url = _upload(s3, local, "sample.h5ad")
+    dest = "s3://" + _key("published.json")
+    options = s3.storage_options()
+    publish(str(local), dest, url=url, storage_options=options)
+    source = h5lens.Manifest.from_json(dest, storage_options=options).sources[0]
+    assert source.url == url and source.etag and source.mtime is None
+    edited = tmp_path / "edited.h5ad"
+    edited.write_bytes(local.read_bytes())
+    with h5py.File(edited, "a") as f:  # same size, other values
+        f["obsm/X_pca"][0, 0] += 1.0
+    assert edited.stat().st_size == local.stat().st_size
+    s3.filesystem().put(str(edited), url.removeprefix("s3://"))
+    with pytest.raises(h5lens.StaleSourceError, match="ETag"):
+        h5lens.open_group(dest, storage_options=options)
+
+
+def test_publish_refuses_a_url_that_is_not_the_file(s3, tmp_path):
+    from h5lens.publish import publish
+
+    local = Path(write_sample(tmp_path / "sample.h5ad"))
+    other = _upload(s3, tmp_path / "sample.h5ad", "other.h5ad")
+    s3.filesystem().pipe(other.removeprefix("s3://"), b"not the same file")
+    dest = "s3://" + _key("never.json")
+    with pytest.raises(h5lens.InvalidOptionError, match="not the same file"):
+        publish(str(local), dest, url=other, storage_options=s3.storage_options())
+    with pytest.raises(h5lens.SourceNotFoundError):
+        publish(str(local), dest, url="s3://bucket/missing/x.h5ad", storage_options=s3.storage_options())
+    assert not s3.filesystem().exists(dest.removeprefix("s3://"))
+    assert not s3.filesystem().glob(dest.removeprefix("s3://") + "*")  # no staging object left
+
+
+def test_publish_over_its_own_source_is_refused(s3, tmp_path):
+    from h5lens.publish import publish
+
+    local = Path(write_sample(tmp_path / "sample.h5ad"))
+    before = local.read_bytes()
+    with pytest.raises(h5lens.InvalidOptionError, match="overwrite"):
+        publish(str(local), str(local))
+    url = _upload(s3, local, "sample.h5ad")
+    with pytest.raises(h5lens.InvalidOptionError, match="overwrite"):
+        publish(str(local), url, url=url, storage_options=s3.storage_options())
+    assert local.read_bytes() == before
+    assert s3.filesystem().cat(url.removeprefix("s3://")) == before
