@@ -170,6 +170,25 @@ def test_read_zarr_matches_read_h5td(name: str, tmp_path: Path) -> None:
     _assert_same_tdata(expected, _read(saved, h5lens.read_treedata))
 
 
+@pytest.mark.parametrize("name", CASES)
+def test_lazy_read_matches_read_h5td(name: str, tmp_path: Path) -> None:
+    """lazy=True: the AnnData part dask-backed (computed here), the trees exactly as read_h5td's."""
+    path = _make(name, tmp_path)
+    expected = _read(path, treedata.read_h5td)
+    lazy = _read(h5lens.index(path), lambda m: h5lens.read_treedata(m, lazy=True))
+    assert not isinstance(lazy.X, np.ndarray)  # not read yet
+    for element in TREE_ELEMENTS:
+        trees, want = getattr(lazy, element), getattr(expected, element)
+        assert set(trees.keys()) == set(want.keys()), element
+        for key in want.keys():
+            _assert_same_graph(want[key], trees[key], f"{element}/{key}")
+    computed = lazy.X.compute() if hasattr(lazy.X, "compute") else lazy.X
+    want_x = expected.X.toarray() if hasattr(expected.X, "toarray") else expected.X
+    got_x = computed.toarray() if hasattr(computed, "toarray") else np.asarray(computed)
+    np.testing.assert_array_equal(got_x, want_x)
+    assert list(lazy.obs_names) == list(expected.obs_names)
+
+
 def _layout(group: zarr.Group) -> dict[str, Any]:
     """Everything of a tree element that a reader can see: kinds, dtypes, shapes, attributes, values."""
     found: dict[str, Any] = {"": ("group", dict(group.attrs))}

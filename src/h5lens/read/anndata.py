@@ -126,13 +126,13 @@ def read_anndata(
     group = _open_root(
         manifest, ("anndata", "treedata"), storage_options, source_options, source_urls, verify
     )
+    # The AnnData part of a TreeData file (before any read, so that one store fetches).
+    group = _as_anndata_root(group)
     if lazy:
         return _finer_sparse_blocks(anndata.experimental.read_lazy(group), group)
     # An eager read touches every chunk: ask for all of them at once (merged requests),
     # instead of one round trip per element as the reader walks the tree.
     group.store.prefetch_all()
-    if group.attrs.get("encoding-type") == "treedata":
-        group = _as_anndata_root(group)
     from anndata.experimental import read_dispatched
 
     adata = read_dispatched(group, _as_h5ad_reads)
@@ -188,21 +188,30 @@ def _finer_sparse_blocks(adata: Any, group: zarr.Group) -> Any:
     return adata
 
 
+# TreeData's own elements beside the AnnData ones (treedata's on-disk format).
+TREE_ELEMENTS = ("obst", "vart", "label", "alignment", "allow_overlap", "raw.treedata")
+
+
 def _as_anndata_root(group: zarr.Group) -> zarr.Group:
-    """A TreeData root read as AnnData: same elements, anndata's root encoding."""
+    """The AnnData part of a TreeData root: anndata's root encoding, without the tree
+    elements (anndata's readers pass every root member to ``AnnData(...)``). Other roots
+    are returned as they are; nothing else is hidden."""
     from h5lens.store import ManifestStore
 
     store = group.store
-    if not isinstance(store, ManifestStore):
+    manifest = store.manifest if isinstance(store, ManifestStore) else None
+    trees = [name for name in TREE_ELEMENTS if manifest is not None and name in manifest.nodes]
+    if manifest is None or (group.attrs.get("encoding-type") != "treedata" and not trees):
         return group
-    manifest = store.manifest
     from dataclasses import replace
 
-    nodes = dict(manifest.nodes)
+    hidden = tuple(trees)
+    nodes = {k: v for k, v in manifest.nodes.items() if k.split("/", 1)[0] not in hidden}
+    chunks = {k: v for k, v in manifest.chunks.items() if k in nodes}
     root = dict(nodes[""])
     root["attributes"] = {**root.get("attributes", {}), "encoding-type": "anndata", "encoding-version": "0.1.0"}
     nodes[""] = root
-    view = replace(manifest, nodes=nodes)
+    view = replace(manifest, nodes=nodes, chunks=chunks, recorded=None)
     return zarr.open_group(
         ManifestStore(view, source_options=store.source_options, source_urls=store.source_urls),
         mode="r",
@@ -213,18 +222,27 @@ def _as_anndata_root(group: zarr.Group) -> zarr.Group:
 def read_treedata(
     manifest: PathOrManifest,
     *,
+    lazy: bool = False,
     storage_options: dict[str, Any] | None = None,
     source_options: dict[str, Any] | None = None,
     source_urls: dict[str, str] | None = None,
     verify: bool = True,
 ) -> Any:
-    """Read an h5td manifest (or an h5ad one with trees) as a :class:`treedata.TreeData`."""
+    """Read an h5td manifest (or an h5ad one with trees) as a :class:`treedata.TreeData`.
+
+    ``lazy=True`` reads the AnnData part as :func:`read_anndata` does lazily (dask-backed,
+    reading only the chunks a computation needs) and the trees, which are small, eagerly.
+    """
     import treedata
 
     group = _open_root(
         manifest, ("treedata", "anndata"), storage_options, source_options, source_urls, verify
     )
-    return treedata.read_zarr(group.store)
+    if not lazy:
+        return treedata.read_zarr(group.store)
+    adata = read_anndata(group.store.manifest, lazy=True, source_options=group.store.source_options,
+                         source_urls=group.store.source_urls, verify=False)
+    return treedata.read_tree_elems(group, adata)
 
 
 def _open_root(
