@@ -50,7 +50,7 @@ pytestmark = [
 # -- the files ---------------------------------------------------------------------------
 
 
-def write_ecephys(path: Path) -> None:
+def write_ecephys(path: Path, series_name: str = "es") -> None:
     """Session metadata, scalars, NaN/Inf attributes, electrodes, units, trials, ogen."""
     from pynwb.ecephys import ElectricalSeries
     from pynwb.file import Subject
@@ -85,7 +85,7 @@ def write_ecephys(path: Path) -> None:
     data[1, 1], data[2, 2] = np.nan, np.inf
     nwb.add_acquisition(
         ElectricalSeries(
-            name="es",
+            name=series_name,
             data=data,
             electrodes=region,
             starting_time=0.5,

@@ -1,0 +1,124 @@
+"""The documentation's code runs: every ```python block of README.md and docs/*.md, and the
+``h5lens`` command lines of README.md, against files made the way their names say.
+
+Blocks of one page run in order in one namespace (like a reader following the page), in
+a directory holding the files the docs name: ``atlas.h5ad`` written by anndata,
+``lineage.h5td`` by treedata, ``session.nwb`` / ``recording.nwb`` / ``linked.nwb`` by
+pynwb, and ``refs/``'s sample. ``s3://bucket/…`` is moto on 127.0.0.1 (through
+``AWS_ENDPOINT_URL_S3``), with ``atlas.h5ad`` uploaded there. A block that cannot run
+here is preceded by ``<!-- doc-test: skip REASON -->``; the reason is shown.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"(?:<!--\s*doc-test:\s*(?P<mark>.*?)\s*-->\s*\n)?```(?P<lang>\w+)\n(?P<code>.*?)```", re.S)
+
+
+def blocks(page: Path, lang: str) -> list[tuple[str | None, str]]:
+    return [(m["mark"], m["code"]) for m in BLOCK.finditer(page.read_text()) if m["lang"] == lang]
+
+
+def _atlas(path: Path) -> None:
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+
+    n_obs = 2500
+    rng = np.random.default_rng(0)
+    adata = ad.AnnData(
+        X=sp.random(n_obs, 60, density=0.1, format="csr", random_state=0, dtype=np.float32),
+        obs=pd.DataFrame({"cell_type": pd.Categorical(rng.choice(["T", "B", "NK"], n_obs))},
+                         index=[f"cell{i}" for i in range(n_obs)]),
+        var=pd.DataFrame(index=[f"gene{i}" for i in range(60)]),
+    )
+    adata.obsm["X_pca"] = rng.standard_normal((n_obs, 5)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adata.write_h5ad(path)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, s3) -> Path:
+    import h5lens
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import test_nwb
+    import test_treedata
+
+    root = tmp_path_factory.mktemp("docs")
+    _atlas(root / "atlas.h5ad")
+    test_treedata._write(test_treedata._generated(), root / "lineage.h5td")
+    test_nwb.write_ecephys(root / "session.nwb", series_name="ElectricalSeries")  # pynwb's usual name
+    shutil.copy(root / "session.nwb", root / "recording.nwb")
+    test_nwb.write_linked(root / "linked.nwb", root / "session.nwb")
+    h5lens.index(root / "linked.nwb").to_json(root / "linked.nwb.json")
+    h5lens.index(root / "recording.nwb").to_json(root / "recording.nwb.json")
+    for name in ("sample.h5ad", "sample.h5ad.json"):
+        shutil.copy(ROOT / "refs" / name, root / name)
+    s3.filesystem().put(str(root / "atlas.h5ad"), "bucket/atlas.h5ad")
+    return root
+
+
+@pytest.fixture
+def s3_environment(s3, monkeypatch) -> dict[str, str]:
+    values = {
+        "AWS_ENDPOINT_URL_S3": s3.endpoint_url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return values
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=lambda p: p.name)
+def test_python_blocks_run(page, workdir, s3_environment, monkeypatch):
+    monkeypatch.chdir(workdir)
+    namespace: dict = {"__name__": f"doc:{page.name}"}
+    for number, (mark, code) in enumerate(blocks(page, "python")):
+        if mark and mark.startswith("skip"):
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                exec(compile(code, f"{page.name} python block {number + 1}", "exec"), namespace)  # noqa: S102
+            except Exception as e:  # noqa: BLE001
+                pytest.fail(f"{page.name}, python block {number + 1}: {type(e).__name__}: {e}\n{code}")
+
+
+def _commands(page: Path) -> list[str]:
+    """The ``h5lens …`` lines of a page's shell blocks, comments cut (``make`` lines are the README's setup)."""
+    lines = []
+    for mark, code in blocks(page, "sh"):
+        if mark and mark.startswith("skip"):
+            continue
+        for line in code.splitlines():
+            line = line.split("  #", 1)[0].strip()
+            if line.startswith("h5lens "):
+                lines.append(line)
+    return lines
+
+
+@pytest.mark.parametrize("command", _commands(ROOT / "README.md"))
+def test_readme_commands_run(command, workdir, s3_environment):
+    argv = shlex.split(command)
+    env = {**os.environ, **s3_environment}
+    result = subprocess.run(
+        [sys.executable, "-m", "h5lens.cli", *argv[1:]], cwd=workdir, capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
