@@ -2,7 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-s3 clean
+.PHONY: demo test bench bench-s3 bench-nodes clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $$(scripts/find-python) -m venv $(VENV)
@@ -21,6 +21,9 @@ bench: $(STAMP)
 
 bench-s3: $(STAMP)
 	$(VENV)/bin/python benchmarks/s3_bench.py
+
+bench-nodes: $(STAMP)
+	$(VENV)/bin/python benchmarks/many_nodes.py
 
 clean:
 	rm -rf $(VENV) h5lens-demo
