@@ -108,9 +108,9 @@ def _commands(page: Path) -> list[str]:
         if mark and mark.startswith("skip"):
             continue
         for line in code.splitlines():
-            line = line.split("  #", 1)[0].strip()
-            if line.startswith("h5lens "):
-                lines.append(line)
+            words = shlex.split(line, comments=True)
+            if words[:1] == ["h5lens"]:
+                lines.append(shlex.join(words))
     return lines
 
 

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from h5lens import fetch
+from h5lens.fetch import blocks as fetch
 from h5lens.errors import SourceNotFoundError
 from h5lens.fetch import MAX_GAP, MAX_SPAN, ChunkFetcher, LocalReader, merge_plan
 

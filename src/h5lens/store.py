@@ -2,13 +2,14 @@
 
 Metadata keys return the manifest's ``zarr.json`` documents, chunk keys the
 inline bytes or the referenced byte range of the source file. A key the
-manifest does not hold is ``None`` (never a parent's document).
+manifest does not hold is ``None`` (never a parent's document). Every byte read
+from a source goes through one :class:`~h5lens.fetch.plan.SourceReads`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -16,57 +17,15 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5lens.errors import H5LensError, StaleSourceError
-from h5lens.fetch import (
-    MAX_GAP,
-    MAX_READAHEAD_CHUNKS,
-    MAX_SPAN,
-    READAHEAD_CACHE_BYTES,
-    ChunkFetcher,
-    FsspecReader,
-    LocalReader,
-    make_reader,
-    resolve_url,
-)
-from h5lens.manifest.model import Manifest
+from h5lens.fetch.plan import ChunkRead, ReadStats, SourceReads
+from h5lens.fetch.readers import resolve_url
+from h5lens.manifest.model import MISSING, Manifest
 from h5lens.manifest.refs_json import dumps_document
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, KeyGrammar, chunk_key, metadata_key
 
+__all__ = ["ManifestStore", "ReadStats"]
 
-@dataclass(frozen=True)
-class _Referenced:
-    """A chunk key that points into a source: bytes [start, stop) of the chunk at offset."""
-
-    key: str
-    path: str
-    index: tuple[int, ...]
-    source: int
-    offset: int
-    length: int
-    start: int
-    stop: int
-
-    def describe(self) -> str:
-        return f"while reading chunk {self.key!r} (/{self.path}, bytes {self.offset + self.start}-{self.offset + self.stop})"
-
-
-# zarr fetches up to async.concurrency chunks at once: reads may arrive a little out of order.
-_REORDER = 16
-
-
-@dataclass
-class ReadStats:
-    """Reads of referenced bytes this store made (inline chunks and metadata cost none)."""
-
-    requests: int = 0
-    bytes: int = 0
-
-    def record(self, nbytes: int) -> None:
-        self.requests += 1
-        self.bytes += nbytes
-
-    def reset(self) -> None:
-        self.requests = 0
-        self.bytes = 0
+_READ_ONLY = "ManifestStore is read-only"
 
 
 class ManifestStore(Store):
@@ -87,29 +46,30 @@ class ManifestStore(Store):
         *,
         source_options: dict[str, Any] | None = None,
         source_urls: dict[str, str] | None = None,
+        read_only: bool = True,
     ) -> None:
+        if not read_only:
+            raise ValueError(_READ_ONLY)
         super().__init__(read_only=True)
         self.manifest = manifest
         self.source_options = dict(source_options or {})
         self.source_urls = dict(source_urls or {})
-        self._readers: list[LocalReader | FsspecReader] | None = None
-        self._fetchers: dict[int, ChunkFetcher] = {}
-        self._streaks: dict[str, tuple[int, int, int]] = {}  # array -> (last chunk read, read-ahead end, window)
+        self._reads: SourceReads | None = None
         self._metadata: dict[str, bytes] | None = None
         self._grammar: KeyGrammar | None = None
-        self.stats = ReadStats()
 
     # -- identity and pickling -------------------------------------------
     def __eq__(self, other: object) -> bool:
+        """Stores are equal when they serve the same manifest (by value) from the same sources."""
         return (
             isinstance(other, ManifestStore)
-            and other.manifest is self.manifest
             and other.source_options == self.source_options
             and other.source_urls == self.source_urls
+            and (other.manifest is self.manifest or other.manifest == self.manifest)
         )
 
     def __hash__(self) -> int:
-        return id(self.manifest)
+        return hash((len(self.manifest.nodes), tuple(s.url for s in self.manifest.sources)))
 
     def __repr__(self) -> str:
         sources = ", ".join(s.url for s in self.manifest.sources)
@@ -117,17 +77,14 @@ class ManifestStore(Store):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_readers"] = None
-        state["_fetchers"] = {}
-        state["_streaks"] = {}
+        state["_reads"] = None
         state["_metadata"] = None
         state["_grammar"] = None
-        state["stats"] = ReadStats()
         return state
 
     def with_read_only(self, read_only: bool = False) -> ManifestStore:
         if not read_only:
-            raise ValueError("ManifestStore is read-only")
+            raise ValueError(_READ_ONLY)
         return self
 
     # -- lookups ------------------------------------------------------------
@@ -139,18 +96,6 @@ class ManifestStore(Store):
             }
         return self._metadata
 
-    def source_url(self, index: int) -> str:
-        url = self.manifest.sources[index].url
-        url = self.source_urls.get(url, url)
-        return resolve_url(url, self.manifest.location)
-
-    def _reader(self, index: int) -> LocalReader | FsspecReader:
-        if self._readers is None:
-            self._readers = [
-                make_reader(self.source_url(i), self.source_options) for i in range(len(self.manifest.sources))
-            ]
-        return self._readers[index]
-
     @property
     def grammar(self) -> KeyGrammar:
         """The key grammar of this manifest's arrays (built once)."""
@@ -158,10 +103,28 @@ class ManifestStore(Store):
             self._grammar = KeyGrammar.of_documents(self.manifest.nodes)
         return self._grammar
 
+    @property
+    def reads(self) -> SourceReads:
+        """Every read of the sources this store makes (readers opened on first use)."""
+        if self._reads is None:
+            urls = [self.source_url(i) for i in range(len(self.manifest.sources))]
+            self._reads = SourceReads(urls, self.manifest.chunks, self.source_options)
+        return self._reads
+
+    @property
+    def stats(self) -> ReadStats:
+        """Requests and bytes read from the sources (inline chunks and metadata cost none)."""
+        return self.reads.stats
+
+    def source_url(self, index: int) -> str:
+        url = self.manifest.sources[index].url
+        url = self.source_urls.get(url, url)
+        return resolve_url(url, self.manifest.location)
+
     def describe_key(self, key: str) -> str:
         """Where a chunk key's bytes are, for messages: the chunk key, its array, and the source
         URL and byte range it points at (or that it is inline)."""
-        located = self._locate(key)
+        located = self.grammar.chunk(key)
         if located is None:
             return f"key {key!r} (not a chunk of this manifest)"
         path, index = located
@@ -173,133 +136,36 @@ class ManifestStore(Store):
         source, offset, length = entry
         return f"chunk {key!r} of /{path} ({self.source_url(source)}, bytes {offset}-{offset + length})"
 
-    def _locate(self, key: str) -> tuple[str, tuple[int, ...]] | None:
-        """Split a chunk key into (array path, chunk index); None if it is not one."""
-        return self.grammar.chunk(key)
-
-    def _resolve(self, key: str, byte_range: ByteRequest | None) -> bytes | _Referenced | None:
+    def _resolve(self, key: str, byte_range: ByteRequest | None) -> bytes | ChunkRead | None:
         """What ``key`` holds: bytes in the manifest, a byte range of a source, or None."""
         doc = self.metadata.get(key)
         if doc is not None:
             return _slice(doc, byte_range)
-        located = self._locate(key)
+        located = self.grammar.chunk(key)
         if located is None:
             return None
         path, index = located
-        entry = self.manifest.chunks[path].lookup(index)
+        table = self.manifest.chunks[path]
+        entry = table.lookup(index)
         if entry is None or isinstance(entry, bytes):
             return entry if entry is None else _slice(entry, byte_range)
         source, offset, length = entry
         start, stop = _range(length, byte_range)
-        return _Referenced(key, path, index, source, offset, length, start, stop)
-
-    async def _read(self, ref: _Referenced, whole_chunk: bool) -> bytes:
-        reader = self._reader(ref.source)
-        try:
-            if isinstance(reader, LocalReader):
-                self.stats.record(ref.stop - ref.start)
-                return await reader.read(ref.offset + ref.start, ref.stop - ref.start)
-            fetcher = self._fetcher(ref.source, reader)
-            if not whole_chunk:
-                return await fetcher.read(ref.offset + ref.start, ref.stop - ref.start)
-            ahead = self._read_ahead(ref.path, ref.index, ref.source)
-            return await fetcher.read(ref.offset, ref.length, ahead)
-        except H5LensError as e:
-            e.add_note(ref.describe())
-            raise
-
-    def _fetcher(self, source: int, reader: FsspecReader) -> ChunkFetcher:
-        fetcher = self._fetchers.get(source)
-        if fetcher is None:
-            fetcher = self._fetchers[source] = ChunkFetcher(reader, on_request=self.stats.record)
-        return fetcher
-
-    def _read_ahead(self, path: str, index: tuple[int, ...], source: int) -> list[tuple[int, int]]:
-        """Chunks after this one to fetch with it, like an OS read-ahead.
-
-        A read close behind the previous one counts as sequential; the window of
-        chunks fetched ahead doubles each time reads come within half a window of
-        its end, and starts over on a jump. What is fetched ahead is never more than
-        what was read sequentially before it, so a slice costs at most about twice
-        its chunks, while a full read needs only a few requests per array.
-        """
-        table = self.manifest.chunks[path]
         flat = int(np.ravel_multi_index(index, table.grid_shape)) if index else 0
-        last, frontier, window = self._streaks.get(path, (-(1 << 30), 0, 0))
-        sequential = last - _REORDER <= flat <= max(last, frontier) + 1
-        if not sequential:
-            self._streaks[path] = (flat, flat + 1, 0)
-            return []
-        last = max(last, flat)
-        if frontier - flat > window // 2:
-            self._streaks[path] = (last, frontier, window)
-            return []
-        window = min(max(1, 2 * window), MAX_READAHEAD_CHUNKS)
-        begin = max(frontier, flat + 1)
-        ahead = self._adjacent(table, source, flat, begin, begin + window)
-        self._streaks[path] = (last, begin + len(ahead), window)
-        return ahead
+        return ChunkRead(path, flat, source, offset, length, start, stop)
 
-    @staticmethod
-    def _adjacent(table, source: int, flat: int, begin: int, stop: int) -> list[tuple[int, int]]:
-        sources = table.source.reshape(-1)
-        offsets = table.offset.reshape(-1)
-        lengths = table.length.reshape(-1)
-        first = int(offsets[flat])
-        end = first + int(lengths[flat])
-        ahead: list[tuple[int, int]] = []
-        for j in range(begin, min(stop, sources.size)):
-            if sources[j] != source:
-                break
-            offset, length = int(offsets[j]), int(lengths[j])
-            if offset < first or offset - end > MAX_GAP or offset + length - first > MAX_SPAN:
-                break
-            ahead.append((offset, length))
-            end = max(end, offset + length)
-        return ahead
+    def _note(self, error: H5LensError, key: str, chunk: ChunkRead) -> None:
+        error.add_note(
+            f"while reading chunk {key!r} (/{chunk.path}, bytes {chunk.offset + chunk.start}-{chunk.offset + chunk.stop})"
+        )
 
-    def prefetch_all(self, budget: int = READAHEAD_CACHE_BYTES) -> int:
-        """Start fetching every referenced chunk of remote sources, in file order, up to
-        ``budget`` bytes, as one batch of merged requests (for reads that will touch
-        everything, like an eager AnnData read). Returns the bytes requested."""
-        from zarr.core.sync import sync
-
-        offsets: dict[int, list[np.ndarray]] = {}
-        lengths: dict[int, list[np.ndarray]] = {}
-        for table in self.manifest.chunks.values():
-            sources = table.source.reshape(-1)
-            for src in np.unique(sources[sources >= 0]).tolist():
-                if isinstance(self._reader(src), LocalReader):
-                    continue
-                mine = sources == src
-                offsets.setdefault(src, []).append(table.offset.reshape(-1)[mine].astype(np.int64))
-                lengths.setdefault(src, []).append(table.length.reshape(-1)[mine].astype(np.int64))
-        requested = 0
-        plan: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for src in offsets:
-            src_offsets = np.concatenate(offsets[src])
-            src_lengths = np.concatenate(lengths[src])
-            order = np.argsort(src_offsets, kind="stable")
-            src_offsets, src_lengths = src_offsets[order], src_lengths[order]
-            take = int(np.searchsorted(np.cumsum(src_lengths), budget - requested, side="right"))
-            if take:
-                plan[src] = (src_offsets[:take], src_lengths[:take])
-                requested += int(src_lengths[:take].sum())
-
-        async def start() -> None:
-            for src, (src_offsets, src_lengths) in plan.items():
-                self._fetcher(src, self._reader(src)).prefetch(src_offsets, src_lengths)
-
-        if plan:
-            sync(start())
-        return requested
-
+    # -- sources ----------------------------------------------------------------
     def verify_sources(self) -> None:
         """Check once that every source is the file that was indexed (size, ETag or mtime)."""
         for index, recorded in enumerate(self.manifest.sources):
             if recorded.size is None and recorded.etag is None and recorded.mtime is None:
                 continue
-            found = self._reader(index).stat()
+            found = self.reads.stat(index)
             changes = []
             if recorded.size is not None and found.get("size") is not None and found["size"] != recorded.size:
                 changes.append(f"size {recorded.size} → {found['size']}")
@@ -315,11 +181,30 @@ class ManifestStore(Store):
                     changes=tuple(changes),
                 )
 
+    def prefetch_all(self, budget: int | None = None) -> int:
+        """Start fetching every referenced chunk of remote sources, in file order, up to
+        ``budget`` bytes, as one batch of merged requests (for reads that will touch
+        everything, like an eager AnnData read). Returns the bytes requested."""
+        from zarr.core.sync import sync
+
+        requested, start = self.reads.prefetch() if budget is None else self.reads.prefetch(budget)
+        if start is not None:
+            sync(start())
+        return requested
+
+    def read_chunks(self, path: str, flats: np.ndarray | None = None) -> dict[int, bytes | memoryview]:
+        """The stored (encoded) bytes of many chunks of array ``path`` at once, by flat index
+        in C order of its chunk grid (every present chunk by default): merged requests for
+        remote sources, whatever a prefetch already fetched, inline chunks from the manifest."""
+        from zarr.core.sync import sync
+
+        return sync(self.reads.read_many(path, flats))
+
     # -- synchronous reads (zarr's FusedCodecPipeline) ------------------------
     @property
     def _supports_sync_io(self) -> bool:
         # Only local sources read synchronously: remote reads need the event loop to merge.
-        return all(isinstance(self._reader(i), LocalReader) for i in range(len(self.manifest.sources)))
+        return self.reads.all_local
 
     def get_sync(
         self, key: str, *, prototype: BufferPrototype | None = None, byte_range: ByteRequest | None = None
@@ -328,58 +213,74 @@ class ManifestStore(Store):
 
         prototype = prototype or default_buffer_prototype()
         found = self._resolve(key, byte_range)
-        if isinstance(found, _Referenced):
-            reader = self._reader(found.source)
-            if not isinstance(reader, LocalReader):
-                raise TypeError("synchronous reads are for local sources only")
-            self.stats.record(found.stop - found.start)
+        if isinstance(found, ChunkRead):
+            chunk = found
             try:
-                found = reader.read_sync(found.offset + found.start, found.stop - found.start)
+                found = self.reads.read_sync(chunk)
             except H5LensError as e:
-                e.add_note(found.describe())
+                self._note(e, key, chunk)
                 raise
         return None if found is None else prototype.buffer.from_bytes(found)
 
     def set_sync(self, key: str, value: Buffer) -> None:
-        raise NotImplementedError("ManifestStore is read-only")
+        raise ValueError(_READ_ONLY)
 
     def delete_sync(self, key: str) -> None:
-        raise NotImplementedError("ManifestStore is read-only")
+        raise ValueError(_READ_ONLY)
 
     # -- Store API ------------------------------------------------------------
     async def get(
         self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
     ) -> Buffer | None:
+        if byte_range is not None and not isinstance(byte_range, (RangeByteRequest, OffsetByteRequest, SuffixByteRequest)):
+            raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
         found = self._resolve(key, byte_range)
-        if isinstance(found, _Referenced):
-            found = await self._read(found, whole_chunk=byte_range is None)
+        if isinstance(found, ChunkRead):
+            chunk = found
+            try:
+                found = await self.reads.read(chunk)
+            except H5LensError as e:
+                self._note(e, key, chunk)
+                raise
         return None if found is None else prototype.buffer.from_bytes(found)
 
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
     ) -> list[Buffer | None]:
-        import asyncio
-
         return list(await asyncio.gather(*(self.get(k, prototype, r) for k, r in key_ranges)))
+
+    async def getsize(self, key: str) -> int:
+        """The size of a key's value from the manifest alone (no source is read)."""
+        doc = self.metadata.get(key)
+        if doc is not None:
+            return len(doc)
+        located = self.grammar.chunk(key)
+        entry = None if located is None else self.manifest.chunks[located[0]].lookup(located[1])
+        if entry is None:
+            raise FileNotFoundError(key)
+        return len(entry) if isinstance(entry, bytes) else entry[2]
 
     async def exists(self, key: str) -> bool:
         if key in self.metadata:
             return True
-        located = self._locate(key)
+        located = self.grammar.chunk(key)
         return located is not None and self.manifest.chunks[located[0]].lookup(located[1]) is not None
 
     async def set(self, key: str, value: Buffer) -> None:
-        raise NotImplementedError("ManifestStore is read-only")
+        raise ValueError(_READ_ONLY)
+
+    async def set_if_not_exists(self, key: str, value: Buffer) -> None:
+        raise ValueError(_READ_ONLY)
 
     async def delete(self, key: str) -> None:
-        raise NotImplementedError("ManifestStore is read-only")
+        raise ValueError(_READ_ONLY)
 
     async def list(self) -> AsyncIterator[str]:
-        for key in self._all_keys():
+        for key in self._keys_under(""):
             yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
-        for key in self._all_keys():
+        for key in self._keys_under(prefix):
             if key.startswith(prefix):
                 yield key
 
@@ -406,24 +307,25 @@ class ManifestStore(Store):
             return
         base = path + "/" if path else ""
         seen = set()
-        for key in self._all_keys():
+        for key in self._keys_under(base):
             if key.startswith(base):
                 head = key[len(base) :].split("/", 1)[0]
                 if head not in seen:
                     seen.add(head)
                     yield head
 
-    def _all_keys(self) -> Iterable[str]:
-        yield from sorted(self.metadata)
+    def _keys_under(self, prefix: str) -> Iterator[str]:
+        """Every key that may start with ``prefix``: metadata keys, and the chunk keys of the
+        arrays at or below the prefix's node only (not every key of every array)."""
+        head = prefix.rstrip("/")
+        for key in sorted(self.metadata):
+            yield key
         for path in sorted(self.manifest.chunks):
-            yield from self._chunk_keys(path)
+            if not head or path == head or path.startswith(head + "/") or head.startswith(path + "/"):
+                yield from self._chunk_keys(path)
 
-    def _chunk_keys(self, path: str) -> Iterable[str]:
+    def _chunk_keys(self, path: str) -> Iterator[str]:
         """The keys of array ``path``'s present chunks, in C order."""
-        import numpy as np
-
-        from h5lens.manifest.model import MISSING
-
         table = self.manifest.chunks[path]
         encoding = self.grammar.arrays[path][0]
         if table.grid_shape == ():
@@ -434,10 +336,8 @@ class ManifestStore(Store):
             yield chunk_key(path, tuple(int(i) for i in index), encoding)
 
     def close(self) -> None:
-        for reader in self._readers or []:
-            reader.close()
-        self._readers = None
-        self._fetchers = {}
+        if self._reads is not None:
+            self._reads.close()
         super().close()
 
 
@@ -450,7 +350,7 @@ def _range(length: int, byte_range: ByteRequest | None) -> tuple[int, int]:
         return min(byte_range.offset, length), length
     if isinstance(byte_range, SuffixByteRequest):
         return max(0, length - byte_range.suffix), length
-    raise TypeError(f"Unexpected byte_range {byte_range!r}")
+    raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
 
 
 def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:

@@ -124,6 +124,17 @@ class ChunkTable:
     def grid_shape(self) -> tuple[int, ...]:
         return tuple(self.source.shape)
 
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ChunkTable)
+            and np.array_equal(self.source, other.source)
+            and np.array_equal(self.offset, other.offset)
+            and np.array_equal(self.length, other.length)
+            and self.inline == other.inline
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
     def __post_init__(self) -> None:
         if not (self.source.shape == self.offset.shape == self.length.shape):
             raise ManifestFormatError(
@@ -211,6 +222,25 @@ class Manifest:
     def __post_init__(self) -> None:
         if not isinstance(self.nodes, NodeMap):
             self.nodes = NodeMap(self.nodes)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal content: documents (NaN attributes compare as written), tables, sources."""
+        if not isinstance(other, Manifest):
+            return NotImplemented
+        if (self.sources, self.convention, self.location) != (other.sources, other.convention, other.location):
+            return False
+        if self.nodes.keys() != other.nodes.keys() or self.chunks.keys() != other.chunks.keys():
+            return False
+        import json
+
+        def text(doc: dict[str, Any]) -> str:
+            return json.dumps(doc, sort_keys=True, allow_nan=True)
+
+        return all(text(self.nodes[k]) == text(other.nodes[k]) for k in self.nodes) and all(
+            self.chunks[k] == other.chunks[k] for k in self.chunks
+        )
+
+    __hash__ = None  # type: ignore[assignment]
     _children_cache: tuple[tuple[int, int], dict[str, list[str]]] | None = field(
         default=None, init=False, repr=False, compare=False
     )

@@ -15,11 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.fetch import ChunkFetcher, LocalReader
-from h5lens.manifest.model import INLINE, MISSING
-
-_NUMCODECS = {"numcodecs.zlib": "zlib", "numcodecs.shuffle": "shuffle", "numcodecs.fletcher32": "fletcher32",
-              "numcodecs.bz2": "bz2", "zstd": "zstd", "blosc": "blosc"}
+from h5lens.codecs.table import Decoder, decoder
 
 
 def _numeric_dtype(doc: dict[str, Any]) -> np.dtype | None:
@@ -33,46 +29,25 @@ def _numeric_dtype(doc: dict[str, Any]) -> np.dtype | None:
     return dtype if dtype.kind in "biufc" else None
 
 
-def _decoders(doc: dict[str, Any], dtype: np.dtype) -> tuple[np.dtype, list[Any]] | None:
-    """The stored dtype (with the bytes codec's byte order) and the bytes→bytes decoders, last first."""
-    import numcodecs
-
+def _decoders(doc: dict[str, Any], dtype: np.dtype) -> tuple[np.dtype, list[Decoder]] | None:
+    """The stored dtype (with the bytes codec's byte order) and the bytes→bytes decoders,
+    last codec first; None if a codec is not in the filter table."""
     codecs = doc["codecs"]
     if not codecs or codecs[0]["name"] != "bytes":
         return None
     endian = codecs[0].get("configuration", {}).get("endian")
     stored = dtype.newbyteorder(">" if endian == "big" else "<") if dtype.itemsize > 1 else dtype
-    decoders: list[Any] = []
+    decoders: list[Decoder] = []
     for codec in codecs[1:]:
-        name = codec["name"]
-        config = dict(codec.get("configuration", {}))
-        if name == "h5lens.lzf":
-            decoders.append(_LZF())
-        elif name in _NUMCODECS:
-            codec_id = _NUMCODECS[name]
-            if codec_id == "shuffle":
-                config = {"elementsize": config.get("elementsize", dtype.itemsize)}
-            if codec_id == "blosc":
-                config = {"cname": config.get("cname", "lz4"), "clevel": config.get("clevel", 5)}
-            if codec_id == "zstd":
-                config = {"level": config.get("level", 3)}
-            decoders.append(numcodecs.get_codec({"id": codec_id, **config}))
-        else:
+        found = decoder(codec, dtype.itemsize)
+        if found is None:
             return None
+        decoders.append(found)
     return stored, decoders[::-1]
-
-
-class _LZF:
-    def decode(self, data: bytes, nbytes: int) -> bytes:
-        from h5lens.codecs.lzf import decode_hdf5_lzf
-
-        return decode_hdf5_lzf(data, nbytes)
 
 
 def read_whole(store: Any, path: str) -> np.ndarray | None:
     """All values of the array at ``path`` of a ManifestStore, or None to let zarr read it."""
-    from zarr.core.sync import sync
-
     manifest = store.manifest
     doc = manifest.nodes.get(path)
     if doc is None or doc.get("node_type") != "array" or doc["attributes"].get("_SCALAR"):
@@ -89,10 +64,10 @@ def read_whole(store: Any, path: str) -> np.ndarray | None:
     out = np.full(shape, fill, dtype=dtype)
     if not shape or 0 in shape:
         return None if not shape else out  # 0-d arrays are cheap through zarr
-    payloads = sync(_fetch_all(store, table))
+    payloads = store.read_chunks(path)
     nbytes = math.prod(chunk_shape) * dtype.itemsize
     count = math.prod(chunk_shape)
-    decode = _decode_function(decoders, nbytes)
+    decode = _decode_function(doc, decoders, nbytes)
     if len(shape) == 1 and len(payloads) == table.source.size:
         # Every chunk present: decode them in order and join, no Python loop per chunk.
         joined = bytearray().join(map(decode, (payloads[i] for i in range(len(payloads)))))
@@ -115,19 +90,19 @@ def read_whole(store: Any, path: str) -> np.ndarray | None:
     return out
 
 
-def _decode_function(decoders: list[Any], nbytes: int):
-    """One chunk's stored bytes → decoded bytes; zlib alone (HDF5 deflate) calls zlib directly."""
-    import numcodecs
+def _decode_function(doc: dict[str, Any], decoders: list[Decoder], nbytes: int) -> Any:
+    """One chunk's stored bytes → decoded bytes. HDF5 deflate alone (the common case) is
+    ``zlib.decompress`` itself: no Python frame per chunk in the join below."""
     import zlib
 
-    if len(decoders) == 1 and isinstance(decoders[0], numcodecs.Zlib):
+    if [c["name"] for c in doc["codecs"][1:]] == ["numcodecs.zlib"]:
         return zlib.decompress
     if not decoders:
         return lambda data: data
 
     def decode(data: bytes) -> bytes:
-        for decoder in decoders:
-            data = decoder.decode(data, nbytes) if isinstance(decoder, _LZF) else decoder.decode(data)
+        for step in decoders:
+            data = step(data, nbytes)
         return data
 
     return decode
@@ -138,27 +113,3 @@ def _fill(doc: dict[str, Any], dtype: np.dtype) -> Any:
 
     zdtype = get_data_type_from_native_dtype(dtype)
     return zdtype.from_json_scalar(doc["fill_value"], zarr_format=3)
-
-
-async def _fetch_all(store: Any, table: Any) -> dict[int, bytes | memoryview]:
-    """Every present chunk's stored bytes, by flat index, requested all at once."""
-    sources = table.source.reshape(-1)
-    present = np.flatnonzero(sources != MISSING)
-    out: dict[int, bytes | memoryview] = {}
-    present_sources = sources[present]
-    for src in np.unique(present_sources).tolist():
-        flats = present[present_sources == src]
-        if src == INLINE:
-            out.update((flat, table.inline[flat]) for flat in flats.tolist())
-            continue
-        offsets = table.offset.reshape(-1)[flats].astype(np.int64)
-        lengths = table.length.reshape(-1)[flats].astype(np.int64)
-        reader = store._reader(src)
-        if isinstance(reader, LocalReader):
-            store.stats.record(int(lengths.sum()))
-            payloads = [reader.read_sync(o, n) for o, n in zip(offsets.tolist(), lengths.tolist(), strict=True)]
-        else:
-            fetcher: ChunkFetcher = store._fetcher(src, reader)
-            payloads = await fetcher.read_ranges(offsets, lengths)
-        out.update(zip(flats.tolist(), payloads, strict=True))
-    return out

@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 
 from h5lens.errors import H5LensError, InvalidOptionError, MaterializeLimitError, NotHDF5Error, UnsupportedFeatureError
+from h5lens.fetch.blocks import merge_plan
 from h5lens.manifest.model import ChunkTable, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
 from h5lens.scan.attrs import read_attributes
@@ -375,32 +376,17 @@ def _inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], thre
         tables[names[number]].set_inline_many(flat[mine], [payloads[i] for i in mine.tolist()])
 
 
-_MERGE_GAP = 64 << 10
-_MERGE_MAX = 16 << 20
-
-
 def read_merged(opened: OpenSource, offset: np.ndarray, length: np.ndarray) -> list[bytes]:
-    """Read ranges sorted by offset, merging those less than 64 KiB apart into one read."""
+    """Read ranges sorted by offset, neighbours merged into one read as the readers merge
+    them (:func:`h5lens.fetch.merge_plan`: one plan for every reader of bytes)."""
     out: list[bytes] = []
     ends = offset + length
-    start = 0
-    n = len(offset)
-    while start < n:
-        stop = start + 1
-        span_end = int(ends[start])
-        while (
-            stop < n
-            and int(offset[stop]) - span_end <= _MERGE_GAP
-            and max(span_end, int(ends[stop])) - int(offset[start]) <= _MERGE_MAX
-        ):
-            span_end = max(span_end, int(ends[stop]))
-            stop += 1
-        base = int(offset[start])
-        block = memoryview(opened.read(base, span_end - base))
-        for i in range(start, stop):
-            lo = int(offset[i]) - base
-            out.append(bytes(block[lo : lo + int(length[i])]))
-        start = stop
+    for lo, hi in merge_plan(offset, length):
+        base = int(offset[lo])
+        block = memoryview(opened.read(base, int(ends[lo:hi].max()) - base))
+        for i in range(lo, hi):
+            start = int(offset[i]) - base
+            out.append(bytes(block[start : start + int(length[i])]))
     return out
 
 

@@ -1,0 +1,163 @@
+"""The one table between HDF5 filters and zarr v3 codecs.
+
+For each HDF5 filter that a zarr codec can decode: the codec JSON to write for it (from
+the filter's ``cd_values`` and the item size), used by the scanner; and for each such
+zarr codec name, a bytes→bytes decoder, used by readers that decode chunks themselves
+(:mod:`h5lens.read.whole`). A filter missing here has no codec: the scanner decodes the
+data with h5py and stores it inline, it never skips the filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from h5lens.codecs.lzf import CODEC_NAME as LZF_CODEC_NAME
+from h5lens.codecs.lzf import HDF5_FILTER_ID as LZF
+
+# HDF5 filter ids (H5Zpublic.h and the registered-filter list).
+DEFLATE = 1
+SHUFFLE = 2
+FLETCHER32 = 3
+SZIP = 4
+NBIT = 5
+SCALEOFFSET = 6
+BLOSC = 32001
+ZSTD = 32015
+BZIP2 = 307
+
+FILTER_NAMES = {
+    DEFLATE: "deflate",
+    SHUFFLE: "shuffle",
+    FLETCHER32: "fletcher32",
+    SZIP: "szip",
+    NBIT: "nbit",
+    SCALEOFFSET: "scaleoffset",
+    LZF: "lzf",
+    BLOSC: "blosc",
+    BZIP2: "bzip2",
+    32004: "lz4",
+    32008: "bitshuffle",
+    32017: "sz",
+    32024: "sz3",
+    32026: "blosc2",
+    32013: "zfp",
+}
+
+Configure = Callable[[tuple[int, ...], int], "dict[str, Any] | None"]
+Decoder = Callable[[bytes, int], bytes]  # (stored bytes, decoded size) -> decoded bytes
+
+
+@dataclass(frozen=True)
+class FilterCodec:
+    """An HDF5 filter and the zarr v3 codec that decodes what it wrote."""
+
+    filter_id: int
+    codec: str  # the zarr v3 codec name
+    configure: Configure  # (cd_values, itemsize) -> configuration, None if no codec can decode it
+
+    def codec_json(self, cd_values: tuple[int, ...], itemsize: int) -> dict[str, Any] | None:
+        configuration = self.configure(cd_values, itemsize)
+        return None if configuration is None else {"name": self.codec, "configuration": configuration}
+
+
+def _deflate(cd: tuple[int, ...], itemsize: int) -> dict[str, Any]:
+    # HDF5 deflate writes a zlib stream, not gzip
+    return {"level": cd[0] if cd else 6}
+
+
+def _shuffle(cd: tuple[int, ...], itemsize: int) -> dict[str, Any]:
+    return {"elementsize": itemsize}
+
+
+def _no_configuration(cd: tuple[int, ...], itemsize: int) -> dict[str, Any]:
+    return {}
+
+
+_BLOSC_CNAMES = {0: "blosclz", 1: "lz4", 2: "lz4hc", 3: "snappy", 4: "zlib", 5: "zstd"}
+_BLOSC_SHUFFLE = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
+
+
+def _blosc(cd: tuple[int, ...], itemsize: int) -> dict[str, Any] | None:
+    # cd_values: [filter rev, blosc version, typesize, chunk bytes, clevel, shuffle, compressor]
+    # Only the frame matters for decoding; the configuration mirrors what wrote it.
+    cname = _BLOSC_CNAMES.get(cd[6] if len(cd) > 6 else 0)
+    if cname is None or cname == "snappy":  # numcodecs' blosc is built without snappy
+        return None
+    return {
+        "cname": cname,
+        "clevel": cd[4] if len(cd) > 4 else 5,
+        "shuffle": _BLOSC_SHUFFLE.get(cd[5] if len(cd) > 5 else 1, "shuffle"),
+        "typesize": itemsize,
+        "blocksize": 0,
+    }
+
+
+def _bzip2(cd: tuple[int, ...], itemsize: int) -> dict[str, Any]:
+    return {"level": cd[0] if cd else 9}
+
+
+def _zstd(cd: tuple[int, ...], itemsize: int) -> dict[str, Any]:
+    level = cd[0] if cd else 3
+    if level >= 2**31:  # a negative level, stored as an unsigned cd_value
+        level -= 2**32
+    return {"level": level, "checksum": False}
+
+
+FILTERS: dict[int, FilterCodec] = {
+    f.filter_id: f
+    for f in (
+        FilterCodec(DEFLATE, "numcodecs.zlib", _deflate),
+        FilterCodec(SHUFFLE, "numcodecs.shuffle", _shuffle),
+        FilterCodec(FLETCHER32, "numcodecs.fletcher32", _no_configuration),
+        FilterCodec(LZF, LZF_CODEC_NAME, _no_configuration),
+        FilterCodec(BLOSC, "blosc", _blosc),
+        FilterCodec(ZSTD, "zstd", _zstd),
+        FilterCodec(BZIP2, "numcodecs.bz2", _bzip2),
+    )
+}
+
+
+def _numcodecs(codec_id: str, keep: tuple[str, ...]) -> Callable[[dict[str, Any], int], Decoder]:
+    def make(configuration: dict[str, Any], itemsize: int) -> Decoder:
+        import numcodecs
+
+        config = {k: configuration[k] for k in keep if k in configuration}
+        if codec_id == "shuffle":
+            config = {"elementsize": configuration.get("elementsize", itemsize)}
+        codec = numcodecs.get_codec({"id": codec_id, **config})
+        return lambda data, nbytes: codec.decode(data)
+
+    return make
+
+
+def _zlib(configuration: dict[str, Any], itemsize: int) -> Decoder:
+    import zlib
+
+    return lambda data, nbytes: zlib.decompress(data)
+
+
+def _lzf(configuration: dict[str, Any], itemsize: int) -> Decoder:
+    from h5lens.codecs.lzf import decode_hdf5_lzf
+
+    return decode_hdf5_lzf
+
+
+# zarr v3 codec name -> decoder factory (configuration, itemsize): every codec the table
+# writes, plus zstd for arrays h5lens compresses inline.
+DECODERS: dict[str, Callable[[dict[str, Any], int], Decoder]] = {
+    "numcodecs.zlib": _zlib,
+    "numcodecs.shuffle": _numcodecs("shuffle", ()),
+    "numcodecs.fletcher32": _numcodecs("fletcher32", ()),
+    "numcodecs.bz2": _numcodecs("bz2", ("level",)),
+    "zstd": _numcodecs("zstd", ("level",)),
+    "blosc": _numcodecs("blosc", ("cname", "clevel")),
+    LZF_CODEC_NAME: _lzf,
+}
+
+
+def decoder(codec: dict[str, Any], itemsize: int) -> Decoder | None:
+    """The bytes→bytes decoder for one zarr v3 codec JSON; None for a codec not in the table."""
+    make = DECODERS.get(codec.get("name", ""))
+    return None if make is None else make(dict(codec.get("configuration") or {}), itemsize)

@@ -1,0 +1,232 @@
+"""Every byte a store reads, planned in one place: per-chunk reads with read-ahead,
+whole-array reads in one batch, and a prefetch of everything an eager read will touch.
+
+:class:`SourceReads` owns one reader per source and one :class:`ChunkFetcher` per
+remote source (merged requests), so bytes fetched for one purpose serve every other
+(a prefetch serves the chunk reads that follow it; nothing is fetched twice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from h5lens.fetch.blocks import MAX_GAP, MAX_SPAN, READAHEAD_CACHE_BYTES, ChunkFetcher
+from h5lens.fetch.readers import FsspecReader, LocalReader, make_reader
+from h5lens.manifest.model import INLINE, MISSING, ChunkTable
+
+MAX_READAHEAD_CHUNKS = 4096  # the window is bounded by MAX_SPAN bytes long before this
+# zarr fetches up to async.concurrency chunks at once: reads may arrive a little out of order.
+_REORDER = 16
+
+Reader = LocalReader | FsspecReader
+
+
+@dataclass
+class ReadStats:
+    """Reads of referenced bytes (inline chunks and metadata cost none)."""
+
+    requests: int = 0
+    bytes: int = 0
+
+    def record(self, nbytes: int) -> None:
+        self.requests += 1
+        self.bytes += nbytes
+
+    def reset(self) -> None:
+        self.requests = 0
+        self.bytes = 0
+
+
+@dataclass(frozen=True)
+class ChunkRead:
+    """Bytes ``[start, stop)`` of the chunk at grid position ``index`` (flat ``flat``) of an array."""
+
+    path: str
+    flat: int
+    source: int
+    offset: int
+    length: int
+    start: int
+    stop: int
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.stop == self.length
+
+
+class SourceReads:
+    """The readers of a manifest's sources and the plans that read them.
+
+    ``urls[i]`` is where source ``i`` is read from (after remapping and resolving relative
+    URLs); ``tables`` maps array paths to chunk tables. Readers are opened on first use.
+    """
+
+    def __init__(self, urls: list[str], tables: dict[str, ChunkTable], options: dict[str, Any]) -> None:
+        self.urls = urls
+        self.tables = tables
+        self.options = options
+        self.stats = ReadStats()
+        self._readers: list[Reader] | None = None
+        self._fetchers: dict[int, ChunkFetcher] = {}
+        self._streaks: dict[str, tuple[int, int, int]] = {}  # array -> (last chunk read, read-ahead end, window)
+
+    # -- readers ------------------------------------------------------------------
+    def reader(self, source: int) -> Reader:
+        if self._readers is None:
+            self._readers = [make_reader(url, self.options) for url in self.urls]
+        return self._readers[source]
+
+    @property
+    def all_local(self) -> bool:
+        return all(isinstance(self.reader(i), LocalReader) for i in range(len(self.urls)))
+
+    def _fetcher(self, source: int) -> ChunkFetcher:
+        fetcher = self._fetchers.get(source)
+        if fetcher is None:
+            fetcher = self._fetchers[source] = ChunkFetcher(self.reader(source), on_request=self.stats.record)
+        return fetcher
+
+    def close(self) -> None:
+        for reader in self._readers or []:
+            reader.close()
+        self._readers = None
+        self._fetchers = {}
+        self._streaks = {}
+
+    # -- one chunk ------------------------------------------------------------------
+    async def read(self, chunk: ChunkRead) -> bytes:
+        """One chunk's bytes (or part); a whole-chunk read of a remote source reads ahead."""
+        reader = self.reader(chunk.source)
+        if isinstance(reader, LocalReader):
+            self.stats.record(chunk.stop - chunk.start)
+            return await reader.read(chunk.offset + chunk.start, chunk.stop - chunk.start)
+        fetcher = self._fetcher(chunk.source)
+        if not chunk.whole:
+            return await fetcher.read(chunk.offset + chunk.start, chunk.stop - chunk.start)
+        return await fetcher.read(chunk.offset, chunk.length, self._read_ahead(chunk))
+
+    def read_sync(self, chunk: ChunkRead) -> bytes:
+        """A local source's bytes without the event loop (zarr's synchronous pipeline)."""
+        reader = self.reader(chunk.source)
+        if not isinstance(reader, LocalReader):
+            raise TypeError("synchronous reads are for local sources only")
+        self.stats.record(chunk.stop - chunk.start)
+        return reader.read_sync(chunk.offset + chunk.start, chunk.stop - chunk.start)
+
+    def _read_ahead(self, chunk: ChunkRead) -> list[tuple[int, int]]:
+        """Chunks after this one to fetch with it, like an OS read-ahead.
+
+        A read close behind the previous one counts as sequential; the window of
+        chunks fetched ahead doubles each time reads come within half a window of
+        its end, and starts over on a jump. What is fetched ahead is never more than
+        what was read sequentially before it, so a slice costs at most about twice
+        its chunks, while a full read needs only a few requests per array.
+        """
+        flat = chunk.flat
+        last, frontier, window = self._streaks.get(chunk.path, (-(1 << 30), 0, 0))
+        sequential = last - _REORDER <= flat <= max(last, frontier) + 1
+        if not sequential:
+            self._streaks[chunk.path] = (flat, flat + 1, 0)
+            return []
+        last = max(last, flat)
+        if frontier - flat > window // 2:
+            self._streaks[chunk.path] = (last, frontier, window)
+            return []
+        window = min(max(1, 2 * window), MAX_READAHEAD_CHUNKS)
+        begin = max(frontier, flat + 1)
+        ahead = _adjacent(self.tables[chunk.path], chunk.source, flat, begin, begin + window)
+        self._streaks[chunk.path] = (last, begin + len(ahead), window)
+        return ahead
+
+    # -- many chunks -------------------------------------------------------------------
+    async def read_many(self, path: str, flats: np.ndarray | None = None) -> dict[int, bytes | memoryview]:
+        """The stored bytes of many chunks of one array (all present ones by default), by flat
+        index: inline ones from the manifest, the rest requested at once (merged requests for
+        remote sources, and using whatever a prefetch already holds)."""
+        table = self.tables[path]
+        sources = table.source.reshape(-1)
+        present = np.flatnonzero(sources != MISSING) if flats is None else np.asarray(flats, dtype=np.int64)
+        present = present[sources[present] != MISSING]
+        out: dict[int, bytes | memoryview] = {}
+        present_sources = sources[present]
+        for src in np.unique(present_sources).tolist():
+            chosen = present[present_sources == src]
+            if src == INLINE:
+                out.update((flat, table.inline[flat]) for flat in chosen.tolist())
+                continue
+            offsets = table.offset.reshape(-1)[chosen].astype(np.int64)
+            lengths = table.length.reshape(-1)[chosen].astype(np.int64)
+            reader = self.reader(src)
+            if isinstance(reader, LocalReader):
+                self.stats.record(int(lengths.sum()))
+                payloads: list[Any] = [
+                    reader.read_sync(o, n) for o, n in zip(offsets.tolist(), lengths.tolist(), strict=True)
+                ]
+            else:
+                payloads = await self._fetcher(src).read_ranges(offsets, lengths)
+            out.update(zip(chosen.tolist(), payloads, strict=True))
+        return out
+
+    def prefetch(self, budget: int = READAHEAD_CACHE_BYTES) -> tuple[int, Callable[[], Any] | None]:
+        """Plan fetching every referenced chunk of remote sources, in file order, up to
+        ``budget`` bytes. Returns the bytes planned and a coroutine function that starts
+        the requests (to run on the event loop the reads will use), or None."""
+        offsets: dict[int, list[np.ndarray]] = {}
+        lengths: dict[int, list[np.ndarray]] = {}
+        for table in self.tables.values():
+            sources = table.source.reshape(-1)
+            for src in np.unique(sources[sources >= 0]).tolist():
+                if isinstance(self.reader(src), LocalReader):
+                    continue
+                mine = sources == src
+                offsets.setdefault(src, []).append(table.offset.reshape(-1)[mine].astype(np.int64))
+                lengths.setdefault(src, []).append(table.length.reshape(-1)[mine].astype(np.int64))
+        requested = 0
+        plan: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for src in offsets:
+            src_offsets = np.concatenate(offsets[src])
+            src_lengths = np.concatenate(lengths[src])
+            order = np.argsort(src_offsets, kind="stable")
+            src_offsets, src_lengths = src_offsets[order], src_lengths[order]
+            take = int(np.searchsorted(np.cumsum(src_lengths), budget - requested, side="right"))
+            if take:
+                plan[src] = (src_offsets[:take], src_lengths[:take])
+                requested += int(src_lengths[:take].sum())
+        if not plan:
+            return 0, None
+
+        async def start() -> None:
+            for src, (src_offsets, src_lengths) in plan.items():
+                self._fetcher(src).prefetch(src_offsets, src_lengths)
+
+        return requested, start
+
+    def stat(self, source: int) -> dict[str, Any]:
+        return self.reader(source).stat()
+
+
+def _adjacent(table: ChunkTable, source: int, flat: int, begin: int, stop: int) -> list[tuple[int, int]]:
+    """(offset, length) of the chunks ``begin:stop`` in grid order that follow chunk ``flat``
+    closely in the same source (within MAX_GAP, the whole within MAX_SPAN)."""
+    sources = table.source.reshape(-1)
+    offsets = table.offset.reshape(-1)
+    lengths = table.length.reshape(-1)
+    first = int(offsets[flat])
+    end = first + int(lengths[flat])
+    ahead: list[tuple[int, int]] = []
+    for j in range(begin, min(stop, sources.size)):
+        if sources[j] != source:
+            break
+        offset, length = int(offsets[j]), int(lengths[j])
+        if offset < first or offset - end > MAX_GAP or offset + length - first > MAX_SPAN:
+            break
+        ahead.append((offset, length))
+        end = max(end, offset + length)
+    return ahead
+
+
+__all__ = ["ChunkRead", "ReadStats", "SourceReads", "MAX_READAHEAD_CHUNKS"]
