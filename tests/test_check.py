@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import h5py
 import numpy as np
 import pytest
@@ -17,8 +19,10 @@ def damaged(tmp_path):
         f.create_dataset("x", data=np.arange(10000, dtype="f8"), chunks=(1000,), compression="gzip")
         f.create_dataset("y", data=np.arange(10000, dtype="f8").reshape(100, 100), chunks=(10, 10), compression="gzip")
     manifest = h5lens.index(path, inline_threshold=0)
-    manifest.chunks["x"].offset[5] += 1  # a bumped offset: zlib sees no header
-    manifest.chunks["y"].offset[3, 4] += 1
+    for name, index in (("x", 5), ("y", (3, 4))):  # a bumped offset: zlib sees no header
+        offset = manifest.chunks[name].offset.copy()
+        offset[index] += 1
+        manifest.chunks[name] = replace(manifest.chunks[name], offset=offset)
     return path, h5lens.open_group(manifest)
 
 

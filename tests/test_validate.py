@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import importlib
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
@@ -14,6 +15,17 @@ import pytest
 import h5lens
 from h5lens.manifest.model import INLINE
 from h5lens.validate import KNOWN_DTYPES, Problem, validate
+
+
+def edited(table, **changes):
+    """A copy of a chunk table with some grid cells changed (tables are immutable)."""
+    grids = {}
+    for name, cells in changes.items():
+        grid = getattr(table, name).copy()
+        for index, value in cells.items():
+            grid[index] = value
+        grids[name] = grid
+    return replace(table, **grids)
 
 
 def write_sample(path: Path) -> Path:
@@ -232,8 +244,7 @@ def test_scalar_forms_follow_the_profile(released, proposal):
     proposal.nodes["scalar"]["attributes"].pop("_SCALAR")
     proposal.nodes["scalar"]["shape"] = []
     proposal.nodes["scalar"]["chunk_grid"]["configuration"]["chunk_shape"] = []
-    table = proposal.chunks["scalar"]
-    table.source, table.offset, table.length = (a.reshape(()) for a in (table.source, table.offset, table.length))
+    proposal.chunks["scalar"] = proposal.chunks["scalar"].reshaped(())
     assert found(proposal) == [
         "/scalar: 0-d array in a proposal-profile manifest (proposal scalars are shape [1] + _SCALAR)"
     ]
@@ -248,7 +259,7 @@ def test_nan_form_follows_the_profile(proposal):
 def test_structured_referenced_chunk_length_mismatch(released):
     table = released.chunks["records"]
     assert table.source[1] == 0 and table.length[1] == 1200
-    table.length[1] = 1199
+    released.chunks["records"] = edited(table, length={1: 1199})
     assert found(released) == [
         "/records: referenced chunk 1 holds 1199 bytes; a bytes-only chunk of shape [100] and itemsize 12 "
         "([('a', '<i4'), ('b', '<f8')]) holds 1200"
@@ -258,8 +269,9 @@ def test_structured_referenced_chunk_length_mismatch(released):
 def test_structured_inline_chunk_length_mismatch(released):
     table = released.chunks["small_records"]
     assert table.source[0] == INLINE
-    table.inline[0] = table.inline[0][:-1]
-    table.length[0] -= 1
+    released.chunks["small_records"] = replace(
+        table, inline={0: table.inline[0][:-1]}, length=table.length - np.uint64(1)
+    )
     problems = found(released)
     assert problems == [
         "/small_records: inline chunk 0 holds 35 bytes; a bytes-only chunk of shape [3] and itemsize 12 "
@@ -268,8 +280,7 @@ def test_structured_inline_chunk_length_mismatch(released):
 
 
 def test_referenced_chunk_past_the_source_end(released):
-    table = released.chunks["records"]
-    table.offset[3] = released.sources[0].size - 10
+    released.chunks["records"] = edited(released.chunks["records"], offset={3: released.sources[0].size - 10})
     assert found(released) == [
         f"/records: chunk 3 ends at byte {released.sources[0].size + 1190}, past the source's "
         f"{released.sources[0].size} bytes"

@@ -112,3 +112,17 @@ def test_metadata_keys():
     for path in ("", "a", "a/b/zarr.json.d"):
         assert metadata_path(metadata_key(path)) == path
     assert metadata_path("a/c/0") is None
+
+
+def test_a_document_zarr_refuses_is_an_error_at_load():
+    """Checked once at the boundary by zarr's own metadata classes, named, never a
+    traceback from deep inside zarr at the first read."""
+    import json
+
+    store = written_by_zarr("a", np.arange(4, dtype="i4"), chunks=(2,))
+    refs = refs_of(store)
+    doc = json.loads(refs["refs"]["a/zarr.json"])
+    doc["data_type"] = "no-such-type"
+    refs["refs"]["a/zarr.json"] = json.dumps(doc)
+    with pytest.raises(h5lens.ManifestFormatError, match="/a: zarr refuses this metadata document"):
+        h5lens.Manifest.from_dict(refs)

@@ -28,7 +28,6 @@ Checked:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import warnings
@@ -40,6 +39,7 @@ import numpy as np
 
 from h5lens import convention
 from h5lens.errors import ManifestFormatError
+from h5lens.manifest.documents import DocumentChecker
 from h5lens.manifest.model import INLINE, MISSING, Manifest
 from h5lens.manifest.zarr_keys import KeyEncoding
 
@@ -138,7 +138,7 @@ class _Validator:
     def __init__(self, manifest: Manifest) -> None:
         self.manifest = manifest
         self.children = {path: set(manifest.children(path)) for path in manifest.groups()}
-        self._parsed: dict[str, tuple[Any, np.dtype | None, str | None]] = {}
+        self._documents = DocumentChecker()
 
     # -- driving ------------------------------------------------------------------
     def run(self) -> Iterator[Problem]:
@@ -195,12 +195,9 @@ class _Validator:
 
     # -- groups ----------------------------------------------------------------------
     def _group(self, key: str, path: str, doc: dict[str, Any], attributes: dict[str, Any]) -> Iterator[Problem]:
-        from zarr.core.group import GroupMetadata
-
-        try:
-            GroupMetadata.from_dict(doc)
-        except Exception as e:  # noqa: BLE001 - any parse failure is the finding
-            yield Problem(path, f"group metadata does not parse with zarr: {type(e).__name__}: {e}")
+        error = self._documents.group(doc)
+        if error is not None:
+            yield Problem(path, f"group metadata does not parse with zarr: {error}")
         for name in _ARRAY_ONLY:
             if name in attributes:
                 yield Problem(path, f"{name} belongs on arrays, not on a group")
@@ -245,25 +242,10 @@ class _Validator:
 
     # -- arrays ----------------------------------------------------------------------
     def _array(self, key: str, path: str, doc: dict[str, Any], attributes: dict[str, Any]) -> Iterator[Problem]:
-        from zarr.core.metadata.v3 import ArrayV3Metadata
-
-        # zarr's parse costs ~200 µs per document; arrays of a big file share most of their
-        # metadata (attributes aside), so each distinct document is parsed once.
-        body = {k: v for k, v in doc.items() if k != "attributes"}
-        cache_key = json.dumps(body, sort_keys=True, allow_nan=True, default=repr)
-        parsed = self._parsed.get(cache_key)
-        if parsed is None:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    meta = ArrayV3Metadata.from_dict({**body, "attributes": {}})
-                    parsed = (meta, meta.dtype.to_native_dtype(), None)
-            except Exception as e:  # noqa: BLE001
-                parsed = (None, None, f"array metadata does not parse with zarr: {type(e).__name__}: {e}")
-            self._parsed[cache_key] = parsed
-        meta, native, error = parsed
+        meta, error = self._documents.array(doc)
+        native = meta.dtype.to_native_dtype() if meta is not None else None
         if error is not None:
-            yield Problem(path, error)
+            yield Problem(path, f"array metadata does not parse with zarr: {error}")
         try:
             KeyEncoding.from_document(doc, path)
         except ManifestFormatError as e:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -103,22 +105,55 @@ class Source:
         return cls(data["url"], data.get("size"), data.get("mtime"), data.get("etag"))
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class ChunkTable:
-    """Where each chunk of one array lives; arrays shaped like the chunk grid."""
+    """Where each chunk of one array lives; grids shaped like the chunk grid. Immutable.
 
-    source: np.ndarray  # int32: source index, MISSING or INLINE
+    ``source[i]`` is a source index, ``MISSING`` (the fill value) or ``INLINE`` (the bytes
+    are ``inline[flat i]``); ``offset`` / ``length`` give the byte range (``length`` is the
+    inline payload's size for inline chunks). Checked once, here: dtypes, one grid shape,
+    C order, inline bytes exactly where the grid says. Changes make a new table
+    (:meth:`with_inline`, :meth:`reshaped`, ``dataclasses.replace``); the scanner and the
+    parsers build tables through :class:`ChunkTableBuilder`.
+    """
+
+    source: np.ndarray  # int32
     offset: np.ndarray  # uint64
     length: np.ndarray  # uint64
-    inline: dict[int, bytes] = field(default_factory=dict)  # flat chunk index -> bytes
+    inline: Mapping[int, bytes] = field(default_factory=lambda: MappingProxyType({}))  # flat index -> bytes
+
+    def __post_init__(self) -> None:
+        grids = {"source": (self.source, np.int32), "offset": (self.offset, np.uint64), "length": (self.length, np.uint64)}
+        for name, (grid, dtype) in grids.items():
+            if not isinstance(grid, np.ndarray) or grid.dtype != dtype:
+                raise ManifestFormatError(f"Expected a {np.dtype(dtype)} {name} grid. Got {getattr(grid, 'dtype', type(grid))}")
+            if not grid.flags.c_contiguous:
+                raise ManifestFormatError(f"Expected a C-contiguous {name} grid")
+        if not (self.source.shape == self.offset.shape == self.length.shape):
+            raise ManifestFormatError(
+                f"Expected source, offset and length grids of one shape. Got "
+                f"{self.source.shape}, {self.offset.shape}, {self.length.shape}"
+            )
+        flat_source = self.source.reshape(-1)
+        if (flat_source < INLINE).any():
+            raise ManifestFormatError(f"Expected source indices >= 0, MISSING or INLINE. Got {int(flat_source.min())}")
+        inline_at = np.flatnonzero(flat_source == INLINE)
+        if set(inline_at.tolist()) != set(self.inline):
+            raise ManifestFormatError(
+                f"Expected inline bytes exactly for the {inline_at.size} chunks marked INLINE. Got {len(self.inline)}"
+            )
+        if inline_at.size:
+            sizes = np.fromiter((len(self.inline[i]) for i in inline_at.tolist()), dtype=np.uint64, count=inline_at.size)
+            if not np.array_equal(sizes, self.length.reshape(-1)[inline_at]):
+                raise ManifestFormatError("Expected the length of each inline chunk to be its payload's size")
+        for grid in (self.source, self.offset, self.length):
+            grid.flags.writeable = False
+        if not isinstance(self.inline, MappingProxyType):
+            object.__setattr__(self, "inline", MappingProxyType(dict(self.inline)))
 
     @classmethod
     def empty(cls, grid_shape: tuple[int, ...]) -> ChunkTable:
-        return cls(
-            np.full(grid_shape, MISSING, dtype=np.int32),
-            np.zeros(grid_shape, dtype=np.uint64),
-            np.zeros(grid_shape, dtype=np.uint64),
-        )
+        return ChunkTableBuilder(grid_shape).build()
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
@@ -130,34 +165,30 @@ class ChunkTable:
             and np.array_equal(self.source, other.source)
             and np.array_equal(self.offset, other.offset)
             and np.array_equal(self.length, other.length)
-            and self.inline == other.inline
+            and dict(self.inline) == dict(other.inline)
         )
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __post_init__(self) -> None:
-        if not (self.source.shape == self.offset.shape == self.length.shape):
-            raise ManifestFormatError(
-                f"Expected source, offset and length grids of one shape. Got "
-                f"{self.source.shape}, {self.offset.shape}, {self.length.shape}"
-            )
+    def __reduce__(self) -> Any:
+        # mappingproxy does not pickle; the grids' read-only flags are restored by __post_init__
+        return (ChunkTable, (self.source.copy(), self.offset.copy(), self.length.copy(), dict(self.inline)))
 
-    def set_inline(self, index: tuple[int, ...], data: bytes) -> None:
-        flat = int(np.ravel_multi_index(index, self.grid_shape)) if self.grid_shape else 0
-        self.source[index] = INLINE
-        self.offset[index] = 0
-        self.length[index] = len(data)
-        self.inline[flat] = data
+    def with_inline(self, flat_indices: np.ndarray, payloads: list[bytes]) -> ChunkTable:
+        """A copy with these chunks (flat indices in C order) stored inline."""
+        builder = ChunkTableBuilder.from_table(self)
+        builder.set_inline(flat_indices, payloads)
+        return builder.build()
 
-    def set_inline_many(self, flat_indices: np.ndarray, payloads: list[bytes]) -> None:
-        """Store many chunks inline at once (``flat_indices`` in C order of the grid)."""
-        for grid in (self.source, self.offset, self.length):
-            if not grid.flags.c_contiguous:
-                raise ValueError("chunk grids must be C-contiguous")
-        self.source.reshape(-1)[flat_indices] = INLINE
-        self.offset.reshape(-1)[flat_indices] = 0
-        self.length.reshape(-1)[flat_indices] = [len(p) for p in payloads]
-        self.inline.update(zip(flat_indices.tolist(), payloads, strict=True))
+    def reshaped(self, grid_shape: tuple[int, ...]) -> ChunkTable:
+        """The same chunks on a grid of another shape with as many cells (a 0-d array's one
+        chunk as shape (1,))."""
+        return ChunkTable(
+            self.source.reshape(grid_shape).copy(),
+            self.offset.reshape(grid_shape).copy(),
+            self.length.reshape(grid_shape).copy(),
+            dict(self.inline),
+        )
 
     def lookup(self, index: tuple[int, ...]) -> tuple[int, int, int] | bytes | None:
         """``(source, offset, length)``, the inline bytes, or None for an absent chunk."""
@@ -198,6 +229,62 @@ class ChunkTable:
     @property
     def inline_bytes(self) -> int:
         return sum(len(b) for b in self.inline.values())
+
+
+class ChunkTableBuilder:
+    """Builds a :class:`ChunkTable` column-wise: references and inline chunks are set on
+    mutable grids, then :meth:`build` checks them once and freezes them."""
+
+    def __init__(self, grid_shape: tuple[int, ...]) -> None:
+        self.source = np.full(grid_shape, MISSING, dtype=np.int32)
+        self.offset = np.zeros(grid_shape, dtype=np.uint64)
+        self.length = np.zeros(grid_shape, dtype=np.uint64)
+        self.inline: dict[int, bytes] = {}
+
+    @classmethod
+    def from_table(cls, table: ChunkTable) -> ChunkTableBuilder:
+        builder = cls(table.grid_shape)
+        builder.source[...] = table.source
+        builder.offset[...] = table.offset
+        builder.length[...] = table.length
+        builder.inline = dict(table.inline)
+        return builder
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        return tuple(self.source.shape)
+
+    def refer(self, flat_indices: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, source: Any = 0) -> None:
+        """Chunks at these flat indices are byte ranges of source(s) ``source``."""
+        flat_indices = np.asarray(flat_indices, dtype=np.int64)
+        for flat in set(flat_indices.tolist()) & set(self.inline):
+            del self.inline[flat]
+        self.source.reshape(-1)[flat_indices] = source
+        self.offset.reshape(-1)[flat_indices] = offsets
+        self.length.reshape(-1)[flat_indices] = lengths
+
+    def set_inline(self, flat_indices: np.ndarray, payloads: list[bytes]) -> None:
+        """Chunks at these flat indices are stored inline."""
+        flat_indices = np.asarray(flat_indices, dtype=np.int64)
+        self.source.reshape(-1)[flat_indices] = INLINE
+        self.offset.reshape(-1)[flat_indices] = 0
+        self.length.reshape(-1)[flat_indices] = [len(p) for p in payloads]
+        self.inline.update(zip(flat_indices.tolist(), payloads, strict=True))
+
+    def clear(self, flat_indices: np.ndarray) -> None:
+        """These chunks are absent: the fill value."""
+        flat_indices = np.asarray(flat_indices, dtype=np.int64)
+        for flat in flat_indices.tolist():
+            self.inline.pop(flat, None)
+        self.source.reshape(-1)[flat_indices] = MISSING
+        self.offset.reshape(-1)[flat_indices] = 0
+        self.length.reshape(-1)[flat_indices] = 0
+
+    def flat(self, index: tuple[int, ...]) -> int:
+        return int(np.ravel_multi_index(index, self.grid_shape)) if self.grid_shape else 0
+
+    def build(self) -> ChunkTable:
+        return ChunkTable(self.source, self.offset, self.length, self.inline)
 
 
 @dataclass

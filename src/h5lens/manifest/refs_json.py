@@ -23,7 +23,8 @@ import numpy as np
 import orjson
 
 from h5lens.errors import ManifestFormatError
-from h5lens.manifest.model import INLINE, MISSING, ChunkTable, Manifest, Source
+from h5lens.manifest.model import INLINE, MISSING, ChunkTable, ChunkTableBuilder, Manifest, Source
+from h5lens.manifest.documents import check_documents
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar, chunk_key, join, metadata_key, metadata_path
 
 FORMAT_KEY = "h5lens"
@@ -127,17 +128,19 @@ def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> 
             nodes[path] = _parse_document(key, value)
         else:
             chunk_items.append((key, value))
-    chunks: dict[str, ChunkTable] = {}
+    builders: dict[str, ChunkTableBuilder] = {}
     for path, doc in nodes.items():
         if doc.get("node_type") != "array":
             continue
         _check_array_document(path, doc)
-        chunks[path] = ChunkTable.empty(grid_shape_of(doc))
+        builders[path] = ChunkTableBuilder(grid_shape_of(doc))
 
+    check_documents(nodes)
     grammar = KeyGrammar.of_documents(nodes)
     resolve = _SourceResolver(sources, source_index)
-    for path, (tails, values) in _group_chunk_keys(chunk_items, grammar, chunks).items():
-        _fill_table(path, chunks[path], grammar.arrays[path][0], tails, values, resolve)
+    for path, (tails, values) in _group_chunk_keys(chunk_items, grammar).items():
+        _fill_table(path, builders[path], grammar.arrays[path][0], tails, values, resolve)
+    chunks = {path: builder.build() for path, builder in builders.items()}
     return Manifest(
         nodes=nodes,
         chunks=chunks,
@@ -184,7 +187,7 @@ class _SourceResolver:
 _Group = tuple[list[str], list[Any]]  # the key tails of one array's chunks ("c/3/1") and their values
 
 
-def _group_chunk_keys(items: list[tuple[str, Any]], grammar: KeyGrammar, chunks: dict[str, ChunkTable]) -> dict[str, _Group]:
+def _group_chunk_keys(items: list[tuple[str, Any]], grammar: KeyGrammar) -> dict[str, _Group]:
     """Chunk keys grouped by array, each reduced to its tail below the array ("c/12/0").
 
     A key below no array is an error naming it."""
@@ -231,7 +234,7 @@ def _grid_indices(path: str, encoding: KeyEncoding, tails: list[str], grid: tupl
 
 
 def _fill_table(
-    path: str, table: ChunkTable, encoding: KeyEncoding, tails: list[str], values: list[Any], resolve: _SourceResolver
+    path: str, table: ChunkTableBuilder, encoding: KeyEncoding, tails: list[str], values: list[Any], resolve: _SourceResolver
 ) -> None:
     """Set one array's chunk table from its keys' values, column-wise (no per-chunk numpy calls)."""
     flat = _grid_indices(path, encoding, tails, table.grid_shape)
@@ -254,12 +257,8 @@ def _fill_table(
             lengths = np.array([v[2] for v in refs], dtype=np.uint64)
         except (TypeError, ValueError, OverflowError) as e:
             raise ManifestFormatError(f"{path}: chunk offsets and lengths must be non-negative integers ({e})") from None
-        if len(index) == 1:
-            table.source.reshape(-1)[ref_flat] = next(iter(index.values()))
-        else:
-            table.source.reshape(-1)[ref_flat] = [index[u] for u in urls]
-        table.offset.reshape(-1)[ref_flat] = offsets
-        table.length.reshape(-1)[ref_flat] = lengths
+        sources = next(iter(index.values())) if len(index) == 1 else [index[u] for u in urls]
+        table.refer(ref_flat, offsets, lengths, sources)
     if inline_at:
         payloads = []
         for i in inline_at:
@@ -269,7 +268,7 @@ def _fill_table(
                     f"{where}{tails[i]}: expected [url, offset, length] or inline data. Got {value!r}"
                 )
             payloads.append(base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode())
-        table.set_inline_many(flat[inline_at], payloads)
+        table.set_inline(flat[inline_at], payloads)
 
 
 def _parse_document(key: str, value: Any) -> dict[str, Any]:

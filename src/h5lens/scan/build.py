@@ -11,7 +11,8 @@ import numpy as np
 
 from h5lens.errors import H5LensError, InvalidOptionError, MaterializeLimitError, NotHDF5Error, UnsupportedFeatureError
 from h5lens.fetch.blocks import merge_plan
-from h5lens.manifest.model import ChunkTable, Manifest, NodeMap
+from h5lens.manifest.documents import check_documents
+from h5lens.manifest.model import ChunkTable, ChunkTableBuilder, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
 from h5lens.scan.attrs import read_attributes
 from h5lens.scan.codecs import ambiguous_length, read_pipeline, translate_pipeline, untranslatable
@@ -108,6 +109,7 @@ def build_manifest(
     for error in refused.values():
         raise error
     _inline_small_chunks(opened, tables, options.inline_threshold)
+    check_documents(nodes)
     return Manifest(nodes, tables, [opened.source], options.convention, writer)
 
 
@@ -183,7 +185,7 @@ def _array(
             _check_limit(path, options, len(redo) * _chunk_nbytes(doc, base_itemsize), "chunks that skip filters")
             regions = [(idx, read_values(ds, plan, chunk_selection(idx, doc_chunks(doc), shape), path, resolve)) for idx in redo]
             _store_inline(table, redo, encode_chunks(doc, regions))
-        return _finish_scalar(doc, table, options), table
+        return _finish_scalar(doc, table.build(), options)
 
     # Everything else is decoded by h5py and stored inline.
     reason = _materialize_reason(plan, layout, dcpl, filters, base_itemsize)
@@ -213,16 +215,16 @@ def inline_array(
     chunk_shape = chunk_shape or chunk_scan.plan_slabs(shape, _value_itemsize(plan, values), options.slab_bytes)
     codecs = _value_codecs(plan, values.nbytes)
     doc = _document(path, plan, shape, chunk_shape, codecs, fill, attributes)
-    table = ChunkTable.empty(chunk_scan.grid_shape(shape, chunk_shape))
+    table = ChunkTableBuilder(chunk_scan.grid_shape(shape, chunk_shape))
     if shape and 0 in shape:
-        return _finish_scalar(doc, table, options), table
+        return _finish_scalar(doc, table.build(), options)
     if shape:
         regions = [(idx, values[chunk_selection(idx, chunk_shape, shape)]) for idx in np.ndindex(table.grid_shape)]
     else:
         regions = [((), values)]
     encoded = encode_chunks(doc, regions)
     _store_inline(table, list(encoded), encoded)
-    return _finish_scalar(doc, table, options), table
+    return _finish_scalar(doc, table.build(), options)
 
 
 def values_plan(values: np.ndarray, path: str) -> TypePlan:
@@ -274,13 +276,15 @@ def _value_itemsize(plan: TypePlan, values: np.ndarray) -> int:
     return values.dtype.itemsize
 
 
-def _store_inline(table: ChunkTable, indices: list[tuple[int, ...]], encoded: dict[tuple[int, ...], bytes]) -> None:
-    for idx in indices:
-        data = encoded.get(tuple(idx))
-        if data is None:  # equal to the fill value everywhere: absent is exact
-            table.source[tuple(idx)] = -1
-            continue
-        table.set_inline(tuple(idx), data)
+def _store_inline(
+    table: ChunkTableBuilder, indices: list[tuple[int, ...]], encoded: dict[tuple[int, ...], bytes]
+) -> None:
+    absent = [table.flat(idx) for idx in indices if tuple(idx) not in encoded]
+    if absent:  # equal to the fill value everywhere: absent is exact
+        table.clear(np.asarray(absent, dtype=np.int64))
+    present = [tuple(idx) for idx in indices if tuple(idx) in encoded]
+    if present:
+        table.set_inline(np.asarray([table.flat(idx) for idx in present], dtype=np.int64), [encoded[idx] for idx in present])
 
 
 def _bytes_codec(plan: TypePlan) -> dict[str, Any]:
@@ -330,17 +334,16 @@ def _document(
     }
 
 
-def _finish_scalar(doc: dict[str, Any], table: ChunkTable, options: ScanOptions) -> dict[str, Any]:
+def _finish_scalar(
+    doc: dict[str, Any], table: ChunkTable, options: ScanOptions
+) -> tuple[dict[str, Any], ChunkTable]:
     """The proposal writes 0-d datasets as shape (1,) with ``_SCALAR: true``."""
     if doc["shape"] or options.convention != "proposal":
-        return doc
+        return doc, table
     doc["shape"] = [1]
     doc["chunk_grid"] = {"name": "regular", "configuration": {"chunk_shape": [1]}}
     doc["attributes"]["_SCALAR"] = True
-    table.source = table.source.reshape(1)
-    table.offset = table.offset.reshape(1)
-    table.length = table.length.reshape(1)
-    return doc
+    return doc, table.reshaped((1,))
 
 
 def _inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], threshold: int) -> None:
@@ -371,9 +374,10 @@ def _inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], thre
     which, flat, offset, length = which[order], flat[order], offset[order], length[order]
     payloads = read_merged(opened, offset, length)
     names = list(tables)
-    for number in np.unique(which):
+    for number in np.unique(which).tolist():
         mine = np.flatnonzero(which == number)
-        tables[names[number]].set_inline_many(flat[mine], [payloads[i] for i in mine.tolist()])
+        name = names[number]
+        tables[name] = tables[name].with_inline(flat[mine], [payloads[i] for i in mine.tolist()])
 
 
 def read_merged(opened: OpenSource, offset: np.ndarray, length: np.ndarray) -> list[bytes]:

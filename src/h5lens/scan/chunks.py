@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from h5lens.errors import UnsupportedFeatureError
-from h5lens.manifest.model import ChunkTable
+from h5lens.manifest.model import ChunkTableBuilder
 
 DEFAULT_SLAB_BYTES = 4 << 20
 # How far below the target a slab may shrink to find a row count that divides the axis
@@ -26,9 +26,10 @@ _SLAB_SEARCH_LIMIT = 4096
 
 @dataclass
 class ChunkScan:
-    """A chunked dataset's table plus the chunks that skip some of the pipeline's filters."""
+    """A chunked dataset's table (still being built) plus the chunks that skip some of the
+    pipeline's filters."""
 
-    table: ChunkTable
+    table: ChunkTableBuilder
     masked: list[tuple[int, ...]]  # grid indices whose filter_mask is not 0
 
 
@@ -49,7 +50,7 @@ def scan_chunked(
     following what libhdf5's reads do, from ``raw`` (the file's bytes)."""
     grid = grid_shape(shape, chunk_shape)
     if 0 in shape:
-        return ChunkScan(ChunkTable.empty(grid), [])
+        return ChunkScan(ChunkTableBuilder(grid), [])
     if _unlimited_not_first(dsid) and raw is not None:
         return _walked(dsid, grid, chunk_shape, raw)
     index, addresses, sizes, masks = _iterated(dsid, chunk_shape)
@@ -120,11 +121,9 @@ def _walked(dsid: h5py.h5d.DatasetID, grid: tuple[int, ...], chunk_shape: tuple[
 def _table(
     grid: tuple[int, ...], index: np.ndarray, addresses: np.ndarray, sizes: np.ndarray, masks: np.ndarray
 ) -> ChunkScan:
-    table = ChunkTable.empty(grid)
-    where = tuple(index.T)
-    table.source[where] = 0
-    table.offset[where] = addresses
-    table.length[where] = sizes
+    table = ChunkTableBuilder(grid)
+    if index.shape[0]:
+        table.refer(np.ravel_multi_index(tuple(index.T), grid), addresses, sizes)
     masked = [tuple(int(i) for i in index[k]) for k in np.flatnonzero(masks)]
     return ChunkScan(table, masked)
 
@@ -162,27 +161,27 @@ def plan_slabs(shape: tuple[int, ...], itemsize: int, target_bytes: int = DEFAUL
 
 def scan_contiguous(
     offset: int | None, shape: tuple[int, ...], chunk_shape: tuple[int, ...], itemsize: int
-) -> tuple[ChunkTable, tuple[int, ...] | None]:
+) -> tuple[ChunkTableBuilder, tuple[int, ...] | None]:
     """Slab references into one contiguous block; returns the table and the partial tail slab's index.
 
     The tail slab holds fewer rows than a chunk, so its bytes cannot be referenced as a
     whole chunk: the caller stores it inline.
     """
-    table = ChunkTable.empty(grid_shape(shape, chunk_shape))
+    table = ChunkTableBuilder(grid_shape(shape, chunk_shape))
     if offset is None or (shape and 0 in shape):
         return table, None
     if not shape:
-        table.source[()] = 0
-        table.offset[()] = offset
-        table.length[()] = itemsize
+        table.refer(np.zeros(1, dtype=np.int64), offset, itemsize)
         return table, None
     rows = chunk_shape[0]
     slab_bytes = rows * itemsize * int(np.prod(shape[1:], dtype=np.int64))
     n_full = shape[0] // rows
-    table.source[:n_full] = 0
-    table.offset[:n_full] = (offset + np.arange(n_full, dtype=np.uint64) * np.uint64(slab_bytes)).reshape(
-        (n_full,) + (1,) * (len(shape) - 1)
+    # slabs cover whole rows: slab i is grid cell (i, 0, ..., 0), flat index i * (cells per row)
+    per_row = int(np.prod(table.grid_shape[1:], dtype=np.int64))
+    table.refer(
+        np.arange(n_full, dtype=np.int64) * per_row,
+        offset + np.arange(n_full, dtype=np.uint64) * np.uint64(slab_bytes),
+        slab_bytes,
     )
-    table.length[:n_full] = slab_bytes
     tail = (n_full,) + (0,) * (len(shape) - 1) if shape[0] % rows else None
     return table, tail
