@@ -92,7 +92,7 @@ def approaches(h5lens_inline: int) -> list[Approach]:
 
 def default_inline_threshold() -> int:
     """h5lens's default threshold (imported lazily: h5lens pulls in zarr, which the generator doesn't need)."""
-    from h5lens.scan.build import DEFAULT_INLINE_THRESHOLD
+    from h5lens.scan.options import DEFAULT_INLINE_THRESHOLD
 
     return int(DEFAULT_INLINE_THRESHOLD)
 

@@ -11,9 +11,16 @@ import zarr
 from h5lens import __version__
 from h5lens.errors import NotHDF5Error
 from h5lens.manifest.model import Manifest
-from h5lens.scan.build import DEFAULT_INLINE_THRESHOLD, ScanOptions, ScanProgress, build_manifest
-from h5lens.scan.chunks import DEFAULT_SLAB_BYTES
-from h5lens.scan.source import REMOTE_BLOCK_SIZE, open_source
+from h5lens.scan.build import build_manifest
+from h5lens.scan.options import (
+    DEFAULT_CONVENTION,
+    DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_READ_BLOCK_SIZE,
+    DEFAULT_SLAB_BYTES,
+    ScanOptions,
+    ScanProgress,
+)
+from h5lens.scan.source import open_source
 from h5lens.store import ManifestStore
 
 PathOrManifest = Manifest | str | os.PathLike[str]
@@ -24,12 +31,12 @@ def index(
     *,
     storage_options: dict[str, Any] | None = None,
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
-    convention: str = "released",
+    convention: str = DEFAULT_CONVENTION,
     slab_bytes: int = DEFAULT_SLAB_BYTES,
     materialize_limit: int | None = None,
     url: str | None = None,
     progress: Callable[[ScanProgress], None] | None = None,
-    read_block_size: int = REMOTE_BLOCK_SIZE,
+    read_block_size: int = DEFAULT_READ_BLOCK_SIZE,
 ) -> Manifest:
     """Scan the HDF5 file ``source`` (path or fsspec URL) into a :class:`Manifest`.
 

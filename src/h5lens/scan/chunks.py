@@ -17,8 +17,8 @@ import numpy as np
 
 from h5lens.errors import UnsupportedFeatureError
 from h5lens.manifest.model import ChunkTableBuilder
+from h5lens.scan.options import DEFAULT_SLAB_BYTES
 
-DEFAULT_SLAB_BYTES = 4 << 20
 # How far below the target a slab may shrink to find a row count that divides the axis
 # (or leaves the smallest tail, which has to be stored inline).
 _SLAB_SEARCH_LIMIT = 4096

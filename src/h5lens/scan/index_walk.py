@@ -1162,7 +1162,7 @@ async def _read_super_blocks_data(
 
 
 async def _read_extensible_header(io: _Io, ds: _Dataset) -> tuple[_ExtensibleArray, bool]:
-    sb, o, n = io.sb, io.sb.sizeof_offsets, io.sb.sizeof_lengths
+    o, n = io.sb.sizeof_offsets, io.sb.sizeof_lengths
     (header,) = await io.read([(ds.layout.address, 12 + 6 * n + o + 4)], "extensible array header")
     _verify_checksums([header], "extensible array header")
     c = _Cursor(header, 0, "extensible array header")

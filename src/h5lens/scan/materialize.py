@@ -137,11 +137,10 @@ def encode_chunks(
     fill value is left out (zarr reads it as the fill value).
     """
     import zarr
+    from zarr.core.buffer import default_buffer_prototype
     from zarr.storage import MemoryStore
 
     from h5lens.manifest.refs_json import dumps_document
-
-    from zarr.core.buffer import default_buffer_prototype
 
     store_dict: dict[str, Any] = {}
     meta = {k: v for k, v in doc.items() if k != "attributes"}  # attributes play no part in encoding

@@ -8,7 +8,6 @@ Profiles never call zarr from inside h5py callbacks: they read first, then put.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,8 @@ import h5py
 import numpy as np
 
 from h5lens.manifest.model import ChunkTable, NodeMap, children_index
+from h5lens.scan.arrays import inline_array, values_plan
+from h5lens.scan.options import ScanOptions
 from h5lens.scan.walk import Walk
 
 
@@ -27,7 +28,7 @@ class ProfileContext:
     h5: h5py.File
     nodes: NodeMap
     tables: dict[str, ChunkTable]
-    options: Any  # ScanOptions
+    options: ScanOptions
     walk: Walk
     walk_names: dict[str, str] = field(default_factory=dict)  # zarr key -> HDF5 name
     h5_paths: dict[str, str] = field(default_factory=dict)  # zarr key -> HDF5 path (as scanned)
@@ -72,8 +73,6 @@ class ProfileContext:
         self, key: str, values: np.ndarray, attributes: dict[str, Any], *, fill: Any = None
     ) -> None:
         """Add (or replace) an array whose values are stored inline."""
-        from h5lens.scan.build import inline_array, values_plan
-
         values = np.asarray(values) if not isinstance(values, np.ndarray) else values
         if values.dtype.kind in "OU":
             values = values.astype(np.dtypes.StringDType())
@@ -104,23 +103,3 @@ class ProfileContext:
             self.walk_names.pop(k, None)
         for k in [k for k in self.refused if k == key or k.startswith(prefix)]:
             del self.refused[k]
-
-
-Profile = tuple[Callable[[ProfileContext], bool], Callable[[ProfileContext], None]]
-
-
-def registered_profiles() -> list[Profile]:
-    """Profiles in the order they run: TreeData's trees first, then AnnData encodings."""
-    from h5lens.scan import anndata, treedata
-
-    return [(treedata.applies, treedata.apply), (anndata.applies, anndata.apply)]
-
-
-def apply_profiles(context: ProfileContext) -> list[str]:
-    """Run every profile that applies; return the names of those that ran."""
-    ran = []
-    for applies, apply in registered_profiles():
-        if applies(context):
-            apply(context)
-            ran.append(apply.__module__.rsplit(".", 1)[-1])
-    return ran

@@ -12,10 +12,9 @@ import h5py
 from h5lens.backend_errors import anon_requested, storage_error
 from h5lens.errors import InvalidOptionError, NotHDF5Error, SourceNotFoundError
 from h5lens.manifest.model import Source
+from h5lens.scan.options import DEFAULT_READ_BLOCK_SIZE, MIN_READ_BLOCK_SIZE
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-# libhdf5 reaches metadata through many small dependent reads: a block cache turns them into few requests.
-REMOTE_BLOCK_SIZE = 1 << 20
 
 
 def is_remote(url: str) -> bool:
@@ -111,14 +110,14 @@ class OpenSource:
 
 
 def open_source(
-    url: str, *, storage_options: dict[str, Any] | None = None, read_block_size: int = REMOTE_BLOCK_SIZE
+    url: str, *, storage_options: dict[str, Any] | None = None, read_block_size: int = DEFAULT_READ_BLOCK_SIZE
 ) -> OpenSource:
     """Open ``url`` for scanning; raise an h5lens error if it is missing or not HDF5.
 
     Remote files are read in blocks of ``read_block_size`` bytes: larger blocks mean
     fewer requests and more bytes beyond the metadata."""
-    if read_block_size < 4096:
-        raise InvalidOptionError(f"read_block_size must be at least 4096 bytes. Got {read_block_size}")
+    if read_block_size < MIN_READ_BLOCK_SIZE:
+        raise InvalidOptionError(f"read_block_size must be at least {MIN_READ_BLOCK_SIZE} bytes. Got {read_block_size}")
     if is_remote(url):
         raw, source = _open_remote(url, storage_options, read_block_size)
     else:

@@ -1,0 +1,38 @@
+"""What a scan is asked to do, and what it reports: defined once, for the API and the CLI.
+
+No heavy imports here: the command line reads these defaults without loading h5py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CONVENTIONS = ("released", "proposal")
+DEFAULT_CONVENTION = "released"
+DEFAULT_INLINE_THRESHOLD = 1000  # bytes: arrays stored in at most this many bytes are copied inline
+DEFAULT_SLAB_BYTES = 4 << 20  # virtual chunk size for big contiguous datasets
+# Remote files: libhdf5 reaches metadata through many small dependent reads; a block cache
+# turns them into few requests.
+DEFAULT_READ_BLOCK_SIZE = 1 << 20
+MIN_READ_BLOCK_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class ScanProgress:
+    """Where a scan is, for progress displays: called per dataset, and for remote files
+    also every MiB that libhdf5 reads (a big chunk index can take a while)."""
+
+    datasets_done: int
+    datasets_total: int
+    path: str  # the HDF5 path being scanned
+    bytes_read: int  # from a remote source so far (0 for local files, read by libhdf5 natively)
+    chunks: int  # chunks found so far
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    inline_threshold: int = DEFAULT_INLINE_THRESHOLD
+    convention: str = DEFAULT_CONVENTION
+    slab_bytes: int = DEFAULT_SLAB_BYTES
+    materialize_limit: int | None = None  # bytes; None: no limit
+    profiles: bool = True  # rewrite h5ad / h5td layouts into what their zarr readers expect
