@@ -1,34 +1,52 @@
-"""h5lens: index HDF5 once, read it as zarr v3 forever."""
+"""h5lens: index HDF5 once, read it as zarr v3 forever.
+
+The public API is re-exported lazily (PEP 562): ``import h5lens`` costs next to
+nothing, and ``h5lens.index`` imports the scanner (h5py, zarr) on first use. That
+keeps the ``h5lens`` command quick to start and quick to interrupt.
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from h5lens.codecs import register as _register_codecs  # noqa: E402
-
-_register_codecs()  # also discoverable through the "zarr.codecs" entry point
-
-from h5lens.api import index, open_group, open_store  # noqa: E402
-from h5lens.errors import (  # noqa: E402
-    AccessDeniedError,
-    H5LensError,
-    InvalidKeyError,
-    InvalidOptionError,
-    ManifestFormatError,
-    MaterializeLimitError,
-    NotHDF5Error,
-    SourceNotFoundError,
-    SourceReadError,
-    StaleSourceError,
-    StorageError,
-    UnsupportedFeatureError,
-)
-from h5lens.scan.build import ScanProgress  # noqa: E402
-from h5lens.manifest.model import Manifest  # noqa: E402
-from h5lens.read.anndata import read_anndata, read_treedata  # noqa: E402
-from h5lens.read.navigate import Dataset, Group, open  # noqa: E402, A004
-from h5lens.validate import Problem, validate  # noqa: E402
-from h5lens.store import ManifestStore  # noqa: E402
+# public name -> the module that defines it
+_EXPORTS = {
+    "index": "h5lens.api",
+    "open_group": "h5lens.api",
+    "open_store": "h5lens.api",
+    "ScanProgress": "h5lens.scan.build",
+    "Manifest": "h5lens.manifest.model",
+    "read_anndata": "h5lens.read.anndata",
+    "read_treedata": "h5lens.read.anndata",
+    "Dataset": "h5lens.read.navigate",
+    "Group": "h5lens.read.navigate",
+    "open": "h5lens.read.navigate",
+    "Problem": "h5lens.validate",
+    "validate": "h5lens.validate",
+    "ManifestStore": "h5lens.store",
+    **{
+        name: "h5lens.errors"
+        for name in (
+            "AccessDeniedError",
+            "H5LensError",
+            "InvalidKeyError",
+            "InvalidOptionError",
+            "ManifestFormatError",
+            "MaterializeLimitError",
+            "NotHDF5Error",
+            "SourceNotFoundError",
+            "SourceReadError",
+            "StaleSourceError",
+            "StorageError",
+            "UnsupportedFeatureError",
+        )
+    },
+}
 
 __all__ = [
     "AccessDeniedError",
@@ -57,3 +75,75 @@ __all__ = [
     "read_treedata",
     "validate",
 ]
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this replaces
+    from h5lens.api import index, open_group, open_store
+    from h5lens.errors import (
+        AccessDeniedError,
+        H5LensError,
+        InvalidKeyError,
+        InvalidOptionError,
+        ManifestFormatError,
+        MaterializeLimitError,
+        NotHDF5Error,
+        SourceNotFoundError,
+        SourceReadError,
+        StaleSourceError,
+        StorageError,
+        UnsupportedFeatureError,
+    )
+    from h5lens.manifest.model import Manifest
+    from h5lens.read.anndata import read_anndata, read_treedata
+    from h5lens.read.navigate import Dataset, Group, open  # noqa: A004
+    from h5lens.scan.options import ScanProgress
+    from h5lens.store import ManifestStore
+    from h5lens.validate import Problem, validate
+
+_codecs_registered = False
+
+
+def _register_codecs() -> None:
+    """Register the LZF codec with zarr before anything of h5lens opens an array (it is also
+    found through the ``zarr.codecs`` entry point of an installed h5lens; this covers a
+    source checkout on ``sys.path``). It imports zarr, so it runs on first use, not on import."""
+    global _codecs_registered
+    if not _codecs_registered:
+        from h5lens.codecs import register
+
+        register()
+        _codecs_registered = True
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if module != "h5lens.errors":
+        _register_codecs()
+    value = getattr(importlib.import_module(module), name)
+    if name != "validate":  # see _Package
+        globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(__all__) | {name for name in globals() if name.startswith("__")})
+
+
+class _Package(types.ModuleType):
+    """``h5lens.validate`` is the function, although a submodule has the same name: loading
+    the submodule makes the import system set it as this package's attribute, which would
+    hide the function that the eager ``from h5lens.validate import validate`` used to bind."""
+
+    @property
+    def validate(self) -> Any:
+        replaced = self.__dict__.get("_validate_replaced")
+        return replaced if replaced is not None else __getattr__("validate")
+
+    @validate.setter
+    def validate(self, value: Any) -> None:
+        if not isinstance(value, types.ModuleType):  # e.g. a test's monkeypatch
+            self.__dict__["_validate_replaced"] = value
+
+
+sys.modules[__name__].__class__ = _Package

@@ -31,25 +31,36 @@ def _codec_label(codecs: list[dict[str, Any]]) -> str:
     return " → ".join(c["name"] for c in codecs if c["name"] != "bytes") or "raw"
 
 
+def _encoding_label(doc: dict[str, Any]) -> str:
+    """The anndata encoding of a node, where it says more than "an array"."""
+    kind = doc.get("attributes", {}).get("encoding-type")
+    if not isinstance(kind, str) or (doc["node_type"] == "array" and kind == "array"):
+        return ""
+    return f" [yellow]{escape(kind)}[/yellow]"
+
+
 def print_tree(manifest: Manifest) -> None:
-    """Print the manifest as a tree with shapes, dtypes, codecs and chunk counts."""
+    """Print the manifest as a tree: encodings, shapes, dtypes, codecs and chunk counts.
+
+    The root is ``/``, followed by the source URLs and the convention profile. Lines
+    are not wrapped when the output is not a terminal (one node per line for grep)."""
     from rich.console import Console
     from rich.tree import Tree
 
     def label(path: str) -> str:
         doc = manifest.nodes[path]
-        name = path.rsplit("/", 1)[-1] if path else "/"
+        name = escape(path.rsplit("/", 1)[-1]) if path else ""
         if doc["node_type"] == "group":
             links = doc.get("attributes", {}).get("_LINKS", [])
             extra = f" [dim]({len(links)} links)[/dim]" if links else ""
-            return f"[bold]{name}/[/bold]{extra}"
+            return f"[bold]{name}/[/bold]{_encoding_label(doc)}{extra}"
         table = manifest.chunks[path]
         shape = "×".join(map(str, doc["shape"])) or "scalar"
         inline = len(table.inline)
         return (
-            f"{name} [cyan]{shape}[/cyan] {_dtype_label(doc['data_type'])} [magenta]{_codec_label(doc['codecs'])}"
-            f"[/magenta] chunks: {table.n_present - inline} referenced ({table.referenced_bytes} B), "
-            f"{inline} inline ({table.inline_bytes} B)"
+            f"{name} [cyan]{shape}[/cyan] {escape(_dtype_label(doc['data_type']))}{_encoding_label(doc)} "
+            f"[magenta]{escape(_codec_label(doc['codecs']))}[/magenta] chunks: {table.n_present - inline} referenced "
+            f"({table.referenced_bytes} B), {inline} inline ({table.inline_bytes} B)"
         )
 
     def add(node: Tree, path: str) -> None:
@@ -59,13 +70,23 @@ def print_tree(manifest: Manifest) -> None:
             if manifest.nodes[child]["node_type"] == "group":
                 add(branch, child)
 
-    sources = ", ".join(s.url for s in manifest.sources)
-    root = Tree(f"{label('')} [dim]{sources} · convention {manifest.convention}[/dim]")
+    sources = ", ".join(escape(s.url) for s in manifest.sources)
+    noun = "source" if len(manifest.sources) == 1 else "sources"
+    root = Tree(f"{label('')}  [dim]{noun}: {sources} · convention {escape(manifest.convention)}[/dim]")
     add(root, "")
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=1 << 16)  # a pipe or a file: whole lines
     console.print(root)
     totals = summarize(manifest)
     console.print(
         f"{totals['arrays']} arrays, {totals['groups']} groups; referenced {totals['referenced_chunks']} chunks "
         f"/ {totals['referenced_bytes']} B; inline {totals['inline_chunks']} chunks / {totals['inline_bytes']} B"
     )
+
+
+def escape(text: str) -> str:
+    """``text`` shown as is by rich (names may hold ``[...]``)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
