@@ -21,11 +21,20 @@ from h5lens.fetch.plan import ChunkRead, ReadStats, SourceReads
 from h5lens.fetch.readers import resolve_url
 from h5lens.manifest.model import MISSING, Manifest
 from h5lens.manifest.refs_json import dumps_document
-from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, KeyGrammar, chunk_key, metadata_key
+from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key
 
 __all__ = ["ManifestStore", "ReadStats"]
 
 _READ_ONLY = "ManifestStore is read-only"
+# zarr's own words for a write to a read-only store (Store._check_writable): zarr's callers
+# and its store conformance tests match on them
+_WRITE_REFUSED = "store was opened in read-only mode and does not support writing (ManifestStore is read-only)"
+
+
+class _NoWritableCopyError(NotImplementedError, ValueError):
+    """``with_read_only(False)``: a NotImplementedError, which is how zarr is told that a
+    store has no writable copy (it falls back or says so), and a ValueError, which is what
+    h5lens raised for it before."""
 
 
 class ManifestStore(Store):
@@ -57,6 +66,7 @@ class ManifestStore(Store):
         self._reads: SourceReads | None = None
         self._metadata: dict[str, bytes] | None = None
         self._grammar: KeyGrammar | None = None
+        self._tree: dict[str, list[str]] | None = None
 
     # -- identity and pickling -------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -80,12 +90,27 @@ class ManifestStore(Store):
         state["_reads"] = None
         state["_metadata"] = None
         state["_grammar"] = None
+        state["_tree"] = None
         return state
 
     def with_read_only(self, read_only: bool = False) -> ManifestStore:
         if not read_only:
-            raise ValueError(_READ_ONLY)
+            raise _NoWritableCopyError(
+                f"with_read_only is not implemented for the {type(self)} store type. {_READ_ONLY}"
+            )
         return self
+
+    def refresh(self) -> None:
+        """Forget what this store derived from ``self.manifest`` (metadata documents, key
+        grammar, node tree, source readers and what they fetched), so that the next request
+        serves the manifest as it is now: call it after editing the manifest in place. The
+        read statistics start again from zero."""
+        if self._reads is not None:
+            self._reads.close()
+        self._reads = None
+        self._metadata = None
+        self._grammar = None
+        self._tree = None
 
     # -- lookups ------------------------------------------------------------
     @property
@@ -115,6 +140,20 @@ class ManifestStore(Store):
     def stats(self) -> ReadStats:
         """Requests and bytes read from the sources (inline chunks and metadata cost none)."""
         return self.reads.stats
+
+    def _node_tree(self) -> dict[str, list[str]]:
+        """path -> sorted names one level below it that lead to a node (built once). Unlike
+        ``Manifest.children`` it has the groups a manifest names only as part of a deeper
+        node's path (one written by another tool may have no document for them): zarr lists
+        a store by its keys, and ``a/b/zarr.json`` is a key below ``a``."""
+        if self._tree is None:
+            below: dict[str, set[str]] = {}
+            for path in self.manifest.nodes:
+                parts = path.split("/") if path else []
+                for depth, name in enumerate(parts):
+                    below.setdefault("/".join(parts[:depth]), set()).add(name)
+            self._tree = {path: sorted(names) for path, names in below.items()}
+        return self._tree
 
     def source_url(self, index: int) -> str:
         url = self.manifest.sources[index].url
@@ -223,10 +262,10 @@ class ManifestStore(Store):
         return None if found is None else prototype.buffer.from_bytes(found)
 
     def set_sync(self, key: str, value: Buffer) -> None:
-        raise ValueError(_READ_ONLY)
+        raise ValueError(_WRITE_REFUSED)
 
     def delete_sync(self, key: str) -> None:
-        raise ValueError(_READ_ONLY)
+        raise ValueError(_WRITE_REFUSED)
 
     # -- Store API ------------------------------------------------------------
     async def get(
@@ -267,13 +306,13 @@ class ManifestStore(Store):
         return located is not None and self.manifest.chunks[located[0]].lookup(located[1]) is not None
 
     async def set(self, key: str, value: Buffer) -> None:
-        raise ValueError(_READ_ONLY)
+        raise ValueError(_WRITE_REFUSED)
 
     async def set_if_not_exists(self, key: str, value: Buffer) -> None:
-        raise ValueError(_READ_ONLY)
+        raise ValueError(_WRITE_REFUSED)
 
     async def delete(self, key: str) -> None:
-        raise ValueError(_READ_ONLY)
+        raise ValueError(_WRITE_REFUSED)
 
     async def list(self) -> AsyncIterator[str]:
         for key in self._keys_under(""):
@@ -285,43 +324,50 @@ class ManifestStore(Store):
                 yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        """The names one level below ``prefix``, as zarr lists a store by its keys: a node's
+        ``zarr.json``, the nodes below it, and the heads of the chunk keys below it."""
         path = prefix.rstrip("/")
-        nodes = self.manifest.nodes
-        if path in nodes:
-            yield "zarr.json"
-            if nodes[path].get("node_type") == "group":
-                for name in self.manifest.children(path):
-                    yield name
-                return
-            if self.grammar.arrays[path][0] == DEFAULT_ENCODING and len(nodes[path].get("shape", ())):
-                if self.manifest.chunks[path].n_present:
-                    yield "c"  # every chunk key is c/i/j...
-                return
-            seen: set[str] = set()
-            cut = len(path) + 1 if path else 0
-            for key in self._chunk_keys(path):
-                head = key[cut:].split("/", 1)[0]
-                if head not in seen:
-                    seen.add(head)
-                    yield head
-            return
+        seen: set[str] = set()
+        names = [METADATA] if path in self.manifest.nodes else []
+        for name in (*names, *self._node_tree().get(path, ())):
+            if name not in seen:
+                seen.add(name)
+                yield name
         base = path + "/" if path else ""
-        seen = set()
-        for key in self._keys_under(base):
-            if key.startswith(base):
-                head = key[len(base) :].split("/", 1)[0]
-                if head not in seen:
-                    seen.add(head)
-                    yield head
+        for array in self._arrays_at_or_above(path):
+            if array == path and self.grammar.arrays[path][0] == DEFAULT_ENCODING and self.grammar.arrays[path][1]:
+                # every chunk key of the array is <path>/c/i/j...: no need to list them
+                if "c" not in seen and self.manifest.chunks[path].n_present:
+                    seen.add("c")
+                    yield "c"
+                continue
+            # other encodings name chunks at this level ("0.1", "c.0"); an array above
+            # ``path`` may have chunk keys below it (path "c" of an array at the root)
+            for key in self._chunk_keys(array):
+                if key.startswith(base):
+                    head = key[len(base) :].split("/", 1)[0]
+                    if head not in seen:
+                        seen.add(head)
+                        yield head
+
+    def _arrays_at_or_above(self, path: str) -> Iterator[str]:
+        """The arrays (with chunk tables) at ``path`` and at each of its ancestors, the root first."""
+        parts = path.split("/") if path else []
+        for depth in range(len(parts) + 1):
+            ancestor = "/".join(parts[:depth])
+            if ancestor in self.manifest.chunks and ancestor in self.grammar.arrays:
+                yield ancestor
 
     def _keys_under(self, prefix: str) -> Iterator[str]:
-        """Every key that may start with ``prefix``: metadata keys, and the chunk keys of the
-        arrays at or below the prefix's node only (not every key of every array)."""
-        head = prefix.rstrip("/")
-        for key in sorted(self.metadata):
-            yield key
+        """Every key that may start with ``prefix`` (callers filter): metadata keys, and the
+        chunk keys of the arrays whose keys can start with it only (not every key of every
+        array). ``prefix`` is a string prefix, as zarr's ``list_prefix`` takes it: "c" may
+        begin "cc/0" as well as "c/0"."""
+        yield from sorted(self.metadata)
         for path in sorted(self.manifest.chunks):
-            if not head or path == head or path.startswith(head + "/") or head.startswith(path + "/"):
+            # array path's keys are "<path>/<tail>" ("<tail>" at the root)
+            below = path + "/"
+            if not path or below.startswith(prefix) or prefix.startswith(below):
                 yield from self._chunk_keys(path)
 
     def _chunk_keys(self, path: str) -> Iterator[str]:
