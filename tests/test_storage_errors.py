@@ -137,3 +137,11 @@ def test_local_destination_checks(tmp_path):
     with pytest.raises(h5lens.InvalidOptionError, match="directory"):
         check_destination(str(tmp_path))
     check_destination(str(tmp_path / "m.json"))  # fine
+
+
+def test_missing_object_in_an_existing_bucket_is_not_a_missing_bucket(s3):
+    with pytest.raises(h5lens.SourceNotFoundError) as info:
+        h5lens.Manifest.from_json("s3://bucket/some/dir/nope.json", storage_options=s3.storage_options())
+    assert "no such bucket" not in str(info.value)
+    with pytest.raises(h5lens.SourceNotFoundError, match="no such bucket"):
+        h5lens.Manifest.from_json("s3://no-such-bucket/nope.json", storage_options=s3.storage_options())

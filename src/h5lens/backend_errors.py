@@ -64,6 +64,17 @@ def http_status(error: BaseException) -> int | None:
     return None
 
 
+def error_code(error: BaseException) -> str | None:
+    """The S3 error code (``NoSuchBucket``, ``NoSuchKey``, ``SlowDown`` ...) of a failed request."""
+    for item in _chain(error):
+        response = getattr(item, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            if isinstance(code, str):
+                return code
+    return None
+
+
 def _botocore(name: str) -> type[BaseException] | None:
     try:
         import botocore.exceptions as bex
@@ -118,7 +129,7 @@ def storage_error(error: BaseException, url: str, action: str = "reading", *, an
                 "or pass --anon / storage_options={'anon': True} for public data"
             )
     if isinstance(error, FileNotFoundError) or status == 404:
-        what = "bucket" if "bucket" in detail.lower() else "file or object"
+        what = "bucket" if error_code(error) == "NoSuchBucket" else "file or object"
         return SourceNotFoundError(f"{url}: no such {what} ({detail})")
     if isinstance(error, PermissionError) or status in (401, 403):
         hint = (

@@ -16,6 +16,7 @@ import numpy as np
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 
+from h5lens.codecs import register as register_codecs
 from h5lens.errors import H5LensError, StaleSourceError
 from h5lens.fetch.plan import ChunkRead, ReadStats, SourceReads
 from h5lens.fetch.readers import resolve_url
@@ -24,6 +25,10 @@ from h5lens.manifest.refs_json import dumps_document
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key
 
 __all__ = ["ManifestStore", "ReadStats"]
+
+# zarr finds h5lens.lzf through the "zarr.codecs" entry point of an installed h5lens; a
+# source checkout on sys.path has none, and a store is where LZF chunks get decoded.
+register_codecs()
 
 _READ_ONLY = "ManifestStore is read-only"
 # zarr's own words for a write to a read-only store (Store._check_writable): zarr's callers
