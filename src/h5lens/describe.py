@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from h5lens import convention
 from h5lens.errors import InvalidOptionError, ManifestFormatError
 from h5lens.manifest.model import Manifest
 
@@ -37,9 +38,7 @@ ENCODING = "encoding-type"
 NULLABLE = ("nullable-integer", "nullable-boolean", "nullable-string-array")
 SPARSE = ("csr_matrix", "csc_matrix")
 # attributes that describe the node to h5lens or anndata, not to the user
-_BOOKKEEPING = frozenset(
-    {"encoding-type", "encoding-version", "_DTYPE", "_SCALAR", "_EMPTY", "_ENUM", "_REFERENCE_FIELDS", "_LINKS"}
-)
+_BOOKKEEPING = frozenset({"encoding-type", "encoding-version"}) | convention.RESERVED_ATTRIBUTES
 
 
 class _Missing:
@@ -82,7 +81,7 @@ def member(manifest: Manifest, path: str, name: str) -> str | None:
 
 
 def links(doc: dict[str, Any]) -> list[dict[str, str]]:
-    found = doc.get("attributes", {}).get("_LINKS", [])
+    found = doc.get("attributes", {}).get(convention.LINKS, [])
     return [link for link in found if isinstance(link, dict) and "name" in link] if isinstance(found, list) else []
 
 
@@ -108,7 +107,7 @@ def data_type(doc: dict[str, Any]) -> str:
     kind = doc.get("data_type")
     if isinstance(kind, dict):
         kind = kind.get("name", kind)
-    declared = doc.get("attributes", {}).get("_DTYPE")
+    declared = doc.get("attributes", {}).get(convention.DTYPE)
     if isinstance(declared, str) and declared not in (kind, "str", "bytes"):
         return f"{kind} ({declared})"
     return str(kind)

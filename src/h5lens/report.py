@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from h5lens import convention
 from h5lens.manifest.model import Manifest
 
 
@@ -51,7 +52,7 @@ def print_tree(manifest: Manifest) -> None:
         doc = manifest.nodes[path]
         name = escape(path.rsplit("/", 1)[-1]) if path else ""
         if doc["node_type"] == "group":
-            links = doc.get("attributes", {}).get("_LINKS", [])
+            links = doc.get("attributes", {}).get(convention.LINKS, [])
             extra = f" [dim]({len(links)} links)[/dim]" if links else ""
             return f"[bold]{name}/[/bold]{_encoding_label(doc)}{extra}"
         table = manifest.chunks[path]

@@ -66,7 +66,7 @@ KNOWN_DTYPES = frozenset(_NUMERIC) | {"str", "bytes", "object_reference"}
 _BYTES_TYPES = ("null_terminated_bytes", "raw_bytes", "variable_length_bytes", "bytes")
 _LINK_KEYS = {"name", "source", "path"}
 _REFERENCE_KEYS = {"source", "path"}
-_ARRAY_ONLY = ("_DTYPE", "_SCALAR", "_REFERENCE_FIELDS", "_EMPTY", "_ENUM")
+_ARRAY_ONLY = (convention.DTYPE, convention.SCALAR, convention.REFERENCE_FIELDS, convention.EMPTY, convention.ENUM)
 _ELSEWHERE = "\x00elsewhere"  # a path that leaves the file through an external link
 
 
@@ -181,7 +181,7 @@ class _Validator:
             else:
                 yield from self._array(key, path, doc, attributes)
             for name, value in attributes.items():
-                if name not in ("_LINKS", "_REFERENCE_FIELDS", "_ENUM"):
+                if name not in (convention.LINKS, convention.REFERENCE_FIELDS, convention.ENUM):
                     yield from self._references_in(path, f"attribute {name!r}", value)
 
     def _strict_json(self, path: str, doc: dict[str, Any]) -> Iterator[Problem]:
@@ -201,8 +201,8 @@ class _Validator:
         for name in _ARRAY_ONLY:
             if name in attributes:
                 yield Problem(path, f"{name} belongs on arrays, not on a group")
-        if "_LINKS" in attributes:
-            yield from self._links(key, path, attributes["_LINKS"])
+        if convention.LINKS in attributes:
+            yield from self._links(key, path, attributes[convention.LINKS])
 
     def _links(self, key: str, path: str, links: Any) -> Iterator[Problem]:
         if not isinstance(links, list):
@@ -250,7 +250,7 @@ class _Validator:
             KeyEncoding.from_document(doc, path)
         except ManifestFormatError as e:
             yield Problem(path, str(e).removeprefix(f"{path}: "))
-        if "_LINKS" in attributes:
+        if convention.LINKS in attributes:
             yield Problem(path, "_LINKS belongs on groups, not on an array")
         shape = doc.get("shape")
         data_type = doc.get("data_type")
@@ -258,24 +258,24 @@ class _Validator:
         structured = type_name == "structured"
         yield from self._dtype(path, attributes, type_name, structured)
         yield from self._scalar(path, attributes, shape)
-        if "_EMPTY" in attributes:
-            if attributes["_EMPTY"] is not True:
+        if convention.EMPTY in attributes:
+            if attributes[convention.EMPTY] is not True:
                 yield Problem(path, f"_EMPTY must be true, not {attributes['_EMPTY']!r}")
             elif shape != [0]:
                 yield Problem(path, f"_EMPTY marks a null dataspace, stored with shape [0], not {shape}")
             elif key in self.manifest.chunks and self.manifest.chunks[key].n_present:
                 yield Problem(path, "_EMPTY array has chunks")
-        if "_ENUM" in attributes:
-            enum = attributes["_ENUM"]
+        if convention.ENUM in attributes:
+            enum = attributes[convention.ENUM]
             if not isinstance(enum, dict) or not all(
                 isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in enum.items()
             ):
                 yield Problem(path, f"_ENUM must map names to integers, not {enum!r}")
             if native is not None and native.kind not in "iu":
                 yield Problem(path, f"_ENUM on an array of {native}, not of integers")
-        if "_REFERENCE_FIELDS" in attributes:
-            yield from self._reference_fields(key, path, attributes["_REFERENCE_FIELDS"], structured, native, meta)
-        elif attributes.get("_DTYPE") == "object_reference" and type_name == "string":
+        if convention.REFERENCE_FIELDS in attributes:
+            yield from self._reference_fields(key, path, attributes[convention.REFERENCE_FIELDS], structured, native, meta)
+        elif attributes.get(convention.DTYPE) == "object_reference" and type_name == "string":
             values = self._inline_values(key)
             if values is not None:
                 yield from self._targets(path, "object reference", values)
@@ -283,11 +283,11 @@ class _Validator:
             yield from self._chunks(key, path, doc, native)
 
     def _dtype(self, path: str, attributes: dict[str, Any], type_name: Any, structured: bool) -> Iterator[Problem]:
-        if "_DTYPE" not in attributes:
+        if convention.DTYPE not in attributes:
             if not structured:
                 yield Problem(path, "non-compound array without _DTYPE")
             return
-        value = attributes["_DTYPE"]
+        value = attributes[convention.DTYPE]
         if structured:
             yield Problem(path, f"_DTYPE {value!r} on a structured array (compounds carry their fields in data_type)")
             return
@@ -305,8 +305,8 @@ class _Validator:
 
     def _scalar(self, path: str, attributes: dict[str, Any], shape: Any) -> Iterator[Problem]:
         proposal = self.manifest.convention == "proposal"
-        if "_SCALAR" in attributes:
-            value = attributes["_SCALAR"]
+        if convention.SCALAR in attributes:
+            value = attributes[convention.SCALAR]
             if value is not True:
                 yield Problem(path, f"_SCALAR must be true, not {value!r}")
             elif shape != [1]:
@@ -385,7 +385,7 @@ class _Validator:
             if convention.BYTES in value:
                 yield from self._bytes(path, where, value)
                 return
-            if "_REFERENCE" in value:
+            if convention.REFERENCE in value:
                 yield from self._reference(path, where, value)
                 return
             for k, v in value.items():
@@ -408,7 +408,7 @@ class _Validator:
     def _reference(self, path: str, where: str, value: dict[str, Any]) -> Iterator[Problem]:
         if len(value) != 1:
             yield Problem(path, f"{where}: a _REFERENCE wrapper has other keys: {sorted(set(value) - {'_REFERENCE'})}")
-        ref = value["_REFERENCE"]
+        ref = value[convention.REFERENCE]
         if not isinstance(ref, dict):
             yield Problem(path, f"{where}: _REFERENCE must be an object with source and path, not {ref!r}")
             return
@@ -449,7 +449,7 @@ class _Validator:
             if child in nodes:
                 current = child
                 continue
-            links = nodes.get(current, {}).get("attributes", {}).get("_LINKS")
+            links = nodes.get(current, {}).get("attributes", {}).get(convention.LINKS)
             entry = (
                 next((e for e in links if isinstance(e, dict) and e.get("name") == part), None)
                 if isinstance(links, list)

@@ -23,8 +23,8 @@ import numpy as np
 import orjson
 
 from h5lens.errors import ManifestFormatError
-from h5lens.manifest.model import INLINE, MISSING, ChunkTable, ChunkTableBuilder, Manifest, Source
 from h5lens.manifest.documents import check_documents
+from h5lens.manifest.model import INLINE, MISSING, ChunkTable, ChunkTableBuilder, Manifest, Source
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar, chunk_key, join, metadata_key, metadata_path
 
 FORMAT_KEY = "h5lens"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
+from h5lens import convention
 from h5lens.api import PathOrManifest, open_group
 from h5lens.errors import ManifestFormatError
 from h5lens.keys import unescape_key
@@ -51,7 +52,7 @@ def _register_readers() -> None:
 
 def _scalar(elem: zarr.Array) -> Any:
     value = elem[()]
-    if elem.attrs.get("_SCALAR") is True and np.shape(value) == (1,):
+    if elem.attrs.get(convention.SCALAR) is True and np.shape(value) == (1,):
         value = value[0]
     return value.item() if isinstance(value, np.generic) else value
 
@@ -62,7 +63,7 @@ def _as_h5ad_reads(read_func, elem_name: str, elem: Any, iospec) -> Any:
     fast = _read_whole_element(elem, kind)
     if fast is not None:
         return fast
-    if isinstance(elem, zarr.Array) and elem.attrs.get("_SCALAR") is True and elem.shape == (1,):
+    if isinstance(elem, zarr.Array) and elem.attrs.get(convention.SCALAR) is True and elem.shape == (1,):
         if kind in ("string", "numeric-scalar"):
             return _scalar(elem)
     if kind == "string-array" and isinstance(elem, zarr.Array):

@@ -284,7 +284,7 @@ class Attributes(Mapping[str, Any]):
         if convention.is_bytes_value(value):  # byte strings that are not UTF-8, as h5py's bytes
             return convention.decode_bytes_value(value)
         if isinstance(value, dict):
-            ref = value.get("_REFERENCE")
+            ref = value.get(convention.REFERENCE)
             if len(value) == 1 and isinstance(ref, dict):
                 return self._file.resolve(ref.get("source", "."), ref["path"])
             return {k: self._decode(v) for k, v in value.items()}
@@ -306,7 +306,7 @@ class Group(Node, Mapping[str, Node]):  # type: ignore[misc]
         members: dict[str, tuple[str, Link | None]] = {}
         for child in self._file.children.get(self._key, ()):
             members[unescape_key(child)] = (child, None)
-        for entry in self._doc.get("attributes", {}).get("_LINKS", []):
+        for entry in self._doc.get("attributes", {}).get(convention.LINKS, []):
             name = unescape_key(entry["name"])
             members[name] = (entry["name"], Link(name, entry["source"], entry["path"]))
         return members
@@ -392,8 +392,8 @@ class Dataset(Node):
         doc = self._doc
         attributes = doc.get("attributes", {})
         stored = tuple(doc["shape"])
-        scalar = stored == () or (attributes.get("_SCALAR") is True and stored == (1,))
-        return _Shape(stored, scalar, attributes.get("_EMPTY") is True)
+        scalar = stored == () or (attributes.get(convention.SCALAR) is True and stored == (1,))
+        return _Shape(stored, scalar, attributes.get(convention.EMPTY) is True)
 
     @property
     def is_scalar(self) -> bool:
@@ -407,16 +407,16 @@ class Dataset(Node):
     @property
     def is_reference(self) -> bool:
         """A dataset of object references (``_DTYPE: "object_reference"``)."""
-        return self._doc.get("attributes", {}).get("_DTYPE") == "object_reference"
+        return self._doc.get("attributes", {}).get(convention.DTYPE) == "object_reference"
 
     @property
     def reference_fields(self) -> tuple[str, ...]:
-        return tuple(self._doc.get("attributes", {}).get("_REFERENCE_FIELDS", ()))
+        return tuple(self._doc.get("attributes", {}).get(convention.REFERENCE_FIELDS, ()))
 
     @property
     def enum(self) -> dict[str, int] | None:
         """The ``_ENUM`` mapping of an enum dataset, else None."""
-        return self._doc.get("attributes", {}).get("_ENUM")
+        return self._doc.get("attributes", {}).get(convention.ENUM)
 
     @property
     def shape(self) -> tuple[int, ...] | None:

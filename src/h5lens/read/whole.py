@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from h5lens import convention
 from h5lens.codecs.table import Decoder, decoder
 
 
@@ -50,7 +51,7 @@ def read_whole(store: Any, path: str) -> np.ndarray | None:
     """All values of the array at ``path`` of a ManifestStore, or None to let zarr read it."""
     manifest = store.manifest
     doc = manifest.nodes.get(path)
-    if doc is None or doc.get("node_type") != "array" or doc["attributes"].get("_SCALAR"):
+    if doc is None or doc.get("node_type") != "array" or doc["attributes"].get(convention.SCALAR):
         return None
     dtype = _numeric_dtype(doc)
     plan = _decoders(doc, dtype) if dtype is not None else None

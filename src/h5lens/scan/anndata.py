@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from h5lens import convention
 from h5lens.keys import escape_key
 from h5lens.scan import anndata_legacy
 from h5lens.scan.profiles import ProfileContext
@@ -93,8 +94,8 @@ def _dataframe_column_names(ctx: ProfileContext, key: str) -> None:
 
 
 def _reference_target(value: Any, parent: str) -> str | None:
-    if isinstance(value, dict) and "_REFERENCE" in value:
-        return value["_REFERENCE"]["path"].strip("/")
+    if isinstance(value, dict) and convention.REFERENCE in value:
+        return value[convention.REFERENCE]["path"].strip("/")
     if isinstance(value, str):
         return _join(parent, value)
     return None

@@ -152,7 +152,7 @@ def _reference(ref: h5py.Reference, where: str, resolve: ResolveRef) -> Any:
     path = resolve(ref)
     if path is None:
         raise UnsupportedFeatureError(f"{where}: the object reference points at nothing reachable")
-    return {"_REFERENCE": {"source": ".", "path": path}}
+    return {convention.REFERENCE: {"source": ".", "path": path}}
 
 
 def _nan_strings(value: Any) -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5lens import convention
 from h5lens.errors import (
     H5LensError,
     InvalidOptionError,
@@ -132,7 +133,7 @@ def _resolver(h5: h5py.File, found: Walk):
 def _group_document(h5: h5py.File, group: GroupRecord, resolve, nan_strings: bool) -> dict[str, Any]:
     attributes = read_attributes(h5[group.h5_path], group.h5_path, resolve, nan_as_string=nan_strings)
     if group.links:
-        attributes["_LINKS"] = [{"name": e.name, "source": e.source, "path": e.path} for e in group.links]
+        attributes[convention.LINKS] = [{"name": e.name, "source": e.source, "path": e.path} for e in group.links]
     return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
 
 
@@ -149,7 +150,7 @@ def _array(
         if plan.kind == "compound" and not plan.raw:
             plan = compound_plan(plan, compound_values(np.zeros(0, ds.dtype), plan, path, resolve))
         doc = document(path, plan, (0,), (1,), value_codecs(plan, 0), ds.fillvalue, attributes)
-        doc["attributes"]["_EMPTY"] = True
+        doc["attributes"][convention.EMPTY] = True
         return doc, ChunkTable.empty((0,))
 
     shape = tuple(ds.shape) + plan.extra_shape
