@@ -73,7 +73,7 @@ def files(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module", params=CONVENTIONS)
 def root(request, files) -> navigate.Group:
-    return navigate.open(h5lens.index(files / "sample.h5", convention=request.param))
+    return h5lens.open(h5lens.index(files / "sample.h5", convention=request.param))
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_external_link_prefers_a_manifest_beside_the_manifest(files, tmp_path):
     h5lens.index(tmp_path / "target.h5", convention="proposal", url="../target.h5").to_json(
         manifests / "target.h5.json"
     )
-    opened = navigate.open(manifests / "sample.h5.json")
+    opened = h5lens.open(manifests / "sample.h5.json")
     assert opened["external"].manifest.location == os.fspath(manifests / "target.h5.json")
     assert opened["external"].manifest.convention == "proposal"
     np.testing.assert_array_equal(opened["external/values"][:], np.arange(6).reshape(2, 3))
@@ -152,7 +152,7 @@ def test_missing_external_file(files, tmp_path):
     import shutil
 
     shutil.copy(files / "sample.h5", tmp_path / "sample.h5")
-    opened = navigate.open(tmp_path / "sample.h5")  # an HDF5 path is indexed first
+    opened = h5lens.open(tmp_path / "sample.h5")  # an HDF5 path is indexed first
     with pytest.raises(h5lens.SourceNotFoundError, match="target.h5"):
         opened["external"]
 
@@ -265,6 +265,6 @@ def test_nodes_compare_by_file_and_path(root):
 def test_open_accepts_manifest_json_and_hdf5_paths(files, tmp_path):
     manifest = h5lens.index(files / "sample.h5", convention="proposal")
     manifest.to_json(tmp_path / "m.json")
-    opened = navigate.open(tmp_path / "m.json")
+    opened = h5lens.open(tmp_path / "m.json")
     assert opened.manifest.convention == "proposal" and opened["scalar_float"][()] == 2.5
-    assert navigate.open(files / "sample.h5")["scalar_float"][()] == 2.5
+    assert h5lens.open(files / "sample.h5")["scalar_float"][()] == 2.5

@@ -421,7 +421,8 @@ class ManifestNWBZarrIO(NWBZarrIO):
     def _resolve_ref_source(self, source_file):  # hdmf-zarr's hook for link/reference sources
         store = self._file.store
         manifest = store.manifest
-        return h5lens.ManifestStore(navigate.load_external(manifest, source_file), source_options=store.source_options)
+        linked = navigate.load_external(manifest, source_file, index=h5lens.index)
+        return h5lens.ManifestStore(linked, source_options=store.source_options)
 
 
 def read_hdf5(path: Path) -> tuple[NWBHDF5IO, NWBFile]:
@@ -792,7 +793,7 @@ def navigation_differences(h5file: h5py.File, root: navigate.Group, files: H5Fil
 def test_navigation_reads_like_h5py(nwb_dir, manifests, name, convention):
     files = H5Files()
     try:
-        root = navigate.open(manifests[name, convention])
+        root = h5lens.open(manifests[name, convention])
         assert navigation_differences(files.get(nwb_dir / name), root, files) == []
     finally:
         files.close()
@@ -801,7 +802,7 @@ def test_navigation_reads_like_h5py(nwb_dir, manifests, name, convention):
 @pytest.mark.parametrize("convention", ["released", "proposal"])
 def test_navigation_against_pynwb(nwb_dir, manifests, convention):
     """Spot checks in pynwb's terms: scalars, NaN attributes, links, references, compounds."""
-    root = navigate.open(manifests["ecephys.nwb", convention])
+    root = h5lens.open(manifests["ecephys.nwb", convention])
     with NWBHDF5IO(nwb_dir / "ecephys.nwb", "r") as io:
         nwb = io.read()
         assert root["session_description"][()] == nwb.session_description
@@ -821,7 +822,7 @@ def test_navigation_against_pynwb(nwb_dir, manifests, convention):
         trials = root["intervals/trials/timeseries"]
         assert trials.reference_fields == ("timeseries",)
         assert [r["timeseries"] for r in trials[:]] == [root["acquisition/ts"]] * 2
-    linked = navigate.open(manifests["linked.nwb", convention])
+    linked = h5lens.open(manifests["linked.nwb", convention])
     source = linked["acquisition/decomp/source_timeseries"]
     assert source.file == os.fspath(nwb_dir / "ecephys.nwb") and source.h5_path == "/acquisition/ts"
 
@@ -836,7 +837,10 @@ def test_external_manifest_beside_is_preferred(nwb_dir, manifests, tmp_path):
     external = navigate.load_external(h5lens.index(tmp_path / "linked.nwb"), "ecephys.nwb")
     assert external.convention == "proposal"
     (tmp_path / "ecephys.nwb.json").unlink()
-    assert navigate.load_external(h5lens.index(tmp_path / "linked.nwb"), "ecephys.nwb").convention == "released"
+    with pytest.raises(h5lens.SourceNotFoundError, match="index=h5lens.index"):  # no indexer: no scanner
+        navigate.load_external(h5lens.index(tmp_path / "linked.nwb"), "ecephys.nwb")
+    linked = h5lens.index(tmp_path / "linked.nwb")
+    assert navigate.load_external(linked, "ecephys.nwb", index=h5lens.index).convention == "released"
     os.unlink(tmp_path / "ecephys.nwb")
     with pytest.raises(h5lens.SourceNotFoundError):
-        navigate.load_external(h5lens.index(tmp_path / "linked.nwb"), "ecephys.nwb")
+        navigate.load_external(h5lens.index(tmp_path / "linked.nwb"), "ecephys.nwb", index=h5lens.index)

@@ -12,20 +12,20 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from h5lens._version import __version__ as __version__
 
 # public name -> the module that defines it
 _EXPORTS = {
     "index": "h5lens.api",
-    "open_group": "h5lens.api",
-    "open_store": "h5lens.api",
-    "ScanProgress": "h5lens.scan.build",
+    "open_group": "h5lens.read.open",
+    "open_store": "h5lens.read.open",
+    "ScanProgress": "h5lens.scan.options",
     "Manifest": "h5lens.manifest.model",
     "read_anndata": "h5lens.read.anndata",
     "read_treedata": "h5lens.read.anndata",
     "Dataset": "h5lens.read.navigate",
     "Group": "h5lens.read.navigate",
-    "open": "h5lens.read.navigate",
+    "open": "h5lens.api",
     "Problem": "h5lens.validate",
     "validate": "h5lens.validate",
     "ManifestStore": "h5lens.store",
@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this replaces
-    from h5lens.api import index, open_group, open_store
+    from h5lens.api import index, open  # noqa: A004
     from h5lens.errors import (
         AccessDeniedError,
         H5LensError,
@@ -94,7 +94,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
     )
     from h5lens.manifest.model import Manifest
     from h5lens.read.anndata import read_anndata, read_treedata
-    from h5lens.read.navigate import Dataset, Group, open  # noqa: A004
+    from h5lens.read.navigate import Dataset, Group
+    from h5lens.read.open import open_group, open_store
     from h5lens.scan.options import ScanProgress
     from h5lens.store import ManifestStore
     from h5lens.validate import Problem, validate

@@ -1,16 +1,19 @@
-"""The public entry points: index a file, open a manifest."""
+"""The public entry points: index a file (the scanner), open a manifest (re-exported from
+the reader side, :mod:`h5lens.read.open`, which needs no scanner)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-import zarr
-
-from h5lens import __version__
+from h5lens._version import __version__
 from h5lens.errors import NotHDF5Error
 from h5lens.manifest.model import Manifest
+from h5lens.read import navigate
+from h5lens.read.navigate import Group
+from h5lens.read.open import PathOrManifest, load_manifest, open_group, open_store
 from h5lens.scan.build import build_manifest
 from h5lens.scan.options import (
     DEFAULT_CONVENTION,
@@ -21,9 +24,8 @@ from h5lens.scan.options import (
     ScanProgress,
 )
 from h5lens.scan.source import open_source
-from h5lens.store import ManifestStore
 
-PathOrManifest = Manifest | str | os.PathLike[str]
+__all__ = ["PathOrManifest", "index", "load_manifest", "open", "open_group", "open_store"]
 
 
 def index(
@@ -83,10 +85,7 @@ def index(
     finally:
         opened.close()
     recorded = url if url is not None else _default_url(location)
-    manifest.sources[0] = type(manifest.sources[0])(
-        recorded, manifest.sources[0].size, manifest.sources[0].mtime, manifest.sources[0].etag
-    )
-    return manifest
+    return replace(manifest, sources=[replace(manifest.sources[0], url=recorded)])
 
 
 def _default_url(location: str) -> str:
@@ -95,53 +94,11 @@ def _default_url(location: str) -> str:
     return os.path.abspath(location.removeprefix("file://"))
 
 
-def load_manifest(manifest: PathOrManifest, *, storage_options: dict[str, Any] | None = None) -> Manifest:
-    if isinstance(manifest, Manifest):
-        return manifest
-    return Manifest.from_json(os.fspath(manifest), storage_options=storage_options)
-
-
-def open_store(
-    manifest: PathOrManifest,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    source_options: dict[str, Any] | None = None,
-    source_urls: dict[str, str] | None = None,
-    verify: bool = True,
-) -> ManifestStore:
-    """A :class:`ManifestStore` for a manifest object or file.
-
-    With ``verify`` (the default) each source is checked once (one HEAD or stat) and a
-    source that changed since indexing raises :class:`~h5lens.errors.StaleSourceError`.
-    """
-    loaded = load_manifest(manifest, storage_options=storage_options)
-    options = source_options if source_options is not None else storage_options
-    store = ManifestStore(loaded, source_options=options, source_urls=source_urls)
-    if verify:
-        store.verify_sources()
-    return store
-
-
-def open_group(
-    manifest: PathOrManifest,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    source_options: dict[str, Any] | None = None,
-    source_urls: dict[str, str] | None = None,
-    verify: bool = True,
-) -> zarr.Group:
-    """Open a manifest (object, path or URL) as a read-only zarr v3 group.
-
-    ``storage_options`` apply to reading the manifest and, unless ``source_options``
-    is given, to the source files it points at. ``source_urls`` maps recorded source
-    URLs to others (a moved bucket, a local mirror). ``verify=False`` skips the check
-    that sources are unchanged since indexing.
-    """
-    store = open_store(
-        manifest,
-        storage_options=storage_options,
-        source_options=source_options,
-        source_urls=source_urls,
-        verify=verify,
-    )
-    return zarr.open_group(store, mode="r", zarr_format=3)
+def open(  # noqa: A001 - h5lens.open
+    manifest_or_path: Manifest | str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+) -> Group:
+    """The root of a manifest (object, manifest JSON path/URL, or an HDF5 file, indexed in
+    memory), navigated the way h5py navigates the file it came from: see
+    :mod:`h5lens.read.navigate`. Externally linked files without a manifest are indexed
+    on the fly."""
+    return navigate.open(manifest_or_path, storage_options=storage_options, index=index)

@@ -9,6 +9,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+# Profiles: how a manifest writes what zarr has no form for (docs/conventions.md).
+PROFILES = ("released", "proposal")  # as the convention's readers ship it; as first proposed
+DEFAULT_PROFILE = "released"
+
 LINKS = "_LINKS"  # groups: [{name, source, path}], the parent-centric links
 DTYPE = "_DTYPE"  # non-compound arrays: what HDF5 held ("float64", "str", "bytes", "object_reference")
 SCALAR = "_SCALAR"  # proposal profile: a shape-(1,) array that is an HDF5 scalar

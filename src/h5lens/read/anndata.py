@@ -17,9 +17,9 @@ import numpy as np
 import zarr
 
 from h5lens import convention
-from h5lens.api import PathOrManifest, open_group
 from h5lens.errors import ManifestFormatError
 from h5lens.keys import unescape_key
+from h5lens.read.open import PathOrManifest, open_group
 
 if TYPE_CHECKING:
     import anndata

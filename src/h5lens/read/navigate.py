@@ -22,8 +22,10 @@ resolves them). The linked file is opened from the first of:
 1. a manifest ``<source>.json`` beside the referring manifest (``source`` resolved
    against the manifest's own location, for manifests kept apart from the data);
 2. a manifest ``<file>.json`` beside the linked HDF5 file;
-3. the linked HDF5 file itself, indexed on the fly with :func:`h5lens.index` in the
-   referring manifest's convention (in memory; nothing is written).
+3. the linked HDF5 file itself, indexed on the fly in the referring manifest's
+   convention (in memory; nothing is written) by the ``index`` function given to
+   :func:`open` — :func:`h5lens.open` gives :func:`h5lens.index`. This module never
+   imports the scanner: a reader-only install navigates manifests without h5py.
 
 Each linked file is opened once per tree returned by :func:`open`.
 """
@@ -32,16 +34,15 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import h5py
 import numpy as np
 import zarr
 
 from h5lens import convention
-from h5lens.errors import SourceNotFoundError
+from h5lens.errors import InvalidOptionError, SourceNotFoundError
 from h5lens.fetch import resolve_url
 from h5lens.keys import unescape_key
 from h5lens.manifest.model import Manifest
@@ -71,31 +72,36 @@ class Link(NamedTuple):
     path: str
 
 
-def open(  # noqa: A001 - the module's entry point, re-exported as h5lens.open
+# index(url, storage_options=..., convention=...) -> the manifest of an HDF5 file that has
+# none yet: h5lens.index is one
+Indexer = Callable[..., Manifest]
+
+
+def open(  # noqa: A001 - the module's entry point; h5lens.open passes h5lens.index as index
     manifest_or_path: Manifest | str | os.PathLike[str],
     *,
     storage_options: dict[str, Any] | None = None,
+    index: Indexer | None = None,
 ) -> Group:
     """The root group of a manifest (object, manifest JSON path/URL, or HDF5 file to index).
 
     A path ending in ``.json`` is read as a manifest; any other path is indexed with
-    :func:`h5lens.index` first. ``storage_options`` apply to the manifest, its source
-    files and the files external links reach.
+    ``index`` first (:func:`h5lens.open` passes :func:`h5lens.index`). ``storage_options``
+    apply to the manifest, its source files and the files external links reach.
     """
-    manifest = _load(manifest_or_path, storage_options)
-    return _File(manifest, storage_options, {}).root()
+    manifest = _load(manifest_or_path, storage_options, index)
+    return _File(manifest, storage_options, {}, index).root()
 
 
 def load_external(
-    manifest: Manifest, source: str, *, storage_options: dict[str, Any] | None = None
+    manifest: Manifest, source: str, *, storage_options: dict[str, Any] | None = None, index: Indexer | None = None
 ) -> Manifest:
     """The manifest of the file an external link of ``manifest`` names as ``source``.
 
     The policy of the module docstring: ``<source>.json`` beside the manifest, then
-    ``<file>.json`` beside the linked HDF5 file, then the HDF5 file indexed on the fly.
+    ``<file>.json`` beside the linked HDF5 file, then the HDF5 file indexed on the fly
+    with ``index`` (``h5lens.index``); without one, a missing manifest is an error.
     """
-    from h5lens.api import index
-
     target = _external_url(manifest, source)
     candidates = []
     if manifest.location is not None:
@@ -109,18 +115,25 @@ def load_external(
             f"external link source {source!r}: neither {target!r} nor a manifest "
             f"({' or '.join(dict.fromkeys(candidates))}) exists"
         )
+    if index is None:
+        raise SourceNotFoundError(
+            f"external link source {source!r}: no manifest ({' or '.join(dict.fromkeys(candidates))}); "
+            "pass index=h5lens.index to index it on the fly"
+        )
     return index(target, storage_options=storage_options, convention=manifest.convention)
 
 
-def _load(manifest: Manifest | str | os.PathLike[str], storage_options: dict[str, Any] | None) -> Manifest:
+def _load(
+    manifest: Manifest | str | os.PathLike[str], storage_options: dict[str, Any] | None, index: Indexer | None
+) -> Manifest:
     if isinstance(manifest, Manifest):
         return manifest
     location = os.fspath(manifest)
     if location.endswith(".json"):
         return Manifest.from_json(location, storage_options=storage_options)
-    from h5lens.api import index
-
-    return index(location, storage_options=storage_options)
+    if index is None:
+        raise InvalidOptionError(f"{location}: not a manifest (.json); pass index=h5lens.index to index an HDF5 file")
+    return index(location, storage_options=storage_options, convention=convention.DEFAULT_PROFILE)
 
 
 def _external_url(manifest: Manifest, source: str) -> str:
@@ -138,22 +151,41 @@ def _exists(url: str, storage_options: dict[str, Any] | None) -> bool:
     return bool(fs.exists(path))
 
 
+def empty(dtype: np.dtype) -> Any:
+    """A null dataspace's value: ``h5py.Empty`` where h5py is installed (what h5py gives),
+    else a stand-in with the same ``dtype`` (a reader-only install has no h5py)."""
+    try:
+        import h5py
+    except ImportError:
+        return Empty(dtype)
+    return h5py.Empty(dtype)
+
+
+@dataclass(frozen=True)
+class Empty:
+    """The value of a null dataspace without h5py: no elements, only a dtype."""
+
+    dtype: np.dtype
+
+
 class _File:
     """One manifest being navigated, and the linked files reached from it (shared cache)."""
 
-    def __init__(self, manifest: Manifest, storage_options: dict[str, Any] | None, opened: dict[str, _File]):
+    def __init__(
+        self,
+        manifest: Manifest,
+        storage_options: dict[str, Any] | None,
+        opened: dict[str, _File],
+        index: Indexer | None = None,
+    ):
         self.manifest = manifest
+        self.index = index
         self.storage_options = storage_options
         self.store = ManifestStore(manifest, source_options=storage_options)
         self.proposal = manifest.convention == "proposal"
         self._opened = opened
         self._arrays: dict[str, zarr.Array] = {}
         self._depth = 0  # links followed in the current lookup (a cycle of soft links ends)
-        self.children: dict[str, list[str]] = {}
-        for key in sorted(manifest.nodes):
-            if key:
-                parent, _, name = key.rpartition("/")
-                self.children.setdefault(parent, []).append(name)
         if manifest.sources:
             opened.setdefault(self.url, self)
 
@@ -181,8 +213,8 @@ class _File:
         url = _external_url(self.manifest, source)
         found = self._opened.get(url)
         if found is None:
-            manifest = load_external(self.manifest, source, storage_options=self.storage_options)
-            found = _File(manifest, self.storage_options, self._opened)
+            manifest = load_external(self.manifest, source, storage_options=self.storage_options, index=self.index)
+            found = _File(manifest, self.storage_options, self._opened, self.index)
             self._opened[url] = found
         return found
 
@@ -304,7 +336,7 @@ class Group(Node, Mapping[str, Node]):  # type: ignore[misc]
     def _members(self) -> dict[str, tuple[str, Link | None]]:
         """HDF5 name -> (escaped name, link entry or None for a child object)."""
         members: dict[str, tuple[str, Link | None]] = {}
-        for child in self._file.children.get(self._key, ()):
+        for child in self._file.manifest.children(self._key):
             members[unescape_key(child)] = (child, None)
         for entry in self._doc.get("attributes", {}).get(convention.LINKS, []):
             name = unescape_key(entry["name"])
@@ -467,7 +499,7 @@ class Dataset(Node):
     def __getitem__(self, key: Any) -> Any:
         if self.is_empty:
             if _whole(key):
-                return h5py.Empty(self._array.dtype)
+                return empty(self._array.dtype)
             raise ValueError(f"{self.h5_path!r} has a null dataspace: only [()] reads it")
         values = self._raw(key)
         if self.is_reference:

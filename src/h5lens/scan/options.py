@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CONVENTIONS = ("released", "proposal")
-DEFAULT_CONVENTION = "released"
+from h5lens import convention
+
+CONVENTIONS = convention.PROFILES
+DEFAULT_CONVENTION = convention.DEFAULT_PROFILE
 DEFAULT_INLINE_THRESHOLD = 1000  # bytes: arrays stored in at most this many bytes are copied inline
 DEFAULT_SLAB_BYTES = 4 << 20  # virtual chunk size for big contiguous datasets
 # Remote files: libhdf5 reaches metadata through many small dependent reads; a block cache
