@@ -1093,3 +1093,13 @@ def test_committed_datatypes(tmp_path):
         f["kind"].attrs["units"] = "m"
     with pytest.raises(h5lens.UnsupportedFeatureError, match="/kind"):
         h5lens.index(path)
+
+
+def test_a_filter_libhdf5_cannot_load_is_an_unsupported_feature_naming_it(tmp_path):
+    """No zarr codec and no plugin: nobody can decode it here; say which filter, not 'not HDF5'."""
+    path = tmp_path / "unknown_filter.h5"
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("x", shape=(10,), dtype="i4", chunks=(5,), compression=32099, allow_unknown_filter=True)
+        ds.id.write_direct_chunk((0,), np.arange(5, dtype="i4").tobytes())
+    with pytest.raises(h5lens.UnsupportedFeatureError, match=r"/x: .*filter .*32099"):
+        h5lens.index(path)

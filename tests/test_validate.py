@@ -275,7 +275,8 @@ def test_structured_inline_chunk_length_mismatch(released):
     problems = found(released)
     assert problems == [
         "/small_records: inline chunk 0 holds 35 bytes; a bytes-only chunk of shape [3] and itemsize 12 "
-        "([('a', '<i4'), ('b', '<f8')]) holds 36"
+        "([('a', '<i4'), ('b', '<f8')]) holds 36",
+        "/small_records: inline chunk 0 does not decode with the array's codecs",
     ]
 
 
@@ -407,3 +408,16 @@ def test_deep_decodes_every_chunk(h5ad_manifest):
     (problem,) = validate(edited, deep=True)
     assert problem.path == "/X/data" and "'X/data/c/2'" in problem.message and "does not decode" in problem.message
     assert validate(out, deep=True) == []
+
+
+def test_an_inline_chunk_that_does_not_decode_is_found(tmp_path):
+    path = tmp_path / "inline.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("text", data=["a", "bb", "ccc"], dtype=h5py.string_dtype())  # vlen: always inline
+    manifest = h5lens.index(path)
+    assert validate(manifest) == []
+    table = manifest.chunks["text"]
+    garbage = table.inline[0][:-3]  # a truncated chunk
+    manifest.chunks["text"] = replace(table, inline={0: garbage}, length=np.array([len(garbage)], dtype=np.uint64))
+    (problem,) = found(manifest)
+    assert problem == "/text: inline chunk 0 does not decode with the array's codecs"

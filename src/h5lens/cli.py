@@ -38,6 +38,16 @@ from typing import Annotated, Any  # noqa: E402
 import typer  # noqa: E402
 from typer.core import TyperCommand  # noqa: E402
 
+from h5lens.scan.options import (  # noqa: E402 - the defaults, defined once (cheap: no h5py, no zarr)
+    CONVENTIONS,
+    DEFAULT_CONVENTION,
+    DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_READ_BLOCK_SIZE,
+    DEFAULT_SLAB_BYTES,
+)
+
+_DEFAULT_BLOCK = f"{DEFAULT_READ_BLOCK_SIZE >> 20}MiB"
+
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 # Exception types from these packages are storage failures, whatever their class.
@@ -193,8 +203,8 @@ def _source_urls(pairs: list[str]) -> dict[str, str]:
 
 
 def _check_convention(convention: str) -> None:
-    if convention not in ("released", "proposal"):
-        _fail(f"--convention must be 'released' or 'proposal', got {convention!r}")
+    if convention not in CONVENTIONS:
+        _fail(f"--convention must be one of {', '.join(map(repr, CONVENTIONS))}, got {convention!r}")
 
 
 def _parse_value(text: str) -> Any:
@@ -274,13 +284,13 @@ def index(
     ],
     inline_threshold: Annotated[
         int, typer.Option(metavar="N", help="Copy arrays of at most this many stored bytes into the manifest.")
-    ] = 1000,
+    ] = DEFAULT_INLINE_THRESHOLD,
     convention: Annotated[
         str, typer.Option(metavar="NAME", help="'released' (what convention readers ship) or 'proposal'.")
-    ] = "released",
+    ] = DEFAULT_CONVENTION,
     slab_bytes: Annotated[
         int, typer.Option(metavar="N", help="Virtual chunk size for big contiguous datasets.")
-    ] = 4 << 20,
+    ] = DEFAULT_SLAB_BYTES,
     materialize_limit: Annotated[
         int | None, typer.Option(metavar="N", help="Refuse to copy more than this many bytes of one dataset.")
     ] = None,
@@ -288,7 +298,7 @@ def index(
         str | None,
         typer.Option(metavar="URL", help="URL to record for the source (default: the absolute source path)."),
     ] = None,
-    read_block_size: ReadBlockSize = "1MiB",
+    read_block_size: ReadBlockSize = _DEFAULT_BLOCK,
     storage_option: StorageOption = [],  # noqa: B006 - typer needs a literal default
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
@@ -341,9 +351,9 @@ def publish(
     ] = None,
     inline_threshold: Annotated[
         int, typer.Option(metavar="N", help="Copy arrays of at most this many stored bytes into the manifest.")
-    ] = 1000,
-    convention: Annotated[str, typer.Option(metavar="NAME", help="'released' or 'proposal'.")] = "released",
-    read_block_size: ReadBlockSize = "1MiB",
+    ] = DEFAULT_INLINE_THRESHOLD,
+    convention: Annotated[str, typer.Option(metavar="NAME", help="'released' or 'proposal'.")] = DEFAULT_CONVENTION,
+    read_block_size: ReadBlockSize = _DEFAULT_BLOCK,
     storage_option: StorageOption = [],  # noqa: B006
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,

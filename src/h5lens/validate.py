@@ -139,6 +139,7 @@ class _Validator:
         self.manifest = manifest
         self.children = {path: set(manifest.children(path)) for path in manifest.groups()}
         self._documents = DocumentChecker()
+        self._manifest_store: Any = None
 
     # -- driving ------------------------------------------------------------------
     def run(self) -> Iterator[Problem]:
@@ -281,6 +282,7 @@ class _Validator:
                 yield from self._targets(path, "object reference", values)
         if meta is not None and native is not None:
             yield from self._chunks(key, path, doc, native)
+            yield from self._inline_decodes(key, path)
 
     def _dtype(self, path: str, attributes: dict[str, Any], type_name: Any, structured: bool) -> Iterator[Problem]:
         if convention.DTYPE not in attributes:
@@ -465,6 +467,14 @@ class _Validator:
             current = resolved
         return current
 
+    def _store(self) -> Any:
+        """One store for every inline read (its metadata index is built once)."""
+        if self._manifest_store is None:
+            from h5lens.store import ManifestStore
+
+            self._manifest_store = ManifestStore(self.manifest)
+        return self._manifest_store
+
     def _inline_values(self, key: str) -> np.ndarray | None:
         """The array's values when every present chunk is inline; None otherwise (never reads sources)."""
         table = self.manifest.chunks.get(key)
@@ -472,15 +482,41 @@ class _Validator:
             return None
         import zarr
 
-        from h5lens.store import ManifestStore
-
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                array = zarr.open_array(ManifestStore(self.manifest), path=key, mode="r", zarr_format=3)
+                array = zarr.open_array(self._store(), path=key, mode="r", zarr_format=3)
                 return np.asarray(array[...])
-        except Exception:  # noqa: BLE001 - undecodable chunks are reported by other checks
+        except Exception:  # noqa: BLE001 - undecodable inline chunks are reported by _inline_decodes
             return None
+
+    def _inline_decodes(self, key: str, path: str) -> Iterator[Problem]:
+        """Inline chunks live in the manifest: decoding them costs no source read, and one
+        that does not decode would otherwise validate clean and fail at the first read."""
+        table = self.manifest.chunks.get(key)
+        if table is None or not table.inline:
+            return
+        import zarr
+
+        from h5lens.errors import H5LensError
+        from h5lens.read.check import first_bad_block
+
+        grid = table.grid_shape
+        blocks = [tuple(int(i) for i in np.unravel_index(flat, grid)) if grid else () for flat in sorted(table.inline)]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                array = zarr.open_array(self._store(), path=key, mode="r", zarr_format=3)
+                bad = first_bad_block(array, blocks)
+        except H5LensError as e:
+            yield Problem(path, str(e).splitlines()[0])
+            return
+        except Exception as e:  # noqa: BLE001 - zarr refused to open it: the metadata check says why
+            yield Problem(path, f"inline chunks cannot be read ({type(e).__name__}: {e})")
+            return
+        if bad is not None:
+            label = "/".join(map(str, bad)) or "c"
+            yield Problem(path, f"inline chunk {label} does not decode with the array's codecs")
 
 
 def _codec_name(codec: Any) -> Any:

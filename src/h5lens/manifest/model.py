@@ -358,27 +358,28 @@ class Manifest:
         return sum(t.n_present for t in self.chunks.values())
 
     # -- serialisation ---------------------------------------------------
+    # -- files (the formats live in h5lens.manifest.io; the model knows none) ---------
     def to_dict(self) -> dict[str, Any]:
         """The kerchunk reference JSON (version 1, zarr v3 keys) as a dict."""
-        from h5lens.manifest.refs_json import manifest_to_refs
+        from h5lens.manifest import io
 
-        return manifest_to_refs(self)
+        return io.to_dict(self)
 
     def to_json(self, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> None:
         """Write the manifest to ``path`` (local or fsspec URL) atomically."""
-        from h5lens.manifest.refs_json import write_json
+        from h5lens.manifest import io
 
-        write_json(self, os.fspath(path), storage_options=storage_options)
+        io.write(self, path, storage_options=storage_options)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
-        from h5lens.manifest.refs_json import manifest_from_refs
+        from h5lens.manifest import io
 
-        return manifest_from_refs(data)
+        return io.from_dict(data)
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Manifest:
         """Read a manifest written by :meth:`to_json` (or any kerchunk v1 refs with zarr v3 keys)."""
-        from h5lens.manifest.refs_json import read_json
+        from h5lens.manifest import io
 
-        return read_json(os.fspath(path), storage_options=storage_options)
+        return io.read(path, storage_options=storage_options)

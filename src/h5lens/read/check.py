@@ -28,7 +28,7 @@ def read_checked(array: zarr.Array, selection: Any = ...) -> np.ndarray:
     except H5LensError:
         raise
     except Exception as e:  # noqa: BLE001 - a decode failure of some chunk: find which
-        bad = _first_bad_block(array, _blocks_of(array, selection))
+        bad = first_bad_block(array, _blocks_of(array, selection))
         if bad is None:
             raise
         raise _decode_error(array, bad, e) from e
@@ -55,7 +55,7 @@ def check_array(array: zarr.Array) -> int:
             raise
         except Exception as e:  # noqa: BLE001
             indices = list(np.ndindex(*[min(start + step, grid[0]) - start, *grid[1:]]))
-            bad = _first_bad_block(array, ((start + i[0], *i[1:]) for i in indices))
+            bad = first_bad_block(array, ((start + i[0], *i[1:]) for i in indices))
             if bad is None:
                 raise
             raise _decode_error(array, bad, e) from e
@@ -92,7 +92,7 @@ def _blocks_of(array: zarr.Array, selection: Any) -> Iterator[tuple[int, ...]]:
     yield from itertools.product(*ranges)
 
 
-def _first_bad_block(array: zarr.Array, blocks: Any) -> tuple[int, ...] | None:
+def first_bad_block(array: zarr.Array, blocks: Any) -> tuple[int, ...] | None:
     for index in blocks:
         try:
             array.get_block_selection(tuple(index) if index else ())

@@ -97,7 +97,7 @@ def build_manifest(
         except H5LensError:
             raise
         except (OSError, RuntimeError, KeyError) as e:
-            raise NotHDF5Error(f"{record.h5_path}: cannot read dataset ({_first_line(e)})") from e
+            raise _unreadable(h5, record.h5_path, e) from e
         nodes[record.key] = doc
         tables[record.key] = table
         state["chunks"] += table.n_present
@@ -112,6 +112,23 @@ def build_manifest(
     _inline_small_chunks(opened, tables, options.inline_threshold)
     check_documents(nodes)
     return Manifest(nodes, tables, [opened.source], options.convention, writer)
+
+
+def _unreadable(h5: h5py.File, path: str, error: BaseException) -> H5LensError:
+    """Why libhdf5 could not read a dataset h5lens had to decode: a filter it has no plugin
+    for (a feature this installation cannot decode), or damaged data."""
+    try:
+        filters = read_pipeline(h5[path].id.get_create_plist())
+    except (OSError, RuntimeError, KeyError):
+        filters = []
+    missing = [f for f in filters if not h5py.h5z.filter_avail(f.id)]
+    if missing:
+        names = ", ".join(f.label for f in missing)
+        return UnsupportedFeatureError(
+            f"{path}: its data needs filter {names}, which libhdf5 cannot load here (no zarr codec either, "
+            "so h5py must decode it): install the filter's plugin (e.g. hdf5plugin) and index again"
+        )
+    return NotHDF5Error(f"{path}: cannot read dataset, the file may be damaged ({_first_line(error)})")
 
 
 def _first_line(error: BaseException) -> str:
