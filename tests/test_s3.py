@@ -255,6 +255,26 @@ def test_eager_read_asks_for_everything_at_once(s3, s3_proxy, chunky):
     assert s3_proxy.stats.gets == 1, s3_proxy.stats
 
 
+def test_eager_treedata_part_fetches_each_byte_once(s3, s3_proxy, tmp_path):
+    """read_anndata on a TreeData file reads through one store: what the prefetch fetched is
+    what the read uses (a second store built after the prefetch fetched everything twice)."""
+    import treedata
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import test_treedata
+
+    local = test_treedata._write(test_treedata._generated(), tmp_path / "lineage.h5td")
+    url = _upload(s3, local, "lineage.h5td")
+    options = s3.storage_options(s3_proxy.endpoint_url)
+    manifest = h5lens.index(url, storage_options=options, inline_threshold=0)
+    referenced = sum(t.referenced_bytes for t in manifest.chunks.values())
+    s3_proxy.stats.reset()
+    adata = h5lens.read_anndata(manifest, storage_options=options, verify=False)
+    assert_equal(adata, treedata.read_h5td(local).to_adata())
+    assert 0 < s3_proxy.stats.bytes <= referenced + (1 << 20), (s3_proxy.stats.bytes, referenced)
+    assert s3_proxy.stats.gets == 1
+
+
 def test_lazy_anndata_computes_on_a_dask_cluster(s3, tmp_path):
     """The lazy AnnData's tasks (and the ManifestStore inside them) pickle to worker
     processes of a real LocalCluster, which read their chunks from S3 themselves."""
