@@ -31,9 +31,10 @@ if __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") i
         signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 import traceback  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Annotated, Any  # noqa: E402
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn  # noqa: E402
 
 import typer  # noqa: E402
 from typer.core import TyperCommand  # noqa: E402
@@ -45,6 +46,14 @@ from h5lens.scan.options import (  # noqa: E402 - the defaults, defined once (ch
     DEFAULT_READ_BLOCK_SIZE,
     DEFAULT_SLAB_BYTES,
 )
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from rich.progress import Progress, TaskID
+
+    from h5lens.manifest.model import Manifest as Loaded
+    from h5lens.scan.options import ScanProgress
 
 _DEFAULT_BLOCK = f"{DEFAULT_READ_BLOCK_SIZE >> 20}MiB"
 
@@ -108,7 +117,7 @@ def _options(
 # -- errors ---------------------------------------------------------------------------------
 
 
-def _fail(message: str, error: BaseException | None = None) -> None:
+def _fail(message: str, error: BaseException | None = None) -> NoReturn:
     """Print one line ``h5lens: error: message`` (after the traceback with -v) and exit 2."""
     if error is not None and _state["verbose"]:
         traceback.print_exception(error)
@@ -162,7 +171,7 @@ def _message(error: BaseException, *, stale_hint: str) -> str:
 
 
 @contextmanager
-def _reporting(url: str, action: str, *, anon: bool = False, stale_hint: str = "index it again"):
+def _reporting(url: str, action: str, *, anon: bool = False, stale_hint: str = "index it again") -> Iterator[None]:
     """Turn what a user can cause inside the block into one line and exit status 2."""
     _state["target"] = (url, action, anon, stale_hint)
     try:
@@ -401,10 +410,10 @@ class _progress:
 
         self.label = label
         self.console = Console(stderr=True)
-        self.bar = None
-        self.task = None
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> Callable[[ScanProgress], None] | None:
         if not self.console.is_terminal:
             return None
         from rich.progress import (
@@ -415,17 +424,20 @@ class _progress:
             TimeElapsedColumn,
         )
 
-        self.bar = Progress(
+        bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=self.console, transient=True,
         )
-        self.bar.__enter__()
-        self.task = self.bar.add_task(self.label, total=None)
+        self.bar = bar
+        bar.__enter__()
+        self.task = bar.add_task(self.label, total=None)
         return self.update
 
-    def update(self, progress) -> None:
+    def update(self, progress: ScanProgress) -> None:
         from rich.markup import escape
 
+        if self.bar is None or self.task is None:  # only called between __enter__ and __exit__
+            return
         mib = f" {progress.bytes_read / 2**20:.0f} MiB read," if progress.bytes_read else ""
         self.bar.update(
             self.task,
@@ -434,12 +446,14 @@ class _progress:
             description=escape(f"{self.label}{mib} {progress.chunks} chunks {progress.path}"),
         )
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self.bar is not None:
-            self.bar.__exit__(*exc)
+            self.bar.__exit__(kind, error, tb)
 
 
-def _open(manifest: str, options: dict[str, Any]):
+def _open(manifest: str, options: dict[str, Any]) -> Loaded:
     """The manifest, or one line saying why not (not found: said once, naming it once)."""
     from h5lens.errors import SourceNotFoundError
 
@@ -452,7 +466,7 @@ def _open(manifest: str, options: dict[str, Any]):
             _fail(f"{manifest}: manifest not found", e)
 
 
-def _node(loaded, manifest: str, key: str, path: str) -> dict[str, Any]:
+def _node(loaded: Loaded, manifest: str, key: str, path: str) -> dict[str, Any]:
     doc = loaded.nodes.get(key)
     if doc is None:
         from h5lens.describe import link_at, link_target
@@ -548,7 +562,9 @@ def cat(
             text = show(group, loaded, key, selection, manifest_name=manifest)
     typer.echo(text)
     if _state["verbose"]:
-        stats = group.store.stats
+        from h5lens.read.open import store_of
+
+        stats = store_of(group).stats
         typer.echo(f"h5lens: read {stats.bytes} bytes of the sources in {stats.requests} requests", err=True)
 
 
@@ -677,7 +693,8 @@ def _usage_error(error: Any) -> int:
         error.show()
         return int(error.exit_code)
     ctx = getattr(error, "ctx", None)
-    hint = f" (see {ctx.command_path} --help)" if ctx is not None and getattr(ctx, "command_path", "") else ""
+    command_path = getattr(ctx, "command_path", "") if ctx is not None else ""
+    hint = f" (see {command_path} --help)" if command_path else ""
     message = " ".join(error.format_message().split())
     typer.echo(f"h5lens: error: {message}{hint}", err=True)
     return int(error.exit_code)

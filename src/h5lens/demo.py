@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from h5lens.sample import MANIFEST_NAME, SAMPLE_NAME
 
+if TYPE_CHECKING:
+    import zarr
+    from rich.console import Console
+
 
 def run_demo(
-    directory: Path, *, endpoint_url: str | None = None, bucket: str = "h5lens-demo", storage_options=None
+    directory: Path,
+    *,
+    endpoint_url: str | None = None,
+    bucket: str = "h5lens-demo",
+    storage_options: dict[str, Any] | None = None,
 ) -> None:
     import h5py
     import zarr
@@ -42,7 +51,7 @@ def run_demo(
         checked = 0
         for key in manifest.arrays():
             original = f[key]
-            value = group[key][...]
+            value = _array(group, key)[...]
             expected = original.asstr()[...] if original.dtype.kind == "O" else original[...]
             if not np.array_equal(np.asarray(value), np.asarray(expected)):
                 raise AssertionError(f"{key}: the manifest reads differently from h5py")
@@ -51,8 +60,8 @@ def run_demo(
 
     x = group["X"]
     console.print(
-        f"    X is a {x.attrs['encoding-type']} of shape {list(x.attrs['shape'])}; "
-        f"first nonzeros: {group['X/data'][:5].tolist()}"
+        f"    X is a {x.attrs['encoding-type']} of shape {list(cast('list[int]', x.attrs['shape']))}; "
+        f"first nonzeros: {np.asarray(_array(group, 'X/data')[:5]).tolist()}"
     )
     try:
         import anndata
@@ -65,7 +74,24 @@ def run_demo(
     console.print(f"Next: [cyan]h5lens inspect {manifest_path}[/cyan]")
 
 
-def _cloud(console, sample: Path, *, endpoint_url: str | None, bucket: str, storage_options) -> None:
+def _array(group: zarr.Group, key: str) -> zarr.Array:
+    """The array at ``key`` (the manifest says it is one; zarr's indexing may give a group)."""
+    import zarr
+
+    array = group[key]
+    if not isinstance(array, zarr.Array):
+        raise TypeError(f"{key}: an array in the manifest, a group through zarr")
+    return array
+
+
+def _cloud(
+    console: Console,
+    sample: Path,
+    *,
+    endpoint_url: str | None,
+    bucket: str,
+    storage_options: dict[str, Any] | None,
+) -> None:
     """Steps 5-6 against S3: a given endpoint, or moto's server on 127.0.0.1 started here."""
     from contextlib import nullcontext
 
@@ -78,10 +104,13 @@ def _cloud(console, sample: Path, *, endpoint_url: str | None, bucket: str, stor
         except ImportError:
             console.print("[bold]5.[/bold] (install moto[server] to see the S3 steps against a local endpoint)")
             return
-    embedded = LocalS3() if endpoint_url is None else nullcontext()
+    embedded = LocalS3() if endpoint_url is None else nullcontext(None)
     with embedded as local:
-        target = local.endpoint_url if local is not None else endpoint_url
-        options = local.storage_options() if local is not None else dict(storage_options or {})
+        if local is not None:
+            target, options = local.endpoint_url, local.storage_options()
+        else:
+            assert endpoint_url is not None  # LocalS3 is left out only when an endpoint is given
+            target, options = endpoint_url, dict(storage_options or {})
         with CountingProxy(target) as proxy:
             counted = {**options, "endpoint_url": proxy.endpoint_url}
             import s3fs

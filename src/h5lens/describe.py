@@ -26,6 +26,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import EllipsisType
 from typing import Any
 
 import numpy as np
@@ -214,7 +215,7 @@ def describe_array(manifest: Manifest, path: str) -> list[str]:
 
 # -- selections -----------------------------------------------------------------------------
 
-Item = int | slice | type(Ellipsis)
+Item = int | slice | EllipsisType
 
 
 def parse_selection(text: str, *, what: str = "selection") -> tuple[Item, ...]:
@@ -285,9 +286,11 @@ class Plan:
 
 
 def plan(
-    shape: Sequence[int], selection: tuple[Item, ...] | None, *, threshold: int, edgeitems: int, name: str = ""
+    shape: Sequence[int], selection: tuple[Item, ...] | None, *, threshold: float, edgeitems: int, name: str = ""
 ) -> Plan:
-    """What to read of an array of ``shape`` (``name`` in messages) to print ``selection``."""
+    """What to read of an array of ``shape`` (``name`` in messages) to print ``selection``.
+
+    ``threshold`` is numpy's print option: a float, since ``np.inf`` means "never summarise"."""
     where = f"{name}: " if name else ""
     items = _expand(tuple(selection or ()), len(shape), where)
     ranges: list[range] = []
@@ -303,7 +306,9 @@ def plan(
         drop.append(axis)
     size = math.prod(len(r) for r in ranges)
     summarized = size > threshold
-    pieces, out_shape, long_axes = [], [], []
+    pieces: list[tuple[tuple[slice, int], ...]] = []
+    out_shape: list[int] = []
+    long_axes: list[int] = []
     for axis, r in enumerate(ranges):
         if summarized and len(r) > 2 * edgeitems:
             pieces.append(((_as_slice(r[:edgeitems]), 0), (_as_slice(r[-edgeitems:]), edgeitems + 1)))
@@ -324,7 +329,7 @@ def _expand(items: tuple[Item, ...], ndim: int, where: str) -> tuple[int | slice
         if item is Ellipsis:
             out.extend([slice(None)] * (ndim - explicit))
         else:
-            out.append(item)  # type: ignore[arg-type]
+            out.append(item)
     out.extend([slice(None)] * (ndim - len(out)))
     return tuple(out)
 
@@ -350,7 +355,7 @@ def read(array: Any, p: Plan) -> np.ndarray:
         out[where] = block
     assert out is not None
     for axis in p.long_axes:  # the hidden slot: any value of the right type
-        index = [slice(None)] * out.ndim
+        index: list[int | slice] = [slice(None)] * out.ndim
         index[axis] = p.edgeitems
         source = list(index)
         source[axis] = p.edgeitems - 1

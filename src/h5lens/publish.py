@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 
 from h5lens.destination import check_destination
-from h5lens.errors import H5LensError, InvalidOptionError, SourceReadError, StorageError
+from h5lens.errors import H5LensError, InvalidOptionError, ManifestFormatError, SourceReadError, StorageError
 from h5lens.manifest.model import MISSING, Manifest, Source
 from h5lens.report import summarize
 
@@ -51,6 +51,8 @@ def check_sample(
             continue
         chosen = sorted({int(present[0]), int(present[-1])})[:per_array]
         array = group[path]
+        if not isinstance(array, zarr.Array):  # a chunk table belongs to an array node
+            raise ManifestFormatError(f"/{path}: chunks recorded for a node zarr opens as a group")
         chunk_shape = tuple(manifest.nodes[path]["chunk_grid"]["configuration"]["chunk_shape"])
         for flat in chosen:
             index = np.unravel_index(flat, table.grid_shape) if table.grid_shape else ()

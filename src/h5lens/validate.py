@@ -329,7 +329,7 @@ class _Validator:
         if not structured:
             yield Problem(path, "_REFERENCE_FIELDS on an array whose data_type is not structured")
             return
-        if native is None or native.names is None:
+        if native is None or native.names is None or native.fields is None:  # fields: None exactly when names is
             return
         unknown = [f for f in fields if f not in native.names]
         if unknown:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +50,9 @@ class ChunkFetcher:
     share their boundary chunks.
     """
 
-    def __init__(self, reader: FsspecReader | LocalReader, *, on_request=None) -> None:
+    def __init__(
+        self, reader: FsspecReader | LocalReader, *, on_request: Callable[[int], None] | None = None
+    ) -> None:
         self.reader = reader
         self.on_request = on_request  # called with (nbytes) for each request sent
         self._starts: list[int] = []  # sorted block starts
@@ -63,7 +66,7 @@ class ChunkFetcher:
         self._flush_scheduled = False
 
     # -- reads ------------------------------------------------------------------
-    async def read(self, offset: int, length: int, ahead: list[tuple[int, int]] = ()) -> bytes:
+    async def read(self, offset: int, length: int, ahead: Sequence[tuple[int, int]] = ()) -> bytes:
         """The bytes of one chunk; ``ahead`` are chunks to fetch along with it if not yet asked for."""
         block = self._find(offset, length)
         if block is None:

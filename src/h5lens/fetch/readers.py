@@ -59,6 +59,10 @@ class _Tasks:
                 loop.call_soon_threadsafe(task.cancel)
         self._tasks.clear()
 
+    def close(self) -> None:
+        """Cancel the tasks and close what the reader opened (each reader its own)."""
+        raise NotImplementedError
+
 
 class LocalReader(_Tasks):
     """``os.pread`` on a file descriptor opened on first use (so readers pickle)."""
@@ -156,6 +160,7 @@ class FsspecReader(_Tasks):
                 raise storage_error(e, self.url, "opening", anon=anon_requested(self.storage_options)) from e
             self._loop = loop
             _LIVE.add(self)
+        assert self._path is not None  # set together with self._fs
         return self._fs, self._path
 
     async def read(self, offset: int, length: int) -> bytes:

@@ -42,7 +42,7 @@ class NodeMap(dict[str, dict[str, Any]]):
         self._changed()
         super().__delitem__(key)
 
-    def pop(self, key: str, *default: Any) -> Any:  # type: ignore[override]
+    def pop(self, key: str, *default: Any) -> Any:
         self._changed()
         return super().pop(key, *default)
 
@@ -50,7 +50,7 @@ class NodeMap(dict[str, dict[str, Any]]):
         self._changed()
         return super().popitem()
 
-    def setdefault(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def setdefault(self, key: str, default: Any = None) -> Any:
         if key not in self:
             self._changed()
         return super().setdefault(key, default)
@@ -63,7 +63,9 @@ class NodeMap(dict[str, dict[str, Any]]):
         self._changed()
         super().clear()
 
-    def __ior__(self, other: Any) -> NodeMap:  # type: ignore[override]
+    # mypy wants `|=` to take only what `|` takes, but dict's `|=` takes any mapping or
+    # pairs and `|` only dicts: typeshed's own dict.__ior__ carries the same ignore.
+    def __ior__(self, other: Any) -> NodeMap:  # type: ignore[override, misc]
         self.update(other)
         return self
 
@@ -254,8 +256,11 @@ class ChunkTableBuilder:
     def grid_shape(self) -> tuple[int, ...]:
         return tuple(self.source.shape)
 
-    def refer(self, flat_indices: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, source: Any = 0) -> None:
-        """Chunks at these flat indices are byte ranges of source(s) ``source``."""
+    def refer(
+        self, flat_indices: np.ndarray, offsets: np.ndarray | int, lengths: np.ndarray | int, source: Any = 0
+    ) -> None:
+        """Chunks at these flat indices are byte ranges of source(s) ``source`` (an offset or
+        length given as one number holds for every chunk)."""
         flat_indices = np.asarray(flat_indices, dtype=np.int64)
         for flat in set(flat_indices.tolist()) & set(self.inline):
             del self.inline[flat]

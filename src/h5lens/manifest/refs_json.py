@@ -100,6 +100,7 @@ def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> 
     if not isinstance(data, dict):
         raise ManifestFormatError(f"Expected a JSON object. Got {type(data).__name__}")
     version = data.get("version")
+    refs: object
     if version is None:
         refs = data
     elif version == 1:
@@ -230,7 +231,7 @@ def _grid_indices(path: str, encoding: KeyEncoding, tails: list[str], grid: tupl
     if outside.any():
         bad = tails[int(np.flatnonzero(outside)[0])]
         raise ManifestFormatError(f"{where}{bad}: chunk index outside the grid {grid}")
-    return np.ravel_multi_index(tuple(index.T), grid).astype(np.int64, copy=False)
+    return np.asarray(np.ravel_multi_index(tuple(index.T), grid), dtype=np.int64)
 
 
 def _fill_table(

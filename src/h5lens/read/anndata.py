@@ -11,7 +11,7 @@ gives them (anndata's zarr path leaves them as numpy strings).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import zarr
@@ -19,10 +19,13 @@ import zarr
 from h5lens import convention
 from h5lens.errors import ManifestFormatError
 from h5lens.keys import unescape_key
-from h5lens.read.open import PathOrManifest, open_group
+from h5lens.read.open import PathOrManifest, open_group, store_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import anndata
+    from anndata._io.specs.registry import IOSpec
 
 _registered = False
 
@@ -34,10 +37,10 @@ def _register_readers() -> None:
         return
     from anndata._io.specs.registry import _REGISTRY, IOSpec
 
-    def read_dict_escaped(elem: zarr.Group, *, _reader) -> dict[str, Any]:
+    def read_dict_escaped(elem: zarr.Group, *, _reader: Any) -> dict[str, Any]:
         return {unescape_key(name): _reader.read_elem(child) for name, child in elem.members()}
 
-    def read_accessor(elem: zarr.Array, *, _reader) -> Any:
+    def read_accessor(elem: zarr.Array, *, _reader: Any) -> Any:
         from anndata.acc import A
         from anndata.acc._parse_json import parse_json
 
@@ -51,13 +54,13 @@ def _register_readers() -> None:
 
 
 def _scalar(elem: zarr.Array) -> Any:
-    value = elem[()]
+    value: Any = elem[()]  # a 0-d or (1,) array's value: any numpy scalar or array
     if elem.attrs.get(convention.SCALAR) is True and np.shape(value) == (1,):
         value = value[0]
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _as_h5ad_reads(read_func, elem_name: str, elem: Any, iospec) -> Any:
+def _as_h5ad_reads(read_func: Callable[[Any], Any], elem_name: str, elem: Any, iospec: IOSpec) -> Any:
     """The read_dispatched callback that makes zarr reads match read_h5ad's (and fast)."""
     kind = iospec.encoding_type
     fast = _read_whole_element(elem, kind)
@@ -68,7 +71,8 @@ def _as_h5ad_reads(read_func, elem_name: str, elem: Any, iospec) -> Any:
             return _scalar(elem)
     if kind == "string-array" and isinstance(elem, zarr.Array):
         # h5py hands anndata object arrays of str (pandas infers its string dtype from them)
-        return elem[()].astype(object)
+        strings: Any = elem[()]  # an array of str (numpy's StringDType or objects)
+        return strings.astype(object)
     return read_func(elem)
 
 
@@ -93,8 +97,13 @@ def _read_whole_element(elem: Any, kind: str) -> Any:
             matrix = sp.csr_array if arrays else sp.csr_matrix
         else:
             matrix = sp.csc_array if arrays else sp.csc_matrix
-        return matrix(tuple(parts), shape=tuple(elem.attrs["shape"]))
+        return matrix(tuple(parts), shape=_sparse_shape(elem))
     return None
+
+
+def _sparse_shape(elem: zarr.Group | zarr.Array) -> tuple[int, ...]:
+    # anndata's csr/csc encoding records the matrix shape as a list of ints
+    return tuple(cast("list[int]", elem.attrs["shape"]))
 
 
 def _check_root(group: zarr.Group, allowed: tuple[str, ...]) -> str:
@@ -133,7 +142,7 @@ def read_anndata(
         return _finer_sparse_blocks(anndata.experimental.read_lazy(group), group)
     # An eager read touches every chunk: ask for all of them at once (merged requests),
     # instead of one round trip per element as the reader walks the tree.
-    group.store.prefetch_all()
+    store_of(group).prefetch_all()
     from anndata.experimental import read_dispatched
 
     adata = read_dispatched(group, _as_h5ad_reads)
@@ -173,7 +182,7 @@ def _finer_sparse_blocks(adata: Any, group: zarr.Group) -> Any:
         if kind not in ("csr_matrix", "csc_matrix"):
             return None
         major = 0 if kind == "csr_matrix" else 1
-        shape = tuple(elem.attrs["shape"])
+        shape = _sparse_shape(elem)
         stride = max(1, min(1000, -(-shape[major] // _SLICE_RESOLUTION)))
         return read_elem_lazy(elem, chunks=(stride, -1) if major == 0 else (-1, stride))
 
@@ -181,11 +190,13 @@ def _finer_sparse_blocks(adata: Any, group: zarr.Group) -> Any:
         x = finer("X")
         if x is not None:
             adata.X = x
-    if "layers" in group:
-        for name, _ in group["layers"].members():
+    layers = group.get("layers")
+    if isinstance(layers, zarr.Group):  # read_lazy has read it as a dict: a group
+        escaped = layers.attrs.get("encoding-version") == "0.2.0"
+        for name, _ in layers.members():
             layer = finer(f"layers/{name}")
             if layer is not None:
-                adata.layers[unescape_key(name) if group["layers"].attrs.get("encoding-version") == "0.2.0" else name] = layer
+                adata.layers[unescape_key(name) if escaped else name] = layer
     return adata
 
 
@@ -200,9 +211,11 @@ def _as_anndata_root(group: zarr.Group) -> zarr.Group:
     from h5lens.store import ManifestStore
 
     store = group.store
-    manifest = store.manifest if isinstance(store, ManifestStore) else None
-    trees = [name for name in TREE_ELEMENTS if manifest is not None and name in manifest.nodes]
-    if manifest is None or (group.attrs.get("encoding-type") != "treedata" and not trees):
+    if not isinstance(store, ManifestStore):
+        return group
+    manifest = store.manifest
+    trees = [name for name in TREE_ELEMENTS if name in manifest.nodes]
+    if group.attrs.get("encoding-type") != "treedata" and not trees:
         return group
     from dataclasses import replace
 
@@ -241,8 +254,9 @@ def read_treedata(
     )
     if not lazy:
         return treedata.read_zarr(group.store)
-    adata = read_anndata(group.store.manifest, lazy=True, source_options=group.store.source_options,
-                         source_urls=group.store.source_urls, verify=False)
+    store = store_of(group)
+    adata = read_anndata(store.manifest, lazy=True, source_options=store.source_options,
+                         source_urls=store.source_urls, verify=False)
     return treedata.read_tree_elems(group, adata)
 
 

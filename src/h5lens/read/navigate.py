@@ -330,7 +330,7 @@ class Attributes(Mapping[str, Any]):
         return f"<Attributes {list(self.raw)}>"
 
 
-class Group(Node, Mapping[str, Node]):  # type: ignore[misc]
+class Group(Node, Mapping[str, Node]):
     """A group: a mapping of HDF5 member names to nodes, links followed."""
 
     def _members(self) -> dict[str, tuple[str, Link | None]]:
@@ -473,8 +473,9 @@ class Dataset(Node):
         if self.is_reference:
             return np.dtype(object)
         fields = self.reference_fields
-        if fields and dtype.names:
-            return np.dtype([(n, object if n in fields else dtype.fields[n][0]) for n in dtype.names])
+        members = dtype.fields  # None exactly when dtype.names is
+        if fields and dtype.names and members is not None:
+            return np.dtype([(n, object if n in fields else members[n][0]) for n in dtype.names])
         return dtype
 
     def __len__(self) -> int:

@@ -63,3 +63,12 @@ def open_group(
         verify=verify,
     )
     return zarr.open_group(store, mode="r", zarr_format=3)
+
+
+def store_of(group: zarr.Group) -> ManifestStore:
+    """The :class:`ManifestStore` under a group that :func:`open_group` opened (zarr types
+    ``group.store`` as any store; this says which one, and refuses any other)."""
+    store = group.store
+    if not isinstance(store, ManifestStore):
+        raise TypeError(f"not a group opened from a manifest: its store is a {type(store).__name__}")
+    return store

@@ -54,7 +54,9 @@ def read_whole(store: Any, path: str) -> np.ndarray | None:
     if doc is None or doc.get("node_type") != "array" or doc["attributes"].get(convention.SCALAR):
         return None
     dtype = _numeric_dtype(doc)
-    plan = _decoders(doc, dtype) if dtype is not None else None
+    if dtype is None:
+        return None
+    plan = _decoders(doc, dtype)
     if plan is None:
         return None
     stored, decoders = plan

@@ -95,7 +95,7 @@ def value_codecs(plan: TypePlan, nbytes: int) -> list[dict[str, Any]]:
         return [{"name": "vlen-utf8", "configuration": {}}]
     if plan.kind == "vlen-bytes":
         return [{"name": "vlen-bytes", "configuration": {}}]
-    endian = None if plan.numpy_dtype.itemsize <= 1 else "little"
+    endian = None if plan.known_dtype().itemsize <= 1 else "little"
     codecs: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": endian} if endian else {}}]
     if nbytes > _COMPRESS_INLINE_ABOVE:
         codecs.append({"name": "zstd", "configuration": {"level": 3, "checksum": False}})

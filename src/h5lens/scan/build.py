@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import h5py
 import numpy as np
@@ -32,6 +32,7 @@ from h5lens.scan.arrays import (
 )
 from h5lens.scan.attrs import read_attributes
 from h5lens.scan.codecs import (
+    Filter,
     ambiguous_length,
     read_pipeline,
     translate_pipeline,
@@ -39,6 +40,7 @@ from h5lens.scan.codecs import (
 )
 from h5lens.scan.dtypes import BYTE_STRING_PLAN, TypePlan, plan_type
 from h5lens.scan.materialize import (
+    ResolvePath,
     chunk_selection,
     compound_plan,
     compound_values,
@@ -56,6 +58,14 @@ from h5lens.scan.profiles import ProfileContext
 from h5lens.scan.registry import apply_profiles
 from h5lens.scan.source import OpenSource
 from h5lens.scan.walk import DatasetRecord, GroupRecord, Walk, walk
+
+
+class _ScanState(TypedDict):
+    """Where the scan is, as the progress callback reports it."""
+
+    done: int  # datasets scanned
+    path: str  # the HDF5 path being scanned
+    chunks: int  # chunks found so far
 
 
 def build_manifest(
@@ -79,7 +89,7 @@ def build_manifest(
     refused: dict[str, UnsupportedFeatureError] = {}
     for group in found.groups:
         nodes[group.key] = _group_document(h5, group, resolve, nan_strings)
-    state = {"done": 0, "path": "/", "chunks": 0}
+    state: _ScanState = {"done": 0, "path": "/", "chunks": 0}
 
     def report() -> None:
         if progress is not None:
@@ -87,7 +97,7 @@ def build_manifest(
 
     opened.on_read(report)
     for number, record in enumerate(found.datasets):
-        state.update(done=number, path=record.h5_path)
+        state["done"], state["path"] = number, record.h5_path
         report()
         try:
             doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, opened.raw)
@@ -101,7 +111,7 @@ def build_manifest(
         nodes[record.key] = doc
         tables[record.key] = table
         state["chunks"] += table.n_present
-    state.update(done=len(found.datasets), path="")
+    state["done"], state["path"] = len(found.datasets), ""
     report()
     opened.on_read(None)
 
@@ -136,7 +146,7 @@ def _first_line(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
-def _resolver(h5: h5py.File, found: Walk):
+def _resolver(h5: h5py.File, found: Walk) -> ResolvePath:
     def resolve(ref: h5py.Reference) -> str | None:
         try:
             target = h5[ref]
@@ -147,7 +157,7 @@ def _resolver(h5: h5py.File, found: Walk):
     return resolve
 
 
-def _group_document(h5: h5py.File, group: GroupRecord, resolve, nan_strings: bool) -> dict[str, Any]:
+def _group_document(h5: h5py.File, group: GroupRecord, resolve: ResolvePath, nan_strings: bool) -> dict[str, Any]:
     attributes = read_attributes(h5[group.h5_path], group.h5_path, resolve, nan_as_string=nan_strings)
     if group.links:
         attributes[convention.LINKS] = [{"name": e.name, "source": e.source, "path": e.path} for e in group.links]
@@ -155,7 +165,12 @@ def _group_document(h5: h5py.File, group: GroupRecord, resolve, nan_strings: boo
 
 
 def _array(
-    ds: h5py.Dataset, record: DatasetRecord, options: ScanOptions, resolve, nan_strings: bool, raw: Any = None
+    ds: h5py.Dataset,
+    record: DatasetRecord,
+    options: ScanOptions,
+    resolve: ResolvePath,
+    nan_strings: bool,
+    raw: Any = None,
 ) -> tuple[dict[str, Any], ChunkTable]:
     path = record.h5_path
     plan = plan_type(ds.dtype, path)
@@ -181,9 +196,9 @@ def _array(
     if pipeline is None:
         referencable = False
 
-    if referencable:
+    if referencable and pipeline is not None:  # pipeline is None only when not referencable
         codecs = [bytes_codec(plan)] + pipeline
-        if chunked:
+        if hdf5_chunks is not None:  # chunked
             doc = document(path, plan, shape, hdf5_chunks, codecs, ds.fillvalue, attributes)
             scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks, raw)
             table = scan.table
@@ -222,7 +237,9 @@ def _external(dcpl: h5py.h5p.PropDCID) -> bool:
     return dcpl.get_external_count() > 0
 
 
-def _materialize_reason(plan: TypePlan, layout: int, dcpl, filters, itemsize: int) -> str:
+def _materialize_reason(
+    plan: TypePlan, layout: int, dcpl: h5py.h5p.PropDCID, filters: list[Filter], itemsize: int
+) -> str:
     if not plan.raw:
         return f"{plan.kind} values are not stored in the dataset's chunks"
     if layout == h5py.h5d.COMPACT:

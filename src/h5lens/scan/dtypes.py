@@ -35,7 +35,9 @@ class TypePlan:
     """How one HDF5 element type is written to zarr v3."""
 
     data_type: Any  # zarr v3 data_type JSON (a name or a {"name", "configuration"} dict)
-    numpy_dtype: np.dtype  # the dtype zarr reads back (native byte order)
+    # The dtype zarr reads back (native byte order). None (with data_type None) for a compound
+    # that is rewritten: its field widths come from its values (materialize.compound_plan).
+    numpy_dtype: np.dtype | None
     endian: str | None  # "little" / "big" for the bytes codec, None for 1-byte and non-raw types
     raw: bool  # the stored HDF5 bytes decode as-is
     kind: str  # "numeric", "bool", "bytes", "string", "reference", "compound", "opaque", "enum"
@@ -44,6 +46,12 @@ class TypePlan:
     reference_fields: tuple[str, ...] = ()
     enum: dict[str, int] | None = None
     string_fields: tuple[str, ...] = field(default=())  # compound fields re-stored as U{N}
+
+    def known_dtype(self) -> np.dtype:
+        """``numpy_dtype``, which a compound to be rewritten has only after compound_plan."""
+        if self.numpy_dtype is None:
+            raise ValueError(f"a {self.kind} type plan without its dtype: compound_plan gives it one")
+        return self.numpy_dtype
 
 
 # Variable-length strings that are not UTF-8 text (decided per dataset, once its values are read).
@@ -140,6 +148,14 @@ def plan_type(dtype: np.dtype, path: str) -> TypePlan:
     raise UnsupportedFeatureError(f"{path}: HDF5 type {dtype!r} has no zarr v3 data type")
 
 
+def fields_of(dtype: np.dtype) -> list[tuple[str, np.dtype, int]]:
+    """(name, dtype, offset) of each field of the structured ``dtype``, in order."""
+    names, fields = dtype.names, dtype.fields
+    if names is None or fields is None:
+        raise TypeError(f"{dtype} is not a structured dtype")
+    return [(name, fields[name][0], fields[name][1]) for name in names]
+
+
 def _field_json(dtype: np.dtype) -> Any:
     return _zdtype(dtype).to_json(zarr_format=3)
 
@@ -149,10 +165,9 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
     raw = True
     reference_fields: list[str] = []
     string_fields: list[str] = []
-    fields_out: list[tuple[str, np.dtype]] = []
+    fields_out: list[tuple[str, np.dtype]] = []  # the record's fields, if it is referenced as it is
     offset = 0
-    for name in dtype.names:
-        field_dtype, field_offset = dtype.fields[name][:2]
+    for name, field_dtype, field_offset in fields_of(dtype):
         if field_offset != offset:
             raw = False  # padding between fields: zarr's structured layout is packed
         offset = field_offset + field_dtype.itemsize
@@ -165,14 +180,12 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
             raise UnsupportedFeatureError(f"{path}: compound field {name!r} holds region references")
         if h5py.check_ref_dtype(field_dtype) is h5py.Reference:
             reference_fields.append(name)
-            raw = False
-            fields_out.append((name, None))  # width known once the paths are resolved
+            raw = False  # a rewritten record: its width is known once the paths are resolved
             continue
         string_info = h5py.check_string_dtype(field_dtype)
         if string_info is not None and string_info.length is None:
             string_fields.append(name)
             raw = False
-            fields_out.append((name, None))
             continue
         if h5py.check_vlen_dtype(field_dtype) is not None:
             raise UnsupportedFeatureError(
@@ -193,12 +206,11 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
         fields_out.append((name, field_dtype))
     if offset != dtype.itemsize:
         raw = False  # trailing padding
+    native: np.dtype | None = None
+    data_type = None  # not raw: decided by materialize once variable widths are known
     if raw:
         native = np.dtype([(n, d.newbyteorder("=") if d.fields is None else d) for n, d in fields_out])
         data_type = structured_json(native)
-    else:
-        native = None
-        data_type = None  # decided by materialize once variable widths are known
     return TypePlan(
         data_type,
         native,
@@ -214,8 +226,7 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
 def structured_json(dtype: np.dtype) -> dict[str, Any]:
     """The convention's ``structured`` data_type: ``[[name, type], ...]`` fields."""
     fields = []
-    for name in dtype.names:
-        field_dtype = dtype.fields[name][0]
+    for name, field_dtype, _ in fields_of(dtype):
         if field_dtype.fields is not None:
             fields.append([name, structured_json(field_dtype)])
         else:
@@ -229,7 +240,8 @@ def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
         return ""
     if plan.kind == "vlen-bytes":
         return ""
-    zdtype = _zdtype(plan.numpy_dtype)
+    native = plan.known_dtype()
+    zdtype = _zdtype(native)
     if isinstance(fill, np.ndarray) and fill.ndim > 0:
         # an HDF5 array element type has one fill value per element; zarr has one per array
         if fill.size and not (fill == fill.flat[0]).all() and not np.isnan(fill).all():
@@ -243,9 +255,9 @@ def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
         # The convention writes compound fill values as base64 of the record's bytes.
         import base64
 
-        record = np.zeros((), dtype=plan.numpy_dtype)
+        record = np.zeros((), dtype=native)
         if fill is not None and getattr(fill, "dtype", None) is not None and fill.dtype.names:
-            for name in plan.numpy_dtype.names:
+            for name, field_dtype, _ in fields_of(native):
                 if name in plan.reference_fields:
                     continue  # a null reference: "" (zero bytes), never the text of None
                 if name not in fill.dtype.names:
@@ -254,7 +266,7 @@ def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
                 if name in plan.string_fields:
                     # a variable-length string field's fill is empty (None) or bytes; the field
                     # is text (U) or, where its values are not UTF-8, bytes (S)
-                    as_text = plan.numpy_dtype.fields[name][0].kind == "U"
+                    as_text = field_dtype.kind == "U"
                     if value is None:
                         value = "" if as_text else b""
                     elif isinstance(value, bytes) and as_text:

@@ -178,7 +178,7 @@ def _final(abc: list[np.ndarray]) -> None:
         abc[x] -= _rot(abc[y], k)
 
 
-def _lookup3_int(data: bytes) -> int:
+def _lookup3_int(data: bytes | memoryview) -> int:
     """lookup3 of one blob with Python integers."""
     n = len(data)
     init = (0xDEADBEEF + n) & _M32
@@ -203,7 +203,7 @@ def _lookup3_int(data: bytes) -> int:
     return abc[2]
 
 
-def lookup3_many(blobs: Sequence[bytes]) -> np.ndarray:
+def lookup3_many(blobs: Sequence[bytes | memoryview]) -> np.ndarray:
     """HDF5's metadata checksum (Jenkins lookup3 ``hashlittle``, initval 0) of each blob.
 
     The hash is sequential within a blob, so the work is vectorised across blobs:
@@ -219,8 +219,8 @@ def lookup3_many(blobs: Sequence[bytes]) -> np.ndarray:
     full_blocks = np.where(lengths > 0, (lengths - 1) // 12, 0)  # blocks mixed before the tail
     nblocks = int(full_blocks[0]) + 1
     raw = np.zeros((n, nblocks * 12), np.uint8)  # zero padding = the tail's missing bytes
-    for row, i in enumerate(order):
-        raw[row, : lengths[row]] = np.frombuffer(blobs[i], np.uint8)
+    for row, which in enumerate(order.tolist()):
+        raw[row, : lengths[row]] = np.frombuffer(blobs[which], np.uint8)
     words = raw.view("<u4").reshape(n, nblocks, 3).astype(np.uint32)
     init = ((0xDEADBEEF + lengths) & _M32).astype(np.uint32)
     abc = [init.copy(), init.copy(), init.copy()]
@@ -640,6 +640,12 @@ class _Dataset:
         )
 
 
+def _bounded(grid: tuple[int | None, ...]) -> tuple[int, ...] | None:
+    """``grid`` if no dimension of it is unlimited (None), else None."""
+    bounded = tuple(n for n in grid if n is not None)
+    return bounded if len(bounded) == len(grid) else None
+
+
 def _unravel(index: np.ndarray, dims: Sequence[int]) -> np.ndarray:
     """Row-major grid coordinates of linear indexes (the first dimension may be unbounded)."""
     out = np.zeros((len(index), len(dims)), np.int64)
@@ -782,7 +788,10 @@ async def _walk_btree_v1(io: _Io, ds: _Dataset) -> _Chunks:
     def node_bytes(entries: int) -> int:
         return prefix + entries * (key + o) + key
 
-    nodes, level, seen, leaves = [layout.address], None, set(), []
+    nodes: list[int] = [layout.address]
+    level: int | None = None
+    seen: set[int] = set()
+    leaves: list[_Chunks] = []
     for _ in range(_MAX_DEPTH):
         if not nodes:
             return _Chunks.concat(leaves, ds.rank)
@@ -868,11 +877,11 @@ async def _walk_implicit(io: _Io, ds: _Dataset) -> _Chunks:
     _check_filtered(False, ds, "implicit index")
     if layout.address == sb.undefined_address or math.prod(ds.grid) == 0:
         return _Chunks.empty(ds.rank)
-    max_grid = ds.max_grid
-    if None in max_grid:
+    max_grid = _bounded(ds.max_grid)
+    if max_grid is None:
         raise UnsupportedIndexError("implicit index with an unlimited dimension")
     grid = np.indices(ds.grid).reshape(ds.rank, -1).T.astype(np.int64)
-    linear = np.ravel_multi_index(tuple(grid.T), max_grid)
+    linear = np.asarray(np.ravel_multi_index(tuple(grid.T), max_grid))
     address = np.uint64(layout.address) + linear.astype(np.uint64) * np.uint64(layout.chunk_bytes)
     n = len(grid)
     return _Chunks(grid, address, np.full(n, layout.chunk_bytes, np.uint64), np.zeros(n, np.uint32))
@@ -901,9 +910,9 @@ async def _walk_fixed_array(io: _Io, ds: _Dataset) -> _Chunks:
     width = _size_width(entry_size, filtered, ds, sb, "fixed array")
     if (page_bits,) != ds.layout.params:
         raise UnsupportedIndexError("fixed array: page size differs from the data layout message's")
-    max_grid = ds.max_grid
-    if None in max_grid or nelmts != math.prod(max_grid):
-        raise UnsupportedIndexError(f"fixed array of {nelmts} entries for a grid of {max_grid} chunks")
+    max_grid = _bounded(ds.max_grid)
+    if max_grid is None or nelmts != math.prod(max_grid):
+        raise UnsupportedIndexError(f"fixed array of {nelmts} entries for a grid of {ds.max_grid} chunks")
     if block_address == sb.undefined_address:
         return _Chunks.empty(ds.rank)
     block = _FixedArrayBlock(ds.layout.address, block_address, client, nelmts, entry_size, page_bits, o)
@@ -982,11 +991,11 @@ class _FixedArrayBlock:
 
 def _ranges_within(counts: Sequence[int]) -> np.ndarray:
     """0..count-1 for each count, concatenated."""
-    counts = np.asarray(counts, np.int64)
-    if not len(counts):
+    sizes = np.asarray(counts, np.int64)
+    if not len(sizes):
         return np.zeros(0, np.int64)
-    starts = np.repeat(np.cumsum(counts) - counts, counts)
-    return np.arange(int(counts.sum()), dtype=np.int64) - starts
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return np.arange(int(sizes.sum()), dtype=np.int64) - starts
 
 
 # --------------------------------------------------------------------------- extensible array
@@ -1211,7 +1220,7 @@ def _extensible_data_spans(
             first = start + j * nelmts
             if address == ea.undefined or first >= ea.max_idx_set:
                 continue
-            if not npages:
+            if bits is None:  # no pages
                 spans.append((address, ea.dblock_prefix() + nelmts * es))
                 places.append(("block", nelmts, first))
                 continue
@@ -1236,7 +1245,9 @@ def _extensible_grid(index: np.ndarray, ds: _Dataset) -> np.ndarray:
     if len(unlimited) != 1:
         raise UnsupportedIndexError(f"extensible array index with {len(unlimited)} unlimited dimensions")
     order = unlimited + [axis for axis in range(ds.rank) if axis != unlimited[0]]
-    swizzled = _unravel(index, [0] + [max_grid[axis] for axis in order[1:]])
+    # every dimension but the unlimited one (moved to the front) has a maximum
+    bounded = [m for m in (max_grid[axis] for axis in order[1:]) if m is not None]
+    swizzled = _unravel(index, [0, *bounded])
     grid = np.empty_like(swizzled)
     grid[:, order] = swizzled
     return grid

@@ -16,7 +16,7 @@ import numpy as np
 
 from h5lens.errors import UnsupportedFeatureError
 from h5lens.scan.attrs import as_bytes
-from h5lens.scan.dtypes import TypePlan, structured_json
+from h5lens.scan.dtypes import TypePlan, fields_of, structured_json
 
 ResolvePath = Callable[[h5py.Reference], str | None]
 
@@ -42,7 +42,7 @@ def read_values(
         return compound_values(np.asarray(ds[selection]), plan, path, resolve)
     values = np.asarray(ds[selection])
     if plan.kind == "compound":
-        return values.astype(plan.numpy_dtype)
+        return values.astype(plan.known_dtype())
     return values
 
 
@@ -77,7 +77,7 @@ def compound_values(values: np.ndarray, plan: TypePlan, path: str, resolve: Reso
     """Rewrite a compound array: references → target paths, vlen strings → text, packed native layout."""
     columns: dict[str, np.ndarray] = {}
     fields: list[tuple[str, Any]] = []
-    for name in values.dtype.names:
+    for name, _, _ in fields_of(values.dtype):
         column = values[name]
         if name in plan.reference_fields:
             text = [_ref_path(r, f"{path} field {name!r}", resolve) for r in column.ravel()]

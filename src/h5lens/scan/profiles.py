@@ -15,10 +15,11 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5lens.errors import UnsupportedFeatureError
 from h5lens.manifest.model import ChunkTable, NodeMap, children_index
 from h5lens.scan.arrays import inline_array, values_plan
 from h5lens.scan.options import ScanOptions
-from h5lens.scan.walk import Walk
+from h5lens.scan.walk import DatasetRecord, GroupRecord, Walk
 
 
 @dataclass
@@ -32,13 +33,14 @@ class ProfileContext:
     walk: Walk
     walk_names: dict[str, str] = field(default_factory=dict)  # zarr key -> HDF5 name
     h5_paths: dict[str, str] = field(default_factory=dict)  # zarr key -> HDF5 path (as scanned)
-    refused: dict[str, Exception] = field(default_factory=dict)  # datasets with no zarr form (yet)
+    refused: dict[str, UnsupportedFeatureError] = field(default_factory=dict)  # datasets with no zarr form (yet)
 
     def __post_init__(self) -> None:
         if not isinstance(self.nodes, NodeMap):
             raise TypeError("ProfileContext.nodes must be a NodeMap (children are indexed by its version)")
         self._children: tuple[int, dict[str, list[str]]] | None = None
-        for record in [*self.walk.groups, *self.walk.datasets]:
+        records: list[GroupRecord | DatasetRecord] = [*self.walk.groups, *self.walk.datasets]
+        for record in records:
             self.walk_names.setdefault(record.key, posixpath.basename(record.h5_path))
             self.h5_paths.setdefault(record.key, record.h5_path)
 
@@ -90,7 +92,8 @@ class ProfileContext:
         prefix = old + "/"
         for k in [k for k in self.nodes if k == old or k.startswith(prefix)]:
             self.nodes[new + k[len(old) :]] = self.nodes.pop(k)
-        for mapping in (self.tables, self.walk_names, self.h5_paths, self.refused):
+        mappings: tuple[dict[str, Any], ...] = (self.tables, self.walk_names, self.h5_paths, self.refused)
+        for mapping in mappings:
             for k in [k for k in mapping if k == old or k.startswith(prefix)]:
                 mapping[new + k[len(old) :]] = mapping.pop(k)
 

@@ -70,7 +70,7 @@ class OpenSource:
     """An HDF5 file opened for scanning, plus a raw handle for reading chunk bytes."""
 
     h5: h5py.File
-    raw: BinaryIO
+    raw: BinaryIO | TrackedFile  # a remote file's bytes go through a TrackedFile
     source: Source
 
     @property
@@ -118,6 +118,7 @@ def open_source(
     fewer requests and more bytes beyond the metadata."""
     if read_block_size < MIN_READ_BLOCK_SIZE:
         raise InvalidOptionError(f"read_block_size must be at least {MIN_READ_BLOCK_SIZE} bytes. Got {read_block_size}")
+    raw: BinaryIO | TrackedFile
     if is_remote(url):
         raw, source = _open_remote(url, storage_options, read_block_size)
     else:
@@ -145,7 +146,7 @@ def open_source(
     return OpenSource(h5, raw, source)
 
 
-def _open_remote(url: str, storage_options: dict[str, Any] | None, block_size: int) -> tuple[BinaryIO, Source]:
+def _open_remote(url: str, storage_options: dict[str, Any] | None, block_size: int) -> tuple[TrackedFile, Source]:
     import fsspec
 
     try:

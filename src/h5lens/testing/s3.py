@@ -11,7 +11,12 @@ import random
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import s3fs
+    from aiohttp import web
+    from moto.server import ThreadedMotoServer
 
 CREDENTIALS = {"key": "testing", "secret": "testing"}
 
@@ -27,7 +32,7 @@ class LocalS3:
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
-        self._server = None
+        self._server: ThreadedMotoServer | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -52,7 +57,7 @@ class LocalS3:
             self._server.stop()
             self._server = None
 
-    def filesystem(self, endpoint_url: str | None = None):
+    def filesystem(self, endpoint_url: str | None = None) -> s3fs.S3FileSystem:
         import s3fs
 
         return s3fs.S3FileSystem(**self.storage_options(endpoint_url), skip_instance_cache=True)
@@ -95,7 +100,7 @@ class CountingProxy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
-        self._runner = None
+        self._runner: web.AppRunner | None = None
         self._failing_gets = 0
 
     def fail_next_gets(self, count: int) -> None:
@@ -145,7 +150,7 @@ class CountingProxy:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    async def _handle(self, request):
+    async def _handle(self, request: web.Request) -> web.Response:
         import aiohttp
         from aiohttp import web
 
@@ -175,7 +180,7 @@ class CountingProxy:
         except aiohttp.ClientError:  # the proxy is shutting down under a request still in flight
             return web.Response(status=502)
 
-    async def _forward(self, request, headers, body):
+    async def _forward(self, request: web.Request, headers: dict[str, str], body: bytes) -> web.Response:
         from aiohttp import web
 
         async with self._session.request(
@@ -184,7 +189,7 @@ class CountingProxy:
             payload = await upstream.read()
             if request.method == "GET":
                 self.stats.bytes += len(payload)
-            dropped = ("transfer-encoding", "connection", "content-encoding")
+            dropped: tuple[str, ...] = ("transfer-encoding", "connection", "content-encoding")
             if request.method != "HEAD":  # a HEAD answer must keep the object's Content-Length
                 dropped += ("content-length",)
             out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in dropped}
