@@ -257,6 +257,31 @@ ReadBlockSize = Annotated[
 ]
 Manifest = Annotated[str, typer.Argument(metavar="MANIFEST", help="Manifest JSON (path or URL).")]
 
+Form = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        metavar="FORM",
+        help="'json' (kerchunk references, any fsspec reader) or 'compact' (columns, for millions of chunks). "
+        "Default: compact above 100,000 chunk references.",
+    ),
+]
+FORMS = ("json", "compact")
+
+
+def _check_form(form: str | None) -> None:
+    if form is not None and form not in FORMS:
+        _fail(f"--format must be 'json' or 'compact', got {form!r}")
+
+
+def _form_note(written: str, asked: str | None, manifest: Any) -> str:
+    """Which form was written, and why when h5lens chose it."""
+    if asked is not None:
+        return f"{written} form"
+    side = "more" if written == "compact" else "no more"
+    return f"{written} form ({manifest.n_chunks} chunk references, {side} than 100,000)"
+
+
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
           "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
 
@@ -289,7 +314,7 @@ def index(
         str, typer.Argument(metavar="SOURCE", help="HDF5 file: local path or fsspec URL (s3://...).")
     ],
     output: Annotated[
-        str, typer.Option("--output", "-o", metavar="OUT.json", help="Where to write the manifest JSON.")
+        str, typer.Option("--output", "-o", metavar="OUT", help="Where to write the manifest (path or URL).")
     ],
     inline_threshold: Annotated[
         int, typer.Option(metavar="N", help="Copy arrays of at most this many stored bytes into the manifest.")
@@ -308,6 +333,7 @@ def index(
         typer.Option(metavar="URL", help="URL to record for the source (default: the absolute source path)."),
     ] = None,
     read_block_size: ReadBlockSize = _DEFAULT_BLOCK,
+    form: Form = None,
     storage_option: StorageOption = [],  # noqa: B006 - typer needs a literal default
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
@@ -319,6 +345,7 @@ def index(
     """
     options = _storage_options(storage_option, anon, endpoint_url)
     _check_convention(convention)
+    _check_form(form)
     block_size = _byte_size("--read-block-size", read_block_size)
     _check_destination(output, source, url, options)
     with _reporting(source, "indexing", anon=anon):
@@ -337,14 +364,14 @@ def index(
                 read_block_size=block_size,
             )
     with _reporting(output, "writing", anon=anon):
-        manifest.to_json(output, storage_options=options or None)
+        written = manifest.save(output, format=form, storage_options=options or None)
     from h5lens.report import summarize
 
     summary = summarize(manifest)
     typer.echo(
         f"{output}: {summary['arrays']} arrays, {summary['groups']} groups, "
         f"{summary['referenced_chunks']} referenced chunks ({summary['referenced_bytes']} bytes), "
-        f"{summary['inline_chunks']} inline chunks ({summary['inline_bytes']} bytes)"
+        f"{summary['inline_chunks']} inline chunks ({summary['inline_bytes']} bytes); {_form_note(written, form, manifest)}"
     )
 
 
@@ -363,6 +390,7 @@ def publish(
     ] = DEFAULT_INLINE_THRESHOLD,
     convention: Annotated[str, typer.Option(metavar="NAME", help="'released' or 'proposal'.")] = DEFAULT_CONVENTION,
     read_block_size: ReadBlockSize = _DEFAULT_BLOCK,
+    form: Form = None,
     storage_option: StorageOption = [],  # noqa: B006
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
@@ -374,6 +402,7 @@ def publish(
     """
     options = _storage_options(storage_option, anon, endpoint_url)
     _check_convention(convention)
+    _check_form(form)
     block_size = _byte_size("--read-block-size", read_block_size)
     _check_destination(destination, source, url, options)
     with _reporting(source, "publishing", anon=anon):
@@ -389,13 +418,14 @@ def publish(
                 inline_threshold=inline_threshold,
                 convention=convention,
                 read_block_size=block_size,
+                format=form,
             )
     s = report.summary
     typer.echo(
         f"{destination}: {report.manifest_bytes} bytes; {s['arrays']} arrays, {s['groups']} groups; "
         f"referenced {s['referenced_chunks']} chunks ({s['referenced_bytes']} bytes), "
         f"inline {s['inline_chunks']} chunks ({s['inline_bytes']} bytes); "
-        f"{report.checked_chunks} sampled chunks decoded"
+        f"{report.checked_chunks} sampled chunks decoded; {report.form} form"
     )
 
 
@@ -584,26 +614,13 @@ def validate(
     Lists each problem and exits 1 if there is any. --deep also decodes every chunk
     from the sources.
     """
-    import inspect as introspect
-
     options = _storage_options(storage_option, anon, endpoint_url)
     urls = _source_urls(source_url)
     loaded = _open(manifest, options)
     with _reporting(manifest, "validating", anon=anon):
         import h5lens
 
-        run_validate = h5lens.validate
-        accepted = introspect.signature(run_validate).parameters
-        extra: dict[str, Any] = {}
-        if deep:
-            if "deep" not in accepted:
-                _fail("--deep: this version of h5lens.validate cannot read the sources (no deep=)")
-            extra["deep"] = True
-        if urls and "source_urls" in accepted:
-            extra["source_urls"] = urls
-        elif urls and deep:
-            _fail("--source-url: this version of h5lens.validate takes no source_urls=")
-        problems = run_validate(loaded, storage_options=options or None, **extra)
+        problems = h5lens.validate(loaded, storage_options=options or None, deep=deep, source_urls=urls or None)
     for problem in problems:
         typer.echo(str(problem))
     if problems:
@@ -611,6 +628,30 @@ def validate(
         raise typer.Exit(1)
     checked = ", every chunk decoded" if deep else ""
     typer.echo(f"{manifest}: valid ({len(loaded.nodes)} nodes, convention {loaded.convention}{checked})")
+
+
+@app.command(cls=_Command)
+def convert(
+    manifest: Manifest,
+    output: Annotated[str, typer.Argument(metavar="OUT", help="Where to write it (path or URL).")],
+    form: Annotated[
+        str, typer.Option("--format", metavar="FORM", help="'json' or 'compact'.")
+    ],
+    storage_option: StorageOption = [],  # noqa: B006
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """Write MANIFEST in another form: the JSON references any fsspec reader opens, or the
+    compact columns that open in milliseconds at millions of chunks. Exact both ways."""
+    _check_form(form)
+    options = _storage_options(storage_option, anon, endpoint_url)
+    loaded = _open(manifest, options)
+    from h5lens.destination import check_destination
+
+    with _reporting(output, "writing", anon=anon):
+        check_destination(output, storage_options=options or None)  # (writing never goes over a source)
+        loaded.save(output, format=form, storage_options=options or None)
+    typer.echo(f"{output}: {form} form, {len(loaded.nodes)} nodes, {loaded.n_chunks} chunks")
 
 
 @app.command(cls=_Command)

@@ -8,7 +8,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import orjson
 
 from h5lens.destination import check_destination
 from h5lens.errors import H5LensError, InvalidOptionError, ManifestFormatError, SourceReadError, StorageError
@@ -24,6 +23,7 @@ class PublishReport:
     manifest_bytes: int
     checked_chunks: int
     summary: dict[str, int]
+    form: str = "json"  # "json" or "compact"
 
 
 def with_source_url(manifest: Manifest, url: str) -> Manifest:
@@ -76,6 +76,7 @@ def publish(
     url: str | None = None,
     storage_options: dict[str, Any] | None = None,
     source_options: dict[str, Any] | None = None,
+    format: str | None = None,  # noqa: A002 - as Manifest.save
     **index_options: Any,
 ) -> PublishReport:
     """Index ``source``, check that sampled chunks decode, then write ``destination`` atomically.
@@ -99,9 +100,9 @@ def publish(
         manifest = with_source_url(manifest, url)
         manifest = replace(manifest, sources=[_identity_at(url, manifest.sources[0], options)])
     checked = check_sample(manifest, source_options=options)
-    _write_checked(manifest, destination, storage_options)
+    form = _write_checked(manifest, destination, storage_options, format)
     size = _size(destination, storage_options)
-    return PublishReport(destination, size, checked, summarize(manifest))
+    return PublishReport(destination, size, checked, summarize(manifest), form)
 
 
 def _identity_at(url: str, indexed: Source, options: dict[str, Any] | None) -> Source:
@@ -122,20 +123,23 @@ def _identity_at(url: str, indexed: Source, options: dict[str, Any] | None) -> S
     return Source(url, found.get("size"), found.get("mtime"), found.get("etag"))
 
 
-def _write_checked(manifest: Manifest, destination: str, storage_options: dict[str, Any] | None) -> None:
+def _write_checked(
+    manifest: Manifest, destination: str, storage_options: dict[str, Any] | None, format: str | None  # noqa: A002
+) -> str:
     """Write under a temporary name beside the destination, read it back, compare, then
-    move it into place; the temporary copy is removed whatever happens."""
+    move it into place; the temporary copy is removed whatever happens. Returns the form."""
     from h5lens.backend_errors import anon_requested, storage_error
-    from h5lens.manifest.refs_json import read_json, write_bytes_atomic
+    from h5lens.manifest import io
+    from h5lens.manifest.refs_json import write_bytes_atomic
 
-    expected = manifest.to_dict()
-    payload = orjson.dumps(expected)
+    form = io.choose_format(manifest, format)
+    payload = io.encode(manifest, form)
     remote = "://" in destination and not destination.startswith("file://")
     staging = f"{destination}.{uuid.uuid4().hex[:12]}.h5lens-staging"
     fs = None
     try:
         write_bytes_atomic(staging, payload, storage_options=storage_options)
-        written = read_json(staging, storage_options=storage_options)
+        written = io.read(staging, storage_options=storage_options)
         if written.to_dict() != replace(manifest, location=written.location).to_dict():
             raise StorageError(f"{destination}: the manifest read back differs from the one written")
         if remote:
@@ -150,6 +154,7 @@ def _write_checked(manifest: Manifest, destination: str, storage_options: dict[s
             os.replace(staging.removeprefix("file://"), destination.removeprefix("file://"))
     finally:
         _remove_quietly(staging, fs, storage_options)
+    return form
 
 
 def _remove_quietly(path: str, fs: Any, storage_options: dict[str, Any] | None) -> None:

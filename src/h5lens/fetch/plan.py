@@ -8,7 +8,7 @@ remote source (merged requests), so bytes fetched for one purpose serve every ot
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +65,7 @@ class SourceReads:
     URLs); ``tables`` maps array paths to chunk tables. Readers are opened on first use.
     """
 
-    def __init__(self, urls: list[str], tables: dict[str, ChunkTable], options: dict[str, Any]) -> None:
+    def __init__(self, urls: list[str], tables: Mapping[str, ChunkTable], options: dict[str, Any]) -> None:
         self.urls = urls
         self.tables = tables
         self.options = options

@@ -1,9 +1,15 @@
 """Manifests in files: the one place that knows the file formats.
 
 The model (:mod:`h5lens.manifest.model`) holds a manifest in memory and knows no format;
-its ``to_json`` / ``from_json`` / ``to_dict`` / ``from_dict`` conveniences come here.
-Today's format is kerchunk reference JSON version 1 with zarr v3 keys
-(:mod:`h5lens.manifest.refs_json`).
+its ``save`` / ``load`` / ``to_json`` / ``from_json`` / ``to_dict`` / ``from_dict``
+conveniences come here. Two forms:
+
+* ``json``: kerchunk reference JSON version 1 with zarr v3 keys
+  (:mod:`h5lens.manifest.refs_json`), what any fsspec ``ReferenceFileSystem`` reads;
+* ``compact``: chunk tables as compressed columns, loaded when first used
+  (:mod:`h5lens.manifest.compact`), for manifests with millions of chunks.
+
+Reading detects the form from the file's first bytes.
 """
 
 from __future__ import annotations
@@ -11,8 +17,25 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from h5lens.errors import InvalidOptionError, ManifestFormatError
+
 if TYPE_CHECKING:
     from h5lens.manifest.model import Manifest
+
+FORMATS = ("json", "compact")
+# Without a chosen form, manifests with more chunk references than this are written compact:
+# JSON costs ~36 bytes per reference and seconds to parse at a million.
+COMPACT_ABOVE = 100_000
+_FIRST_READ = 1 << 20
+
+
+def choose_format(manifest: Manifest, format: str | None = None) -> str:  # noqa: A002 - the documented name
+    """``format`` if given (checked), else ``compact`` above :data:`COMPACT_ABOVE` chunk references."""
+    if format is None:
+        return "compact" if manifest.n_chunks > COMPACT_ABOVE else "json"
+    if format not in FORMATS:
+        raise InvalidOptionError(f"format must be one of {FORMATS}. Got {format!r}")
+    return format
 
 
 def to_dict(manifest: Manifest) -> dict[str, Any]:
@@ -28,15 +51,88 @@ def from_dict(data: dict[str, Any]) -> Manifest:
     return manifest_from_refs(data)
 
 
-def write(manifest: Manifest, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> None:
-    """Write ``manifest`` at ``path`` (local or fsspec URL) atomically, never over one of its sources."""
-    from h5lens.manifest.refs_json import write_json
+def encode(manifest: Manifest, format: str) -> bytes:  # noqa: A002
+    """The bytes of ``manifest`` in one of :data:`FORMATS`."""
+    if choose_format(manifest, format) == "compact":
+        from h5lens.manifest import compact
 
-    write_json(manifest, os.fspath(path), storage_options=storage_options)
+        return compact.encode(manifest)
+    import orjson
+
+    return orjson.dumps(to_dict(manifest))
+
+
+def write(
+    manifest: Manifest,
+    path: str | os.PathLike[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    format: str | None = "json",  # noqa: A002
+) -> str:
+    """Write ``manifest`` at ``path`` (local or fsspec URL) atomically, never over one of its
+    sources; ``format=None`` chooses by size (:func:`choose_format`). Returns the form written."""
+    from h5lens.destination import refuse_sources
+    from h5lens.fetch.readers import resolve_url
+    from h5lens.manifest.refs_json import write_bytes_atomic
+
+    target = os.fspath(path)
+    chosen = choose_format(manifest, format)
+    refuse_sources(target, [resolve_url(s.url, target) for s in manifest.sources])
+    write_bytes_atomic(target, encode(manifest, chosen), storage_options=storage_options)
+    return chosen
 
 
 def read(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Manifest:
-    """Read a manifest file (local or fsspec URL)."""
-    from h5lens.manifest.refs_json import read_json
+    """Read a manifest file (local or fsspec URL) in either form."""
+    from h5lens.manifest import compact
 
-    return read_json(os.fspath(path), storage_options=storage_options)
+    location = os.fspath(path)
+    if "://" not in location and os.path.isdir(location):
+        raise ManifestFormatError(f"{location}: a directory, not a manifest file")
+    resolved = location if "://" in location else os.path.abspath(location)
+    ranges = FileRanges(location, storage_options)
+    # one request opens most manifests: the compact header, or a whole small JSON file
+    head = ranges(0, _FIRST_READ)
+    if compact.is_compact(head):
+        return compact.decode(ranges, location=resolved, head=head)
+    from h5lens.manifest.refs_json import parse_json
+
+    return parse_json(head if len(head) < _FIRST_READ else ranges.whole(), resolved)
+
+
+class FileRanges:
+    """Byte ranges of one file, local or remote (picklable: a manifest's lazily loaded chunk
+    tables travel to dask workers with it)."""
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+
+    def _fail(self, error: BaseException) -> Exception:
+        from h5lens.backend_errors import anon_requested, storage_error
+
+        return storage_error(error, self.url, "reading the manifest", anon=anon_requested(self.storage_options))
+
+    def __call__(self, offset: int, length: int) -> bytes:
+        try:
+            if "://" not in self.url or self.url.startswith("file://"):
+                with open(self.url.removeprefix("file://"), "rb") as f:
+                    f.seek(offset)
+                    data = f.read(length)
+            else:
+                import fsspec
+
+                fs, path = fsspec.core.url_to_fs(self.url, **self.storage_options)
+                data = fs.cat_file(path, start=offset, end=offset + length)
+        except Exception as e:  # noqa: BLE001 - not found, denied, unreachable: named with the URL
+            raise self._fail(e) from (None if isinstance(e, OSError) else e)
+        return bytes(data)
+
+    def whole(self) -> bytes:
+        try:
+            import fsspec
+
+            with fsspec.open(self.url, "rb", **self.storage_options) as f:
+                return bytes(f.read())
+        except Exception as e:  # noqa: BLE001
+            raise self._fail(e) from (None if isinstance(e, OSError) else e)

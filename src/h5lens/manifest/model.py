@@ -301,7 +301,7 @@ class Manifest:
     """
 
     nodes: dict[str, dict[str, Any]]
-    chunks: dict[str, ChunkTable]
+    chunks: Mapping[str, ChunkTable]  # a dict, or tables decoded on first use (compact form)
     sources: list[Source]
     convention: str = "released"
     writer: str = ""
@@ -376,6 +376,26 @@ class Manifest:
 
         io.write(self, path, storage_options=storage_options)
 
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: str | None = None,  # noqa: A002 - the documented name
+        storage_options: dict[str, Any] | None = None,
+    ) -> str:
+        """Write the manifest to ``path`` atomically in ``format`` (``"json"`` or ``"compact"``;
+        ``None`` chooses compact above 100,000 chunk references). Returns the form written."""
+        from h5lens.manifest import io
+
+        return io.write(self, path, storage_options=storage_options, format=format)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Manifest:
+        """Read a manifest in either form (detected from the file)."""
+        from h5lens.manifest import io
+
+        return io.read(path, storage_options=storage_options)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
         from h5lens.manifest import io
@@ -384,7 +404,8 @@ class Manifest:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Manifest:
-        """Read a manifest written by :meth:`to_json` (or any kerchunk v1 refs with zarr v3 keys)."""
+        """Read a manifest written by :meth:`to_json` (or any kerchunk v1 refs with zarr v3 keys;
+        the compact form too: the form is detected from the file)."""
         from h5lens.manifest import io
 
         return io.read(path, storage_options=storage_options)

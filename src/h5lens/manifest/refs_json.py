@@ -300,14 +300,10 @@ def _check_array_document(path: str, doc: dict[str, Any]) -> None:
 
 
 def write_json(manifest: Manifest, path: str, *, storage_options: dict[str, Any] | None = None) -> None:
-    """Serialise and write atomically: a temporary file renamed into place. A destination
-    that is one of the manifest's own sources is refused (it would destroy the data)."""
-    from h5lens.destination import refuse_sources
-    from h5lens.fetch import resolve_url
+    """Write the JSON form atomically, never over one of the manifest's own sources."""
+    from h5lens.manifest import io
 
-    refuse_sources(path, [resolve_url(s.url, path) for s in manifest.sources])
-    payload = orjson.dumps(manifest.to_dict())
-    write_bytes_atomic(path, payload, storage_options=storage_options)
+    io.write(manifest, path, storage_options=storage_options, format="json")
 
 
 def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, Any] | None = None) -> None:
@@ -340,24 +336,19 @@ def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, 
 
 
 def read_json(path: str, *, storage_options: dict[str, Any] | None = None) -> Manifest:
-    import fsspec
+    """Read a JSON manifest (see :func:`h5lens.manifest.io.read` for either form)."""
+    from h5lens.manifest import io
 
-    from h5lens.backend_errors import anon_requested, storage_error
+    return io.read(path, storage_options=storage_options)
 
-    if "://" not in path and os.path.isdir(path):
-        raise ManifestFormatError(f"{path}: a directory, not a manifest file")
-    try:
-        with fsspec.open(path, "rb", **(storage_options or {})) as f:
-            raw = f.read()
-    except Exception as e:  # noqa: BLE001 - not found, denied, unreachable: named with the URL
-        error = storage_error(e, path, "reading the manifest", anon=anon_requested(storage_options))
-        raise error from (None if isinstance(e, OSError) else e)
+
+def parse_json(raw: bytes, location: str) -> Manifest:
+    """A JSON manifest's bytes, read from ``location`` (relative source URLs resolve against it)."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
         try:  # bare NaN tokens are not JSON to orjson; the stdlib reads them
             data = json.loads(raw)
         except ValueError as e:
-            raise ManifestFormatError(f"{path}: not a JSON manifest ({e})") from None
-    location = path if "://" in path else os.path.abspath(path)
+            raise ManifestFormatError(f"{location}: not a JSON manifest ({e})") from None
     return manifest_from_refs(data, location=location)
