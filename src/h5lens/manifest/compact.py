@@ -91,7 +91,10 @@ def decode_ints(blob: bytes, count: int) -> np.ndarray:
     values = np.frombuffer(raw, dtype=dtype)
     if values.size != count:
         raise ManifestFormatError(f"compact manifest: a column holds {values.size} values, expected {count}")
-    return values.astype(np.int64) + base
+    out = values.astype(np.int64)
+    if base:
+        out += base  # in place: a million-chunk column is 8 MB, twice is twice that
+    return out
 
 
 def _bytes_column(data: bytes) -> bytes:
@@ -156,26 +159,41 @@ def decode_table(blob: bytes, grid: tuple[int, ...], where: str) -> ChunkTable:
         cells = builder.source.size
         n = int(spec["n"])
         mask_blob = column("present")
-        if mask_blob is None:
+        if mask_blob is None:  # every cell present (the usual case): no index array at all
             if n != cells:
                 raise ManifestFormatError(f"{where}: {n} chunks recorded on a grid of {cells} cells, none marked absent")
-            present = np.arange(cells, dtype=np.int64)
+            present = None
         else:
             bits = np.unpackbits(np.frombuffer(_unbytes(mask_blob), dtype=np.uint8), count=cells)
             present = np.flatnonzero(bits)
             if present.size != n:
                 raise ManifestFormatError(f"{where}: the presence bitmap marks {present.size} chunks, {n} recorded")
+        everywhere = np.arange(cells, dtype=np.int64) if present is None else present
         source_blob = column("source")
-        source = (
-            np.full(n, int(spec["source"]), dtype=np.int64) if source_blob is None else decode_ints(source_blob, n)
-        )
-        referenced = present[source >= 0]
+        if source_blob is None:  # one source for every chunk: a scalar, not a column
+            shared = int(spec["source"])
+            sources: Any = shared
+            referenced = everywhere if shared >= 0 else everywhere[:0]
+            inline_at = everywhere if shared == INLINE else everywhere[:0]
+        else:
+            per_chunk = decode_ints(source_blob, n)
+            sources = per_chunk[per_chunk >= 0]
+            referenced = everywhere[per_chunk >= 0]
+            inline_at = everywhere[per_chunk == INLINE]
         if referenced.size:
-            gap = decode_ints(column("gap") or b"", referenced.size)
+            # offsets from gaps, in place: gap += length; cumsum -> ends; ends -= length -> offsets
+            offsets = decode_ints(column("gap") or b"", referenced.size)
             length = decode_ints(column("length") or b"", referenced.size)
-            ends = np.cumsum(gap + length)
-            builder.refer(referenced, (ends - length).astype(np.uint64), length.astype(np.uint64), source[source >= 0])
-        inline_at = present[source == INLINE]
+            offsets += length
+            np.cumsum(offsets, out=offsets)
+            offsets -= length
+            if referenced.size == cells:  # every cell a reference: fill the grids, no scatter
+                builder.source.reshape(-1)[:] = sources
+                builder.offset.reshape(-1)[:] = offsets.view(np.uint64)
+                builder.length.reshape(-1)[:] = length.view(np.uint64)
+            else:
+                builder.refer(referenced, offsets.view(np.uint64), length.view(np.uint64), sources)
+            del offsets, length
         if inline_at.size:
             sizes = decode_ints(column("inline_length") or b"", inline_at.size)
             data = _unbytes(column("inline") or b"")
