@@ -2,7 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test typecheck bench bench-s3 bench-nodes clean
+.PHONY: demo test typecheck mutate bench bench-s3 bench-nodes bench-scale clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $$(scripts/find-python) -m venv $(VENV)
@@ -27,6 +27,14 @@ bench-s3: $(STAMP)
 
 bench-nodes: $(STAMP)
 	$(VENV)/bin/python benchmarks/many_nodes.py
+
+bench-scale: $(STAMP)
+	$(VENV)/bin/python benchmarks/manifest_scale.py
+
+# Mutation testing (docs/testing.md): occasional, not part of CI; results in .mutation/.
+mutate: $(STAMP)
+	$(VENV)/bin/python -m pip install --quiet "cosmic-ray==8.7.0"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/mutate
 
 clean:
 	rm -rf $(VENV) h5lens-demo

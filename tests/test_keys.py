@@ -158,6 +158,9 @@ MALFORMED = [
     "CON%",
     "a%%b",
     "%20",  # space is not escaped
+    '"a%',  # ends in % but does not start with one: not wrapped ('"' sorts before '%')
+    " x%",
+    "$%",
     "%7F",
     "%2E",
     "%a%2f%",  # wrapped, but with lower-case hex inside

@@ -1,0 +1,216 @@
+#!/usr/bin/env python
+"""Benchmark: manifests of 10^5, 10^6 and 10^7 chunk references, JSON against compact.
+
+For each size and form, in a fresh subprocess (imports done before the clock starts):
+bytes on disk per chunk, the time and peak memory to open the manifest, and the
+latency of the first chunk (open + zarr group + reading and decoding one chunk).
+
+The manifests describe one gzip array whose chunk lengths are drawn from a real file's
+irregular gzip chunks (a small HDF5 file written here), laid out one after another as an
+HDF5 writer lays them: the first chunk is that file's own, so reading it returns real
+data. A second
+array of regular (uncompressed, equal, adjacent) chunks shows the regular case. JSON at
+10^7 references is skipped unless ``--json-max`` allows it (~360 MB of JSON to parse).
+
+Peak memory is the process's own ``VmHWM`` from ``/proc/self/status`` before and after
+the step (``ru_maxrss`` of a child can report its parent's peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+RESULT = "@@RESULT@@ "
+
+
+def _vmhwm() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _source(path: str) -> tuple[np.ndarray, int, int]:
+    """A small real file: lengths of its irregular gzip chunks, chunk 0's offset, the file size."""
+    import h5py
+
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as f:
+        values = rng.integers(0, 1 << 12, 64 * 4096, dtype="i4")
+        f.create_dataset("x", data=values, chunks=(64,), compression="gzip")
+    with h5py.File(path) as f:
+        infos: list[Any] = []
+        f["x"].id.chunk_iter(infos.append)
+    lengths = np.array([i.size for i in infos], dtype=np.uint64)
+    return lengths, int(infos[0].byte_offset), os.path.getsize(path)
+
+
+def build(n: int, source: str, out_dir: str, forms: list[str]) -> dict[str, str]:
+    """Write the manifests of size ``n`` in each form; return their paths."""
+    import h5lens
+    from h5lens.manifest.model import ChunkTableBuilder, Manifest, Source
+    from h5lens.manifest.zarr_keys import DEFAULT_ENCODING
+
+    lengths, first, size = _source(source)
+    gzip = ChunkTableBuilder((n,))
+    # lengths drawn from the real file's (a repeating cycle would compress unrealistically well)
+    drawn = np.random.default_rng(1).choice(lengths, n)
+    drawn[0] = lengths[0]
+    gzip.refer(np.arange(n), first + np.concatenate([[0], np.cumsum(drawn)[:-1]]).astype(np.uint64), drawn)
+    regular = ChunkTableBuilder((n,))
+    regular.refer(np.arange(n), np.arange(n, dtype=np.uint64) * np.uint64(256) + np.uint64(first), np.uint64(256))
+
+    def doc(codecs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "zarr_format": 3, "node_type": "array", "shape": [n * 64], "data_type": "int32",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [64]}},
+            "chunk_key_encoding": DEFAULT_ENCODING.to_json(), "fill_value": 0, "codecs": codecs,
+            "attributes": {"_DTYPE": "int32"},
+        }
+
+    little = {"name": "bytes", "configuration": {"endian": "little"}}
+    manifest = Manifest(
+        nodes={
+            "": {"zarr_format": 3, "node_type": "group", "attributes": {}},
+            "gzip": doc([little, {"name": "numcodecs.zlib", "configuration": {"level": 4}}]),
+            "regular": doc([little]),
+        },
+        chunks={"gzip": gzip.build(), "regular": regular.build()},
+        sources=[Source(os.path.abspath(source), size)],
+        writer=h5lens.__version__,
+    )
+    paths = {}
+    for form in forms:
+        path = os.path.join(out_dir, f"m{n}.{form}")
+        manifest.save(path, format=form)
+        paths[form] = path
+    return paths
+
+
+def worker(path: str) -> None:
+    import h5lens
+    from h5lens.manifest import compact
+    from h5lens.store import ManifestStore  # noqa: F401 - imported before the clock starts
+
+    before = _vmhwm()
+    start = time.perf_counter()
+    manifest = h5lens.Manifest.load(path)
+    opened = time.perf_counter() - start
+    group = h5lens.open_group(manifest, verify=False)
+    first = group["gzip"][0:64]
+    latency = time.perf_counter() - start
+    peak = _vmhwm() - before
+    loaded = manifest.chunks.loaded if isinstance(manifest.chunks, compact.LazyTables) else len(manifest.chunks)
+    print(RESULT + json.dumps({"open": opened, "first_chunk": latency, "peak": peak,
+                               "tables_loaded": loaded, "first_value": int(first[0])}))
+
+
+def measure(path: str, repeat: int) -> dict[str, float]:
+    runs = []
+    for _ in range(repeat):
+        proc = subprocess.run([sys.executable, __file__, "_worker", path], capture_output=True, text=True, timeout=3600)
+        line = next((l for l in proc.stdout.splitlines() if l.startswith(RESULT)), None)
+        if line is None:
+            raise RuntimeError(f"{path}: {proc.stderr.strip().splitlines()[-3:]}")
+        runs.append(json.loads(line[len(RESULT):]))
+    return {k: statistics.median(r[k] for r in runs) for k in ("open", "first_chunk", "peak")}
+
+
+def table_bytes(path: str, n: int) -> dict[str, float]:
+    """Bytes per chunk of the whole file, and of each array's table (compact form only)."""
+    out = {"file_per_chunk": os.path.getsize(path) / (2 * n)}
+    if path.endswith("compact"):
+        from h5lens.manifest import compact
+        import h5lens
+
+        manifest = h5lens.Manifest.load(path)
+        for name in ("gzip", "regular"):
+            out[f"{name}_table_per_chunk"] = len(compact.encode_table(manifest.chunks[name])) / n
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["_worker"]:
+        worker(argv[1])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=float, nargs="+", default=[1e5, 1e6, 1e7])
+    parser.add_argument("--json-max", type=float, default=1e6, help="largest size written as JSON (default 1e6)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", metavar="OUT", help="write the results here")
+    parser.add_argument("--plot", metavar="PNG", help="plot open time and peak memory here (needs matplotlib)")
+    args = parser.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="h5lens-scale-") as work:
+        source = os.path.join(work, "source.h5")
+        for size in args.sizes:
+            n = int(size)
+            forms = ["compact"] + (["json"] if n <= args.json_max else [])
+            paths = build(n, source, work, forms)
+            for form, path in paths.items():
+                row = {"chunks": n, "form": form, **table_bytes(path, n), **measure(path, args.repeat)}
+                rows.append(row)
+                print(
+                    f"{n:>10,} {form:<8} {row['file_per_chunk']:7.2f} B/chunk  open {row['open']:8.3f} s  "
+                    f"first chunk {row['first_chunk']:8.3f} s  peak +{row['peak'] / 2**20:7.1f} MiB", flush=True
+                )
+                os.unlink(path)
+    print("\nper size, compact against JSON:")
+    for n in sorted({r["chunks"] for r in rows}):
+        by = {r["form"]: r for r in rows if r["chunks"] == n}
+        if "json" in by:
+            c, j = by["compact"], by["json"]
+            print(f"  {n:>10,}: bytes {c['file_per_chunk'] / j['file_per_chunk']:.3f}x, open {c['open'] / j['open']:.3f}x, "
+                  f"first chunk {c['first_chunk'] / j['first_chunk']:.3f}x, peak {c['peak'] / max(j['peak'], 1):.3f}x")
+    compact_rows = [r for r in rows if r["form"] == "compact"]
+    for r in compact_rows:
+        print(f"  compact {r['chunks']:,}: gzip table {r['gzip_table_per_chunk']:.2f} B/chunk, "
+              f"regular table {r['regular_table_per_chunk']:.4f} B/chunk")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for form, style in (("json", "o--"), ("compact", "s-")):
+        mine = sorted((r for r in rows if r["form"] == form), key=lambda r: r["chunks"])
+        if not mine:
+            continue
+        xs = [r["chunks"] for r in mine]
+        axes[0].plot(xs, [r["file_per_chunk"] for r in mine], style, label=form)
+        axes[1].plot(xs, [r["first_chunk"] for r in mine], style, label=form)
+        axes[2].plot(xs, [r["peak"] / 2**20 for r in mine], style, label=form)
+    titles = ("manifest bytes per chunk", "open + first chunk (s)", "peak memory (MiB)")
+    for axis, title in zip(axes, titles, strict=True):
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        axis.set_xlabel("chunk references")
+        axis.set_title(title)
+        axis.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
