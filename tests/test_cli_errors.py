@@ -228,3 +228,17 @@ def test_verbose_shows_the_traceback_and_the_line(tmp_path):
 def test_usage_errors_are_one_line(tmp_path, args):
     line = one_line_error(h5lens_cli(*args, cwd=tmp_path))
     assert len(line) > len("h5lens: error: ")
+
+
+def test_a_manifest_from_a_bucket_may_not_read_local_files(s3, sample, tmp_path):
+    """Someone else's manifest names a local file: refused in one line, unless --allow-local."""
+    manifest = tmp_path / "m.json"
+    h5lens.index(sample).to_json(manifest)  # its source is this machine's absolute path
+    key = f"bucket/{uuid.uuid4().hex}/m.json"
+    s3.filesystem().put(str(manifest), key)
+    args = ["cat", f"s3://{key}", "X", *creds(s3.endpoint_url)]
+    line = one_line_error(h5lens_cli(*args))
+    assert "may not read local files" in line and str(sample) in line
+    allowed = h5lens_cli(*args, "--allow-local", os.path.dirname(sample))
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stdout.strip()

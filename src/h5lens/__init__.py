@@ -29,6 +29,7 @@ _EXPORTS = {
     "Problem": "h5lens.validate",
     "validate": "h5lens.validate",
     "ManifestStore": "h5lens.store",
+    "Limits": "h5lens.manifest.limits",
     **{
         name: "h5lens.errors"
         for name in (
@@ -37,8 +38,10 @@ _EXPORTS = {
             "InvalidKeyError",
             "InvalidOptionError",
             "ManifestFormatError",
+            "ManifestLimitError",
             "MaterializeLimitError",
             "NotHDF5Error",
+            "RefusedSourceError",
             "SourceNotFoundError",
             "SourceReadError",
             "StaleSourceError",
@@ -55,12 +58,15 @@ __all__ = [
     "H5LensError",
     "InvalidKeyError",
     "InvalidOptionError",
+    "Limits",
     "Manifest",
     "ManifestFormatError",
+    "ManifestLimitError",
     "ManifestStore",
     "Problem",
     "MaterializeLimitError",
     "NotHDF5Error",
+    "RefusedSourceError",
     "SourceNotFoundError",
     "SourceReadError",
     "StaleSourceError",
@@ -84,14 +90,17 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
         InvalidKeyError,
         InvalidOptionError,
         ManifestFormatError,
+        ManifestLimitError,
         MaterializeLimitError,
         NotHDF5Error,
+        RefusedSourceError,
         SourceNotFoundError,
         SourceReadError,
         StaleSourceError,
         StorageError,
         UnsupportedFeatureError,
     )
+    from h5lens.manifest.limits import Limits
     from h5lens.manifest.model import Manifest
     from h5lens.read.anndata import read_anndata, read_treedata
     from h5lens.read.navigate import Dataset, Group

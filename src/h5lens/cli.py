@@ -244,6 +244,14 @@ SourceUrl = Annotated[
         help="Read the source recorded as OLD from NEW instead (a moved bucket, a local copy; repeatable).",
     ),
 ]
+AllowLocal = Annotated[
+    list[str],
+    typer.Option(
+        "--allow-local",
+        metavar="PATH",
+        help="Let a manifest read from a URL read local files under PATH (repeatable; refused otherwise).",
+    ),
+]
 Verify = Annotated[
     bool, typer.Option("--verify/--no-verify", help="Refuse sources that changed since indexing.")
 ]
@@ -566,6 +574,7 @@ def cat(
     endpoint_url: EndpointUrl = None,
     verify: Verify = True,
     source_url: SourceUrl = [],  # noqa: B006
+    allow_local: AllowLocal = [],  # noqa: B006
 ) -> None:
     """Print values, reading only what is shown.
 
@@ -587,7 +596,13 @@ def cat(
         import h5lens
         from h5lens.describe import show
 
-        group = h5lens.open_group(loaded, storage_options=options or None, source_urls=urls or None, verify=verify)
+        group = h5lens.open_group(
+            loaded,
+            storage_options=options or None,
+            source_urls=urls or None,
+            verify=verify,
+            allow_local=allow_local,
+        )
         with np.printoptions(threshold=200, edgeitems=5):
             text = show(group, loaded, key, selection, manifest_name=manifest)
     typer.echo(text)
@@ -608,6 +623,7 @@ def validate(
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
     source_url: SourceUrl = [],  # noqa: B006
+    allow_local: AllowLocal = [],  # noqa: B006
 ) -> None:
     """Check a manifest against the convention.
 
@@ -620,7 +636,9 @@ def validate(
     with _reporting(manifest, "validating", anon=anon):
         import h5lens
 
-        problems = h5lens.validate(loaded, storage_options=options or None, deep=deep, source_urls=urls or None)
+        problems = h5lens.validate(
+            loaded, storage_options=options or None, deep=deep, source_urls=urls or None, allow_local=allow_local
+        )
     for problem in problems:
         typer.echo(str(problem))
     if problems:

@@ -9,12 +9,14 @@ They are grouped by what the caller can do about them::
     ├── UnsupportedFeatureError (ValueError)   the file uses what h5lens cannot represent
     │   └── MaterializeLimitError              ... within materialize_limit
     ├── ManifestFormatError (ValueError)       a manifest is malformed
+    │   └── ManifestLimitError                 ... or claims more than the limits allow
     ├── InvalidKeyError (ValueError)           an escaped key no writer can have produced
     ├── InvalidOptionError (ValueError)        an argument is out of range or refused
     ├── StaleSourceError (RuntimeError)        a source changed since indexing
     └── StorageError (OSError)                 storage could not be reached or refused
         ├── SourceNotFoundError (FileNotFoundError)  a file or object does not exist
         ├── AccessDeniedError (PermissionError)      credentials missing or refused
+        │   └── RefusedSourceError                   a manifest points where it may not
         └── SourceReadError                          bytes could not be read (or decoded)
 """
 
@@ -26,6 +28,7 @@ __all__ = [
     "UnsupportedFeatureError",
     "MaterializeLimitError",
     "ManifestFormatError",
+    "ManifestLimitError",
     "StaleSourceError",
     "InvalidKeyError",
     "SourceReadError",
@@ -33,6 +36,7 @@ __all__ = [
     "InvalidOptionError",
     "StorageError",
     "AccessDeniedError",
+    "RefusedSourceError",
 ]
 
 
@@ -57,6 +61,11 @@ class MaterializeLimitError(UnsupportedFeatureError):
 
 class ManifestFormatError(H5LensError, ValueError):
     """A manifest file is malformed or of a version this h5lens cannot read."""
+
+
+class ManifestLimitError(ManifestFormatError):
+    """A manifest claims more than :class:`h5lens.manifest.limits.Limits` allow (a grid of
+    10^12 chunks, a huge document or inline payload): refused before allocating it."""
 
 
 class StaleSourceError(H5LensError, RuntimeError):
@@ -96,3 +105,8 @@ class AccessDeniedError(StorageError, PermissionError):
 
 class InvalidOptionError(H5LensError, ValueError):
     """An argument h5lens was called with is out of range or not one of the choices."""
+
+
+class RefusedSourceError(AccessDeniedError):
+    """A manifest points at a source it may not reach: a URL it does not declare, or a local
+    file when the manifest itself came from a remote URL (unless allowed explicitly)."""

@@ -9,6 +9,8 @@ from a source goes through one :class:`~h5lens.fetch.plan.SourceReads`.
 from __future__ import annotations
 
 import asyncio
+import math
+import os
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
@@ -17,11 +19,11 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5lens.codecs import register as register_codecs
-from h5lens.errors import H5LensError, StaleSourceError
+from h5lens.errors import H5LensError, RefusedSourceError, SourceReadError, StaleSourceError
 from h5lens.fetch.plan import ChunkRead, ReadStats, SourceReads
-from h5lens.fetch.readers import resolve_url
+from h5lens.fetch.readers import is_remote_url, resolve_url
 from h5lens.manifest.model import MISSING, Manifest
-from h5lens.manifest.refs_json import dumps_document
+from h5lens.manifest.refs_json import VLEN_ALONE, codec_names, dumps_document, vlen_count_problem
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key
 
 __all__ = ["ManifestStore", "ReadStats"]
@@ -61,6 +63,7 @@ class ManifestStore(Store):
         source_options: dict[str, Any] | None = None,
         source_urls: dict[str, str] | None = None,
         read_only: bool = True,
+        allow_local: Iterable[str] | bool = (),
     ) -> None:
         if not read_only:
             raise ValueError(_READ_ONLY)
@@ -68,9 +71,12 @@ class ManifestStore(Store):
         self.manifest = manifest
         self.source_options = dict(source_options or {})
         self.source_urls = dict(source_urls or {})
+        self.allow_local: tuple[str, ...] | bool = allow_local if isinstance(allow_local, bool) else tuple(allow_local)
+        self._check_local_sources()
         self._reads: SourceReads | None = None
         self._metadata: dict[str, bytes] | None = None
         self._grammar: KeyGrammar | None = None
+        self._vlen_items: dict[str, int] | None = None
         self._tree: dict[str, list[str]] | None = None
 
     # -- identity and pickling -------------------------------------------
@@ -95,6 +101,7 @@ class ManifestStore(Store):
         state["_reads"] = None
         state["_metadata"] = None
         state["_grammar"] = None
+        state["_vlen_items"] = None
         state["_tree"] = None
         return state
 
@@ -116,6 +123,7 @@ class ManifestStore(Store):
         self._metadata = None
         self._grammar = None
         self._tree = None
+        self._vlen_items = None
 
     # -- lookups ------------------------------------------------------------
     @property
@@ -165,6 +173,27 @@ class ManifestStore(Store):
         url = self.source_urls.get(url, url)
         return resolve_url(url, self.manifest.location)
 
+    def _check_local_sources(self) -> None:
+        """A manifest read from a remote URL reaches only remote sources (or local files the
+        caller allowed, or remapped with ``source_urls``): someone else's manifest must not
+        make h5lens read this machine's files."""
+        location = self.manifest.location
+        if location is None or not is_remote_url(location) or self.allow_local is True:
+            return
+        for index, source in enumerate(self.manifest.sources):
+            if source.url in self.source_urls:
+                continue  # the caller chose where this source is read from
+            url = self.source_url(index)
+            if is_remote_url(url):
+                continue
+            path = os.path.realpath(url.removeprefix("file://"))
+            allowed = () if self.allow_local is False else self.allow_local
+            if not any(path == os.path.realpath(p) or path.startswith(os.path.realpath(p).rstrip("/") + "/") for p in allowed):
+                raise RefusedSourceError(
+                    f"{location} points at the local file {url}: a manifest read from a remote URL may not read "
+                    "local files; pass allow_local=[...] (or remap the source with source_urls) to allow it"
+                )
+
     def describe_key(self, key: str) -> str:
         """Where a chunk key's bytes are, for messages: the chunk key, its array, and the source
         URL and byte range it points at (or that it is inline)."""
@@ -191,12 +220,34 @@ class ManifestStore(Store):
         path, index = located
         table = self.manifest.chunks[path]
         entry = table.lookup(index)
-        if entry is None or isinstance(entry, bytes):
+        if entry is None or isinstance(entry, bytes):  # inline chunks were checked when loaded
             return entry if entry is None else _slice(entry, byte_range)
         source, offset, length = entry
         start, stop = _range(length, byte_range)
         flat = int(np.ravel_multi_index(index, table.grid_shape)) if index else 0
         return ChunkRead(path, flat, source, offset, length, start, stop)
+
+    @property
+    def vlen_items(self) -> dict[str, int]:
+        """Arrays whose chunks a variable-length codec alone decodes → items per chunk."""
+        if self._vlen_items is None:
+            self._vlen_items = {
+                path: math.prod(doc["chunk_grid"]["configuration"]["chunk_shape"])
+                for path, doc in self.manifest.nodes.items()
+                if doc.get("node_type") == "array" and codec_names(doc) in VLEN_ALONE
+            }
+        return self._vlen_items
+
+    def _check_vlen(self, key: str, path: str, data: bytes | memoryview) -> None:
+        """A referenced variable-length chunk holds the item count it must (see
+        :func:`~h5lens.manifest.refs_json.vlen_count_problem`; inline ones are checked when
+        a manifest is loaded)."""
+        expected = self.vlen_items.get(path)
+        if expected is None:
+            return
+        problem = vlen_count_problem(data, expected)
+        if problem is not None:
+            raise SourceReadError(f"chunk {key!r} of /{path}: {problem}; the manifest or its source is damaged")
 
     def _note(self, error: H5LensError, key: str, chunk: ChunkRead) -> None:
         error.add_note(
@@ -261,6 +312,8 @@ class ManifestStore(Store):
             chunk = found
             try:
                 found = self.reads.read_sync(chunk)
+                if byte_range is None:
+                    self._check_vlen(key, chunk.path, found)
             except H5LensError as e:
                 self._note(e, key, chunk)
                 raise
@@ -283,6 +336,8 @@ class ManifestStore(Store):
             chunk = found
             try:
                 found = await self.reads.read(chunk)
+                if byte_range is None:
+                    self._check_vlen(key, chunk.path, found)
             except H5LensError as e:
                 self._note(e, key, chunk)
                 raise

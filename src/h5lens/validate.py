@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +88,7 @@ def validate(
     deep: bool = False,
     source_options: dict[str, Any] | None = None,
     source_urls: dict[str, str] | None = None,
+    allow_local: Iterable[str] | bool = (),
 ) -> list[Problem]:
     """All problems of ``manifest`` (an object, or a manifest path/URL), in node order.
 
@@ -95,19 +96,22 @@ def validate(
     table against what the writer recorded (a chunk reference deleted or edited since
     reads as fill values or garbage, and is found here). With ``deep``, every chunk is
     also fetched from its source and decoded (the sources are checked unchanged first);
-    ``source_options`` / ``source_urls`` are as for :func:`h5lens.open_group`.
+    ``source_options`` / ``source_urls`` / ``allow_local`` are as for :func:`h5lens.open_group`.
     """
     if not isinstance(manifest, Manifest):
-        manifest = Manifest.from_json(os.fspath(manifest), storage_options=storage_options)
+        manifest = Manifest.load(os.fspath(manifest), storage_options=storage_options)
     problems = list(_Validator(manifest).run())
     if deep:
         options = source_options if source_options is not None else storage_options
-        problems += _decode_every_chunk(manifest, options, source_urls)
+        problems += _decode_every_chunk(manifest, options, source_urls, allow_local)
     return problems
 
 
 def _decode_every_chunk(
-    manifest: Manifest, source_options: dict[str, Any] | None, source_urls: dict[str, str] | None
+    manifest: Manifest,
+    source_options: dict[str, Any] | None,
+    source_urls: dict[str, str] | None,
+    allow_local: Iterable[str] | bool,
 ) -> list[Problem]:
     """Fetch and decode every chunk of every array; one problem per array that fails."""
     import zarr
@@ -116,8 +120,13 @@ def _decode_every_chunk(
     from h5lens.read.check import check_array
     from h5lens.store import ManifestStore
 
-    store = ManifestStore(manifest, source_options=source_options, source_urls=source_urls)
     problems: list[Problem] = []
+    try:
+        store = ManifestStore(
+            manifest, source_options=source_options, source_urls=source_urls, allow_local=allow_local
+        )
+    except H5LensError as e:  # a source this manifest may not reach
+        return [Problem("/", str(e).strip().splitlines()[0])]
     try:
         store.verify_sources()
         for path in sorted(manifest.chunks):
@@ -293,7 +302,7 @@ class _Validator:
         if structured:
             yield Problem(path, f"_DTYPE {value!r} on a structured array (compounds carry their fields in data_type)")
             return
-        if value not in KNOWN_DTYPES:
+        if not isinstance(value, str) or value not in KNOWN_DTYPES:
             yield Problem(path, f"_DTYPE {value!r} is not one of {sorted(KNOWN_DTYPES)}")
             return
         if value in ("str", "object_reference"):
@@ -472,7 +481,8 @@ class _Validator:
         if self._manifest_store is None:
             from h5lens.store import ManifestStore
 
-            self._manifest_store = ManifestStore(self.manifest)
+            # inline reads never touch a source, so no source needs allowing
+            self._manifest_store = ManifestStore(self.manifest, allow_local=True)
         return self._manifest_store
 
     def _inline_values(self, key: str) -> np.ndarray | None:

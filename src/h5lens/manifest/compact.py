@@ -37,7 +37,9 @@ from typing import Any
 import numpy as np
 
 from h5lens.errors import ManifestFormatError
+from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 from h5lens.manifest.model import INLINE, MISSING, ChunkTable, ChunkTableBuilder, Manifest, Source
+from h5lens.manifest.zarr_keys import KeyEncoding
 
 MAGIC = b"H5LENS-COMPACT\x00\x01"
 FORMAT = "h5lens-compact"
@@ -246,11 +248,25 @@ def encode(manifest: Manifest) -> bytes:
 class LazyTables(Mapping[str, ChunkTable]):
     """Chunk tables decoded the first time each is asked for, from byte ranges of the file."""
 
-    def __init__(self, read_range: ReadRange, base: int, entries: dict[str, Any], grids: dict[str, tuple[int, ...]]):
+    def __init__(
+        self,
+        read_range: ReadRange,
+        base: int,
+        entries: dict[str, Any],
+        grids: dict[str, tuple[int, ...]],
+        sources: list[Source],
+        encodings: dict[str, KeyEncoding],
+        limits: Limits = DEFAULT_LIMITS,
+        nodes: Mapping[str, dict[str, Any]] | None = None,
+    ):
         self._read_range = read_range
+        self._nodes = nodes or {}
         self._base = base
         self._entries = entries
         self._grids = grids
+        self._sources = sources
+        self._encodings = encodings
+        self._limits = limits
         self._loaded: dict[str, ChunkTable] = {}
 
     def __getitem__(self, path: str) -> ChunkTable:
@@ -267,15 +283,27 @@ class LazyTables(Mapping[str, ChunkTable]):
         if "table" in entry:
             import base64
 
-            blob = base64.b64decode(entry["table"])
+            try:
+                blob = base64.b64decode(entry["table"], validate=True)
+            except ValueError:
+                raise ManifestFormatError(f"{where}: the inline chunk table is not base64") from None
         elif "at" in entry:
-            offset, length = entry["at"]
-            blob = self._read_range(self._base + int(offset), int(length))
+            offset, length = entry["at"]  # checked when the header was read
+            self._limits.check("a chunk table of (bytes)", length, "manifest_bytes", where)
+            blob = self._read_range(self._base + offset, length)
+            if len(blob) != length:
+                raise ManifestFormatError(f"{where}: the compact manifest is truncated (its table is cut short)")
         else:
             return ChunkTable.empty(self._grids[path])
         table = decode_table(blob, self._grids[path], where)
         if table.n_present != entry.get("chunks", table.n_present):
             raise ManifestFormatError(f"{where}: {table.n_present} chunks decoded, {entry['chunks']} recorded")
+        self._limits.check("inline chunk bytes:", table.inline_bytes, "inline_bytes", where)
+        from h5lens.manifest.refs_json import check_ranges, check_vlen_inline
+
+        check_ranges(path, table, self._sources, self._encodings[path])
+        if path in self._nodes:
+            check_vlen_inline(path, self._nodes[path], table, self._encodings[path])
         return table
 
     def __iter__(self) -> Iterator[str]:
@@ -293,17 +321,36 @@ class LazyTables(Mapping[str, ChunkTable]):
         return len(self._loaded)
 
 
-def decode(read_range: ReadRange, *, location: str | None = None, head: bytes = b"") -> Manifest:
+def _check_entry(path: str, entry: Any) -> None:
+    """One array's entry in the header: where its table is, how many chunks it holds."""
+    where = "/" + path
+    if not isinstance(entry, dict):
+        raise ManifestFormatError(f"{where}: the compact manifest's array entry is not an object")
+    at, table, chunks, digest = entry.get("at"), entry.get("table"), entry.get("chunks", 0), entry.get("digest")
+    if at is not None and not (
+        isinstance(at, list) and len(at) == 2 and all(type(v) is int and 0 <= v < 2**63 for v in at)
+    ):
+        raise ManifestFormatError(f"{where}: a table position must be [offset, length]. Got {at!r}")
+    if table is not None and not isinstance(table, str):
+        raise ManifestFormatError(f"{where}: an inline table must be base64 text")
+    if not (type(chunks) is int and chunks >= 0) or not (digest is None or isinstance(digest, str)):
+        raise ManifestFormatError(f"{where}: expected a chunk count and a digest string. Got {entry!r}")
+
+
+def decode(
+    read_range: ReadRange, *, location: str | None = None, head: bytes = b"", limits: Limits = DEFAULT_LIMITS
+) -> Manifest:
     """A manifest from the compact form, reading the header now and tables when used.
     ``head`` are the file's first bytes if already read (the header often lies within)."""
     from h5lens.manifest.documents import check_documents
-    from h5lens.manifest.refs_json import grid_shape_of
+    from h5lens.manifest.refs_json import check_node_path, grid_shape_of
     from h5lens.manifest.zarr_keys import KeyGrammar
 
     preamble = head if len(head) >= _PREAMBLE else read_range(0, _PREAMBLE)
     if not is_compact(preamble) or len(preamble) < _PREAMBLE:
         raise ManifestFormatError(f"{location}: not a compact h5lens manifest")
     (length,) = _HEADER_LENGTH.unpack_from(preamble, len(MAGIC))
+    limits.check("a compact header of (bytes)", length, "manifest_bytes", location or "manifest")
     packed = head[_PREAMBLE : _PREAMBLE + length] if len(head) >= _PREAMBLE + length else read_range(_PREAMBLE, length)
     try:
         header = json.loads(_unbytes(packed))
@@ -321,17 +368,27 @@ def decode(read_range: ReadRange, *, location: str | None = None, head: bytes = 
     for path, doc in nodes.items():
         if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") not in ("array", "group"):
             raise ManifestFormatError(f"/{path}: expected zarr v3 metadata (zarr_format 3, node_type array|group)")
-    check_documents(nodes)
-    KeyGrammar.of_documents(nodes)  # every array's chunk key encoding is one h5lens reads
+    for path in nodes:
+        check_node_path(f"{path}/zarr.json" if path else "zarr.json", path)
+    check_documents(nodes, limits=limits)
+    grammar = KeyGrammar.of_documents(nodes)  # every array's chunk key encoding is one h5lens reads
     grids = {path: grid_shape_of(doc) for path, doc in nodes.items() if doc.get("node_type") == "array"}
+    for path, grid in grids.items():
+        limits.check_grid(grid, "/" + path)
+    for path, entry in entries.items():
+        _check_entry(path, entry)
+    refs = sum(e.get("chunks", 0) for e in entries.values())
+    limits.check("chunk references:", refs, "chunk_refs", location or "manifest")
     unknown = sorted(set(entries) - set(grids))
     if unknown:
         raise ManifestFormatError(f"{location}: tables for arrays the manifest does not hold: {unknown[:3]}")
-    tables = LazyTables(read_range, _PREAMBLE + length, entries, grids)
+    sources = [Source.from_dict(s) for s in info.get("sources", [])]
+    encodings = {path: grammar.arrays[path][0] for path in grids}
+    tables = LazyTables(read_range, _PREAMBLE + length, entries, grids, sources, encodings, limits, nodes)
     return Manifest(
         nodes=nodes,
         chunks=tables,
-        sources=[Source.from_dict(s) for s in info.get("sources", [])],
+        sources=sources,
         convention=info.get("convention", "released"),
         writer=info.get("version", ""),
         location=location,

@@ -11,11 +11,14 @@ distinct document body is parsed once.
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from h5lens.errors import ManifestFormatError
+from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
+from h5lens.manifest.zarr_keys import KeyEncoding
 
 
 class DocumentChecker:
@@ -52,20 +55,52 @@ class DocumentChecker:
             return f"{type(e).__name__}: {_first_line(e)}"
         return None
 
-    def check(self, path: str, doc: Mapping[str, Any]) -> None:
-        """Raise :class:`ManifestFormatError` naming ``path`` if zarr refuses ``doc``."""
+    def check(self, path: str, doc: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> None:
+        """Raise :class:`ManifestFormatError` naming ``path`` if zarr refuses ``doc``, and
+        :class:`~h5lens.errors.ManifestLimitError` if one chunk of it would exceed ``limits``."""
         if not isinstance(doc.get("attributes", {}), Mapping):
             raise ManifestFormatError(f"/{path}: attributes must be an object")
-        error = self.array(doc)[1] if doc.get("node_type") == "array" else self.group(doc)
+        if doc.get("node_type") != "array":
+            error = self.group(doc)
+            if error is not None:
+                raise ManifestFormatError(f"/{path}: zarr refuses this metadata document ({error})")
+            return
+        _check_shapes(path, doc)
+        KeyEncoding.from_document(doc, "/" + path)  # before zarr: h5lens names what it reads
+        meta, error = self.array(doc)
         if error is not None:
             raise ManifestFormatError(f"/{path}: zarr refuses this metadata document ({error})")
+        chunk_shape = doc["chunk_grid"]["configuration"]["chunk_shape"]  # checked above
+        itemsize = max(1, meta.dtype.to_native_dtype().itemsize)
+        limits.check("a chunk of (bytes)", math.prod(chunk_shape) * itemsize, "chunk_bytes", "/" + path)
 
 
-def check_documents(nodes: Mapping[str, Mapping[str, Any]]) -> None:
+def _check_shapes(path: str, doc: Mapping[str, Any]) -> None:
+    """``shape`` and the regular grid's ``chunk_shape`` as h5lens reads them: lists of
+    integers (zarr also takes a bool, or a bare integer, for a shape), one per dimension."""
+    shape = doc.get("shape")
+    grid = doc.get("chunk_grid")
+    if not isinstance(grid, dict) or grid.get("name") != "regular" or not isinstance(grid.get("configuration"), dict):
+        name = grid.get("name") if isinstance(grid, dict) else grid
+        raise ManifestFormatError(f"/{path}: only regular chunk grids are supported. Got {name!r}")
+    chunk_shape = grid["configuration"].get("chunk_shape")
+    if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
+        raise ManifestFormatError(f"/{path}: shape must be a list of non-negative integers. Got {shape!r}")
+    if not (
+        isinstance(chunk_shape, list)
+        and len(chunk_shape) == len(shape)
+        and all(type(n) is int and n > 0 for n in chunk_shape)
+    ):
+        raise ManifestFormatError(
+            f"/{path}: chunk_shape must be a list of {len(shape)} positive integers. Got {chunk_shape!r}"
+        )
+
+
+def check_documents(nodes: Mapping[str, Mapping[str, Any]], *, limits: Limits = DEFAULT_LIMITS) -> None:
     """Check every document of a manifest (see :class:`DocumentChecker`)."""
     checker = DocumentChecker()
     for path, doc in nodes.items():
-        checker.check(path, doc)
+        checker.check(path, doc, limits)
 
 
 def _first_line(error: BaseException) -> str:

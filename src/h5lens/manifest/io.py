@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from h5lens.errors import InvalidOptionError, ManifestFormatError
+from h5lens.errors import InvalidOptionError, ManifestFormatError, ManifestLimitError
+from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:
     from h5lens.manifest.model import Manifest
@@ -45,10 +46,10 @@ def to_dict(manifest: Manifest) -> dict[str, Any]:
     return manifest_to_refs(manifest)
 
 
-def from_dict(data: dict[str, Any]) -> Manifest:
+def from_dict(data: dict[str, Any], *, limits: Limits = DEFAULT_LIMITS) -> Manifest:
     from h5lens.manifest.refs_json import manifest_from_refs
 
-    return manifest_from_refs(data)
+    return manifest_from_refs(data, limits=limits)
 
 
 def encode(manifest: Manifest, format: str) -> bytes:  # noqa: A002
@@ -82,8 +83,11 @@ def write(
     return chosen
 
 
-def read(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Manifest:
-    """Read a manifest file (local or fsspec URL) in either form."""
+def read(
+    path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, limits: Limits = DEFAULT_LIMITS
+) -> Manifest:
+    """Read a manifest file (local or fsspec URL) in either form. Manifests are untrusted
+    input: see :mod:`h5lens.manifest.limits` and docs/security.md."""
     from h5lens.manifest import compact
 
     location = os.fspath(path)
@@ -94,10 +98,11 @@ def read(path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None
     # one request opens most manifests: the compact header, or a whole small JSON file
     head = ranges(0, _FIRST_READ)
     if compact.is_compact(head):
-        return compact.decode(ranges, location=resolved, head=head)
+        return compact.decode(ranges, location=resolved, head=head, limits=limits)
     from h5lens.manifest.refs_json import parse_json
 
-    return parse_json(head if len(head) < _FIRST_READ else ranges.whole(), resolved)
+    whole = head if len(head) < _FIRST_READ else ranges.whole(limits.manifest_bytes)
+    return parse_json(whole, resolved, limits=limits)
 
 
 class FileRanges:
@@ -128,11 +133,23 @@ class FileRanges:
             raise self._fail(e) from (None if isinstance(e, OSError) else e)
         return bytes(data)
 
-    def whole(self) -> bytes:
+    def whole(self, limit: int) -> bytes:
+        """The whole file, refused before reading if it is larger than ``limit`` bytes."""
         try:
             import fsspec
 
             with fsspec.open(self.url, "rb", **self.storage_options) as f:
+                size = getattr(f, "size", None)
+                if size is None:
+                    size = f.seek(0, os.SEEK_END)
+                    f.seek(0)
+                if size > limit:
+                    raise ManifestLimitError(
+                        f"{self.url}: a manifest of {size:,} bytes exceeds the limit of {limit:,} "
+                        "(Limits.manifest_bytes); raise it with limits=Limits(...) if this manifest is trusted"
+                    )
                 return bytes(f.read())
+        except ManifestLimitError:
+            raise
         except Exception as e:  # noqa: BLE001
             raise self._fail(e) from (None if isinstance(e, OSError) else e)

@@ -9,16 +9,20 @@ onto Parquet columns.
 
 from __future__ import annotations
 
+import math
 import os
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from h5lens.errors import ManifestFormatError
+
+if TYPE_CHECKING:
+    from h5lens.manifest.limits import Limits
 
 MISSING = -1  # no chunk: readers see the fill value
 INLINE = -2  # bytes stored in ChunkTable.inline
@@ -104,7 +108,14 @@ class Source:
     def from_dict(cls, data: dict[str, Any]) -> Source:
         if not isinstance(data, dict) or not isinstance(data.get("url"), str):
             raise ManifestFormatError(f"Expected a source object with a 'url'. Got {data!r}")
-        return cls(data["url"], data.get("size"), data.get("mtime"), data.get("etag"))
+        url, size, mtime, etag = data["url"], data.get("size"), data.get("mtime"), data.get("etag")
+        if size is not None and not (type(size) is int and 0 <= size < 2**63):
+            raise ManifestFormatError(f"source {url}: 'size' must be a byte count. Got {size!r}")
+        if mtime is not None and not (type(mtime) in (int, float) and math.isfinite(mtime)):
+            raise ManifestFormatError(f"source {url}: 'mtime' must be a number. Got {mtime!r}")
+        if etag is not None and not isinstance(etag, str):
+            raise ManifestFormatError(f"source {url}: 'etag' must be a string. Got {etag!r}")
+        return cls(url, size, mtime, etag)
 
 
 @dataclass(frozen=True, eq=False)
@@ -390,11 +401,19 @@ class Manifest:
         return io.write(self, path, storage_options=storage_options, format=format)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Manifest:
-        """Read a manifest in either form (detected from the file)."""
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        storage_options: dict[str, Any] | None = None,
+        limits: Limits | None = None,
+    ) -> Manifest:
+        """Read a manifest in either form (detected from the file). Manifests are untrusted
+        input, checked against ``limits`` (:class:`h5lens.manifest.limits.Limits`)."""
         from h5lens.manifest import io
+        from h5lens.manifest.limits import DEFAULT_LIMITS
 
-        return io.read(path, storage_options=storage_options)
+        return io.read(path, storage_options=storage_options, limits=limits or DEFAULT_LIMITS)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 from typing import Any
 
 import numpy as np
 import orjson
 
-from h5lens.errors import ManifestFormatError
+from h5lens.errors import H5LensError, ManifestFormatError, RefusedSourceError
 from h5lens.manifest.documents import check_documents
+from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 from h5lens.manifest.model import INLINE, MISSING, ChunkTable, ChunkTableBuilder, Manifest, Source
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar, chunk_key, join, metadata_key, metadata_path
 
@@ -96,7 +98,12 @@ def _chunk_refs(table: ChunkTable, path: str, encoding: KeyEncoding, names: list
     return dict(zip(keys, values, strict=True))
 
 
-def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> Manifest:
+def manifest_from_refs(
+    data: dict[str, Any], *, location: str | None = None, limits: Limits = DEFAULT_LIMITS
+) -> Manifest:
+    """A manifest from kerchunk reference JSON (a parsed dict). The input is untrusted: keys
+    outside zarr's grammar, references to sources the manifest does not declare, byte ranges
+    past a source's recorded size and claims beyond ``limits`` are refused, naming the key."""
     if not isinstance(data, dict):
         raise ManifestFormatError(f"Expected a JSON object. Got {type(data).__name__}")
     version = data.get("version")
@@ -109,8 +116,12 @@ def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> 
         raise ManifestFormatError(f"Expected reference format version 1. Got {version!r}")
     if not isinstance(refs, dict):
         raise ManifestFormatError("Expected a 'refs' object")
-    templates: dict[str, str] = dict(data.get("templates") or {}) if version == 1 else {}
+    templates = data.get("templates") or {} if version == 1 else {}
     info = data.get(FORMAT_KEY) or {}
+    if not isinstance(templates, dict) or not all(isinstance(v, str) for v in templates.values()):
+        raise ManifestFormatError("Expected 'templates' to map names to URL strings")
+    if not isinstance(info, dict) or not isinstance(info.get("sources", []), list):
+        raise ManifestFormatError(f"Expected an '{FORMAT_KEY}' object with a 'sources' list")
 
     sources: list[Source] = [Source.from_dict(s) for s in info.get("sources", [])]
     source_index: dict[str, int] = {}
@@ -126,22 +137,37 @@ def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> 
     for key, value in refs.items():
         path = metadata_path(key)
         if path is not None:
+            check_node_path(key, path)
+            if isinstance(value, str):
+                limits.check("a document of", len(value), "document_bytes", key)
             nodes[path] = _parse_document(key, value)
         else:
             chunk_items.append((key, value))
+    limits.check("chunk references:", len(chunk_items), "chunk_refs", location or "manifest")
+    check_documents(nodes, limits=limits)  # zarr accepts each document before anything reads one
+    for path, doc in nodes.items():
+        if doc.get("node_type") == "array":
+            _check_array_document(path, doc)
     builders: dict[str, ChunkTableBuilder] = {}
     for path, doc in nodes.items():
-        if doc.get("node_type") != "array":
-            continue
-        _check_array_document(path, doc)
-        builders[path] = ChunkTableBuilder(grid_shape_of(doc))
+        if doc.get("node_type") == "array":
+            grid = grid_shape_of(doc)
+            limits.check_grid(grid, "/" + path)
+            builders[path] = ChunkTableBuilder(grid)
 
-    check_documents(nodes)
     grammar = KeyGrammar.of_documents(nodes)
-    resolve = _SourceResolver(sources, source_index)
+    # References may reach only the sources the manifest declares (its h5lens sources and
+    # templates); a manifest that declares none (plain kerchunk) declares its literal URLs.
+    declared = {s.url for s in sources}
+    resolve = _SourceResolver(sources, source_index, strict=bool(declared))
+    inline_total = 0
     for path, (tails, values) in _group_chunk_keys(chunk_items, grammar).items():
-        _fill_table(path, builders[path], grammar.arrays[path][0], tails, values, resolve)
+        inline_total += _fill_table(path, builders[path], grammar.arrays[path][0], tails, values, resolve)
+        limits.check("inline chunk bytes:", inline_total, "inline_bytes", location or "manifest")
     chunks = {path: builder.build() for path, builder in builders.items()}
+    for path, table in chunks.items():
+        check_ranges(path, table, sources, grammar.arrays[path][0])
+        check_vlen_inline(path, nodes[path], table, grammar.arrays[path][0])
     return Manifest(
         nodes=nodes,
         chunks=chunks,
@@ -153,20 +179,99 @@ def manifest_from_refs(data: dict[str, Any], *, location: str | None = None) -> 
     )
 
 
+def check_node_path(key: str, path: str) -> None:
+    """A node path a zarr store can hold: no leading ``/``, no empty, ``.`` or ``..`` segment
+    (``../x``, ``/etc/zarr.json`` and ``a//zarr.json`` name nothing inside the manifest)."""
+    if path == "" and key == "zarr.json":
+        return
+    if not path or any(part in ("", ".", "..") for part in path.split("/")):
+        raise ManifestFormatError(f"{key}: not a key inside the store (absolute, empty or '..' segments)")
+
+
+VLEN_ALONE = (["vlen-utf8"], ["vlen-bytes"])  # codec lists whose chunks start with their item count
+
+
+def codec_names(doc: dict[str, Any]) -> list[Any]:
+    return [c.get("name") if isinstance(c, dict) else c for c in doc.get("codecs", [])]
+
+
+def vlen_count_problem(data: bytes | memoryview, expected: int) -> str | None:
+    """What is wrong with a variable-length chunk's item count, or None. numcodecs allocates
+    the count it reads before reading any item: a damaged or crafted count of 2^31 cost
+    16 GiB and 100 s before failing. The count must be the chunk's, and the bytes must
+    hold that many items (4 bytes of length each, at least)."""
+    claimed = int.from_bytes(bytes(data[:4]), "little") if len(data) >= 4 else None
+    if claimed != expected or 4 + 4 * expected > len(data):
+        return f"a variable-length chunk of {expected} items claims {claimed} in {len(data)} bytes"
+    return None
+
+
+def check_vlen_inline(path: str, doc: dict[str, Any], table: ChunkTable, encoding: KeyEncoding) -> None:
+    """Every inline chunk of a variable-length array holds the item count it must."""
+    if codec_names(doc) not in VLEN_ALONE or not table.inline:
+        return
+    expected = math.prod(doc["chunk_grid"]["configuration"]["chunk_shape"])
+    for flat, data in table.inline.items():
+        problem = vlen_count_problem(data, expected)
+        if problem is not None:
+            index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape)) if table.grid_shape else ()
+            raise ManifestFormatError(f"{chunk_key(path, index, encoding)}: {problem}")
+
+
+def check_ranges(path: str, table: ChunkTable, sources: list[Source], encoding: KeyEncoding) -> None:
+    """Referenced byte ranges must lie within their source's recorded size (and not overflow)."""
+    source = table.source.reshape(-1)
+    referenced = source >= 0
+    if not referenced.any():
+        return
+    unknown = np.flatnonzero(source >= len(sources))
+    if unknown.size:
+        flat = int(unknown[0])
+        index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape)) if table.grid_shape else ()
+        raise ManifestFormatError(
+            f"{chunk_key(path, index, encoding)}: refers to source {int(source[flat])}; the manifest declares "
+            f"{len(sources)}"
+        )
+    offset = table.offset.reshape(-1)
+    length = table.length.reshape(-1)
+    huge = np.uint64(1 << 62)
+    overflow = referenced & ((offset > huge) | (length > huge))
+    sizes = np.array([-1 if s.size is None else s.size for s in sources], dtype=np.int64)
+    limit = sizes[np.where(referenced, source, 0)]
+    ends = offset.astype(np.int64, copy=False) + length.astype(np.int64, copy=False)
+    past = referenced & ~overflow & (limit >= 0) & (ends > limit)
+    bad = np.flatnonzero(overflow | past)
+    if bad.size:
+        flat = int(bad[0])
+        index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape)) if table.grid_shape else ()
+        key = chunk_key(path, index, encoding)
+        src = int(source[flat])
+        raise ManifestFormatError(
+            f"{key}: bytes {int(offset[flat])}-{int(offset[flat]) + int(length[flat])} lie past the end of "
+            f"{sources[src].url} ({sources[src].size} bytes recorded); {bad.size} reference(s) of /{path} do"
+        )
+
+
 def _recorded(value: Any) -> dict[str, dict[str, Any]] | None:
     if value is None:
         return None
     if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
         raise ManifestFormatError(f"Expected h5lens.arrays to map array paths to {{chunks, digest}}. Got {type(value).__name__}")
+    for path, entry in value.items():
+        chunks, digest = entry.get("chunks"), entry.get("digest")
+        if not (type(chunks) is int and chunks >= 0) or not (digest is None or isinstance(digest, str)):
+            raise ManifestFormatError(f"h5lens.arrays[{path!r}]: expected a chunk count and a digest string. Got {entry!r}")
     return value
 
 
 class _SourceResolver:
-    """Reference URL (a ``{{template}}`` or a literal URL) → source index."""
+    """Reference URL (a ``{{template}}`` or a literal URL) → source index. ``strict``: a
+    literal URL the manifest does not declare is refused."""
 
-    def __init__(self, sources: list[Source], index: dict[str, int]) -> None:
+    def __init__(self, sources: list[Source], index: dict[str, int], *, strict: bool = False) -> None:
         self.sources = sources
         self.index = index
+        self.strict = strict
 
     def __call__(self, url: Any) -> int:
         found = self.index.get(url)
@@ -180,6 +285,11 @@ class _SourceResolver:
                 return i
         if "{{" in url:
             raise ManifestFormatError(f"Reference names an undefined template: {url!r}")
+        if self.strict:
+            raise RefusedSourceError(
+                f"a reference points at {url!r}, which is none of the manifest's declared sources "
+                f"({', '.join(s.url for s in self.sources)})"
+            )
         self.sources.append(Source(url))
         self.index[url] = len(self.sources) - 1
         return self.index[url]
@@ -236,8 +346,9 @@ def _grid_indices(path: str, encoding: KeyEncoding, tails: list[str], grid: tupl
 
 def _fill_table(
     path: str, table: ChunkTableBuilder, encoding: KeyEncoding, tails: list[str], values: list[Any], resolve: _SourceResolver
-) -> None:
-    """Set one array's chunk table from its keys' values, column-wise (no per-chunk numpy calls)."""
+) -> int:
+    """Set one array's chunk table from its keys' values, column-wise (no per-chunk numpy calls);
+    return the inline bytes it holds."""
     flat = _grid_indices(path, encoding, tails, table.grid_shape)
     where = join(path, "")
     is_ref = [type(v) is list for v in values]
@@ -252,12 +363,18 @@ def _fill_table(
             bad = next(i for i, v in enumerate(values) if type(v) is list and len(v) != 3)
             raise ManifestFormatError(f"{where}{tails[bad]}: expected [url, offset, length]. Got {values[bad]!r}")
         urls = [v[0] for v in refs]
-        index = {url: resolve(url) for url in set(urls)}
-        try:
-            offsets = np.array([v[1] for v in refs], dtype=np.uint64)
-            lengths = np.array([v[2] for v in refs], dtype=np.uint64)
-        except (TypeError, ValueError, OverflowError) as e:
-            raise ManifestFormatError(f"{path}: chunk offsets and lengths must be non-negative integers ({e})") from None
+        if not all(type(u) is str for u in urls):
+            bad = next(i for i, v in enumerate(values) if type(v) is list and type(v[0]) is not str)
+            raise ManifestFormatError(f"{where}{tails[bad]}: a reference's URL must be a string. Got {values[bad][0]!r}")
+        index: dict[Any, int] = {}
+        for url in dict.fromkeys(urls):
+            try:
+                index[url] = resolve(url)
+            except H5LensError as e:
+                first = next(i for i, v in enumerate(values) if type(v) is list and v[0] == url)
+                raise type(e)(f"{where}{tails[first]}: {e}") from None
+        offsets = _byte_counts(where, tails, values, [v[1] for v in refs], "offset")
+        lengths = _byte_counts(where, tails, values, [v[2] for v in refs], "length")
         sources = next(iter(index.values())) if len(index) == 1 else [index[u] for u in urls]
         table.refer(ref_flat, offsets, lengths, sources)
     if inline_at:
@@ -268,8 +385,27 @@ def _fill_table(
                 raise ManifestFormatError(
                     f"{where}{tails[i]}: expected [url, offset, length] or inline data. Got {value!r}"
                 )
-            payloads.append(base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode())
+            try:
+                payloads.append(base64.b64decode(value[7:], validate=True) if value.startswith("base64:") else value.encode())
+            except ValueError:
+                raise ManifestFormatError(f"{where}{tails[i]}: inline data is not base64") from None
         table.set_inline(flat[inline_at], payloads)
+        return sum(map(len, payloads))
+    return 0
+
+
+def _byte_counts(where: str, tails: list[str], values: list[Any], column: list[Any], what: str) -> np.ndarray:
+    """One column of offsets or lengths as uint64, refused unless every entry is an integer
+    in [0, 2**64): a float (truncated), a bool or a list (reshaped) would otherwise become
+    some other byte range. (Ranges past their source's end are refused later, by size.)"""
+    if set(map(type, column)) <= {int}:
+        try:
+            return np.array(column, dtype=np.uint64)
+        except OverflowError:
+            pass
+    i_bad = next((i for i, v in enumerate(column) if not (type(v) is int and 0 <= v < 2**64)), 0)
+    bad = [i for i, v in enumerate(values) if type(v) is list][i_bad]
+    raise ManifestFormatError(f"{where}{tails[bad]}: the {what} must be a non-negative integer. Got {column[i_bad]!r}")
 
 
 def _parse_document(key: str, value: Any) -> dict[str, Any]:
@@ -342,13 +478,31 @@ def read_json(path: str, *, storage_options: dict[str, Any] | None = None) -> Ma
     return io.read(path, storage_options=storage_options)
 
 
-def parse_json(raw: bytes, location: str) -> Manifest:
-    """A JSON manifest's bytes, read from ``location`` (relative source URLs resolve against it)."""
+def parse_json(raw: bytes, location: str, *, limits: Limits = DEFAULT_LIMITS) -> Manifest:
+    """A JSON manifest's bytes, read from ``location`` (relative source URLs resolve against
+    it). A key given twice is refused: which of the two a reader would take is undefined."""
+    limits.check("a manifest of (bytes)", len(raw), "manifest_bytes", location)
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        try:  # bare NaN tokens are not JSON to orjson; the stdlib reads them
-            data = json.loads(raw)
-        except ValueError as e:
-            raise ManifestFormatError(f"{location}: not a JSON manifest ({e})") from None
-    return manifest_from_refs(data, location=location)
+        data = json.loads(raw, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise ManifestFormatError(f"{location}: the key {e.args[0]!r} appears twice") from None
+    except ValueError as e:
+        raise ManifestFormatError(f"{location}: not a JSON manifest ({e})") from None
+    except RecursionError:
+        raise ManifestFormatError(f"{location}: not a JSON manifest (nested too deeply)") from None
+    return manifest_from_refs(data, location=location, limits=limits)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out

@@ -11,6 +11,7 @@ gives them (anndata's zarr path leaves them as numpy strings).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -19,6 +20,7 @@ import zarr
 from h5lens import convention
 from h5lens.errors import ManifestFormatError
 from h5lens.keys import unescape_key
+from h5lens.manifest.limits import Limits
 from h5lens.read.open import PathOrManifest, open_group, store_of
 
 if TYPE_CHECKING:
@@ -125,16 +127,19 @@ def read_anndata(
     source_options: dict[str, Any] | None = None,
     source_urls: dict[str, str] | None = None,
     verify: bool = True,
+    allow_local: Iterable[str] | bool = (),
+    limits: Limits | None = None,
 ) -> anndata.AnnData:
     """Read an h5ad (or h5td) manifest as an :class:`anndata.AnnData`.
 
     ``lazy=True`` gives ``anndata.experimental.read_lazy`` semantics: dask-backed
-    arrays and lazy dataframes that read only the chunks a computation needs.
+    arrays and lazy dataframes that read only the chunks a computation needs. The other
+    arguments are as for :func:`h5lens.open_group`.
     """
     import anndata
 
     group = _open_root(
-        manifest, ("anndata", "treedata"), storage_options, source_options, source_urls, verify
+        manifest, ("anndata", "treedata"), storage_options, source_options, source_urls, verify, allow_local, limits
     )
     # The AnnData part of a TreeData file (before any read, so that one store fetches).
     group = _as_anndata_root(group)
@@ -227,7 +232,9 @@ def _as_anndata_root(group: zarr.Group) -> zarr.Group:
     nodes[""] = root
     view = replace(manifest, nodes=nodes, chunks=chunks, recorded=None)
     return zarr.open_group(
-        ManifestStore(view, source_options=store.source_options, source_urls=store.source_urls),
+        ManifestStore(
+            view, source_options=store.source_options, source_urls=store.source_urls, allow_local=store.allow_local
+        ),
         mode="r",
         zarr_format=3,
     )
@@ -241,6 +248,8 @@ def read_treedata(
     source_options: dict[str, Any] | None = None,
     source_urls: dict[str, str] | None = None,
     verify: bool = True,
+    allow_local: Iterable[str] | bool = (),
+    limits: Limits | None = None,
 ) -> Any:
     """Read an h5td manifest (or an h5ad one with trees) as a :class:`treedata.TreeData`.
 
@@ -250,13 +259,13 @@ def read_treedata(
     import treedata
 
     group = _open_root(
-        manifest, ("treedata", "anndata"), storage_options, source_options, source_urls, verify
+        manifest, ("treedata", "anndata"), storage_options, source_options, source_urls, verify, allow_local, limits
     )
     if not lazy:
         return treedata.read_zarr(group.store)
     store = store_of(group)
     adata = read_anndata(store.manifest, lazy=True, source_options=store.source_options,
-                         source_urls=store.source_urls, verify=False)
+                         source_urls=store.source_urls, verify=False, allow_local=store.allow_local)
     return treedata.read_tree_elems(group, adata)
 
 
@@ -267,6 +276,8 @@ def _open_root(
     source_options: dict[str, Any] | None,
     source_urls: dict[str, str] | None,
     verify: bool,
+    allow_local: Iterable[str] | bool,
+    limits: Limits | None,
 ) -> zarr.Group:
     """Open the manifest, check its root is one of ``allowed``, teach anndata what it lacks."""
     group = open_group(
@@ -275,6 +286,8 @@ def _open_root(
         source_options=source_options,
         source_urls=source_urls,
         verify=verify,
+        allow_local=allow_local,
+        limits=limits,
     )
     _check_root(group, allowed)
     _register_readers()
