@@ -25,6 +25,9 @@ bench: $(STAMP)
 bench-s3: $(STAMP)
 	$(VENV)/bin/python benchmarks/s3_bench.py
 
+bench-remote: $(STAMP)
+	$(VENV)/bin/python benchmarks/remote_scan.py
+
 bench-nodes: $(STAMP)
 	$(VENV)/bin/python benchmarks/many_nodes.py
 

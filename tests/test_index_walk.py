@@ -497,3 +497,19 @@ def test_lookup3_reference_values() -> None:
     rng = np.random.default_rng(0)
     blobs = [rng.integers(0, 256, int(n), np.uint8).tobytes() for n in rng.integers(0, 300, 64)]
     assert lookup3_many(blobs).tolist() == [lookup3(b) for b in blobs]
+
+
+def test_header_address_without_walking_the_index(files: dict[str, str]) -> None:
+    """The scanner finds object headers with get_objinfo (no index walk), as h5o.get_info reports them."""
+    from h5lens.scan.chunks import header_address as scanner_address
+    from h5lens.scan.index_walk import local_superblock
+
+    path = files["earliest"]
+    with open(path, "rb") as raw:
+        superblock = local_superblock(raw)
+        for name in ("fixed", "extensible", "btree2"):
+            address = header_address(path, name)
+            with h5py.File(path, "r") as f:
+                assert scanner_address(f[name].id) == address
+            shared = walk_chunk_index_local(raw, address, superblock=superblock)
+            np.testing.assert_array_equal(shared.address, walk_chunk_index_local(path, address).address)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 from collections.abc import Callable
 from typing import Any, TypedDict
 
@@ -59,6 +61,8 @@ from h5lens.scan.registry import apply_profiles
 from h5lens.scan.source import OpenSource
 from h5lens.scan.walk import DatasetRecord, GroupRecord, Walk, walk
 
+logger = logging.getLogger("h5lens.scan")
+
 
 class _ScanState(TypedDict):
     """Where the scan is, as the progress callback reports it."""
@@ -69,6 +73,27 @@ class _ScanState(TypedDict):
 
 
 def build_manifest(
+    opened: OpenSource,
+    options: ScanOptions,
+    *,
+    writer: str,
+    progress: Callable[[ScanProgress], None] | None = None,
+) -> Manifest:
+    if not opened.remote:
+        return _build(opened, options, writer=writer, progress=progress)
+    # libhdf5 reads a remote file with h5py's lock held, waiting on the event loop thread
+    # that fetches the bytes; a cyclic collection there that frees an h5py object would
+    # wait for that lock. No cyclic collection until the scan is done (the scan makes no cycles).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(opened, options, writer=writer, progress=progress)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _build(
     opened: OpenSource,
     options: ScanOptions,
     *,
@@ -96,11 +121,16 @@ def build_manifest(
             progress(ScanProgress(state["done"], len(found.datasets), state["path"], opened.bytes_read, state["chunks"]))
 
     opened.on_read(report)
+    indexes = chunk_scan.IndexWalks(opened)
+    if opened.remote:
+        # Every chunk index at once, level by level: a few round trips in all, and only
+        # the index nodes' bytes (libhdf5 would walk them node by node through its blocks).
+        indexes.walk_all(_chunk_index_addresses(h5, found))
     for number, record in enumerate(found.datasets):
         state["done"], state["path"] = number, record.h5_path
         report()
         try:
-            doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, opened.raw)
+            doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, indexes)
         except UnsupportedFeatureError as e:
             refused[record.key] = e
             continue
@@ -120,8 +150,34 @@ def build_manifest(
     for error in refused.values():
         raise error
     _inline_small_chunks(opened, tables, options.inline_threshold)
+    if opened.remote:
+        logger.info("%s: scanned; %s", opened.source.url, opened.read_summary())
     check_documents(nodes)
     return Manifest(nodes, tables, [opened.source], options.convention, writer)
+
+
+def _chunk_index_addresses(h5: h5py.File, found: Walk) -> list[int]:
+    """Object header addresses of the datasets whose chunks :func:`_array` will reference."""
+    addresses = []
+    for record in found.datasets:
+        try:
+            ds = h5[record.h5_path]
+            if _referenced_chunked(ds, record.h5_path):
+                addresses.append(chunk_scan.header_address(ds.id))
+        except (H5LensError, OSError, RuntimeError, KeyError):
+            continue  # _array reports it, with the path
+    return addresses
+
+
+def _referenced_chunked(ds: h5py.Dataset, path: str) -> bool:
+    """Whether ``_array`` will reference ``ds``'s chunks (and so needs its chunk table)."""
+    if ds.shape is None or 0 in ds.shape or not plan_type(ds.dtype, path).raw:
+        return False
+    dcpl = ds.id.get_create_plist()
+    if dcpl.get_layout() != h5py.h5d.CHUNKED or _external(dcpl):
+        return False
+    itemsize = ds.dtype.base.itemsize if ds.dtype.subdtype else ds.dtype.itemsize
+    return translate_pipeline(read_pipeline(dcpl), itemsize) is not None
 
 
 def _unreadable(h5: h5py.File, path: str, error: BaseException) -> H5LensError:
@@ -170,7 +226,7 @@ def _array(
     options: ScanOptions,
     resolve: ResolvePath,
     nan_strings: bool,
-    raw: Any = None,
+    indexes: chunk_scan.IndexWalks | None = None,
 ) -> tuple[dict[str, Any], ChunkTable]:
     path = record.h5_path
     plan = plan_type(ds.dtype, path)
@@ -200,7 +256,8 @@ def _array(
         codecs = [bytes_codec(plan)] + pipeline
         if hdf5_chunks is not None:  # chunked
             doc = document(path, plan, shape, hdf5_chunks, codecs, ds.fillvalue, attributes)
-            scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks, raw)
+            walked = indexes.get(ds.id) if indexes is not None and 0 not in shape else None
+            scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks, walked)
             table = scan.table
             redo = scan.masked
             suspect = ambiguous_length(filters, chunk_nbytes(doc, base_itemsize))
@@ -295,8 +352,12 @@ def _inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], thre
 
 
 def read_merged(opened: OpenSource, offset: np.ndarray, length: np.ndarray) -> list[bytes]:
-    """Read ranges sorted by offset, neighbours merged into one read as the readers merge
-    them (:func:`h5lens.fetch.merge_plan`: one plan for every reader of bytes)."""
+    """Read ranges sorted by offset. A local file: neighbours merged into one read as the
+    readers merge them (:func:`h5lens.fetch.merge_plan`: one plan for every reader of
+    bytes). A remote one: one batch of concurrent requests, merged only where that costs
+    few bytes more (the chunks of small arrays are scattered between big arrays' data)."""
+    if opened.remote:
+        return opened.read_ranges(list(zip(offset.tolist(), length.tolist(), strict=True)))
     out: list[bytes] = []
     ends = offset + length
     for lo, hi in merge_plan(offset, length):

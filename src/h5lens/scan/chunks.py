@@ -1,27 +1,41 @@
 """Chunk tables: where each chunk's bytes sit in the HDF5 file.
 
-Chunked datasets are read through ``DatasetID.chunk_iter`` only (one pass over
-the chunk index; a loop of ``get_chunk_info`` is quadratic). Contiguous
-datasets are cut into virtual slabs along axis 0 so that a slice reads only
+Chunked datasets are read by h5lens's own chunk-index walker (:mod:`h5lens.scan.index_walk`),
+which returns the table as numpy columns: no Python object per chunk. For a local file it
+reads each index with preads; for a remote file the indexes of every dataset are walked
+together beforehand, level by level, one batch of concurrent requests per level
+(:class:`IndexWalks`). Where the walker refuses an index (it raises
+:class:`~h5lens.scan.index_walk.UnsupportedIndexError` rather than guess), libhdf5's
+``DatasetID.chunk_iter`` gives the table, and the log says which dataset and why.
+
+Contiguous datasets are cut into virtual slabs along axis 0 so that a slice reads only
 what it needs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import logging
 from dataclasses import dataclass
-from typing import BinaryIO
 
 import h5py
 import numpy as np
 
 from h5lens.errors import UnsupportedFeatureError
 from h5lens.manifest.model import ChunkTableBuilder
+from h5lens.scan import index_walk
+from h5lens.scan.index_walk import ChunkIndex, Superblock, UnsupportedIndexError
 from h5lens.scan.options import DEFAULT_SLAB_BYTES
+from h5lens.scan.source import OpenSource, TrackedFile
+
+logger = logging.getLogger("h5lens.scan")
 
 # How far below the target a slab may shrink to find a row count that divides the axis
 # (or leaves the smallest tail, which has to be stored inline).
 _SLAB_SEARCH_LIMIT = 4096
+
+Walked = ChunkIndex | UnsupportedIndexError
 
 
 @dataclass
@@ -37,29 +51,129 @@ def grid_shape(shape: tuple[int, ...], chunk_shape: tuple[int, ...]) -> tuple[in
     return tuple(-(-s // c) for s, c in zip(shape, chunk_shape, strict=True))
 
 
-def scan_chunked(
-    dsid: h5py.h5d.DatasetID, shape: tuple[int, ...], chunk_shape: tuple[int, ...], raw: BinaryIO | None = None
-) -> ChunkScan:
-    """The chunk table of a chunked dataset, source 0.
+def header_address(dsid: h5py.h5d.DatasetID) -> int:
+    """The dataset's object header address, relative to the superblock's base address.
 
-    One ``chunk_iter`` pass, except where libhdf5's iteration is known to be wrong: an
-    extensible-array index whose unlimited dimension is not the first (libver latest,
-    ``maxshape=(n, None)``), for which libhdf5 2.0 reports chunk offsets in the wrong
-    order while it reads those chunks right. There, and wherever the iteration gives
-    chunks outside the grid or twice, h5lens walks the index itself (scan/index_walk.py),
-    following what libhdf5's reads do, from ``raw`` (the file's bytes)."""
+    ``h5g.get_objinfo`` reads only the header; ``h5o.get_info`` would walk the chunk
+    index too (to report the storage size)."""
+    return int(h5py.h5g.get_objinfo(dsid).objno[0])
+
+
+class IndexWalks:
+    """Chunk indexes of one file, read by h5lens's walker.
+
+    Local files: each index when it is asked for (:meth:`get`), with preads. Remote files:
+    :meth:`walk_all` walks every index asked for at once, the walks sharing one batched
+    reader, so each level of every index costs one batch of concurrent requests in all.
+    """
+
+    def __init__(self, opened: OpenSource) -> None:
+        self.opened = opened
+        self._superblock: Superblock | None = None
+        self._refused: UnsupportedIndexError | None = None  # the superblock could not be read
+        self._walked: dict[int, Walked] = {}
+
+    def _read_superblock(self) -> Superblock | None:
+        if self._superblock is None and self._refused is None:
+            ranges, raw, size = self.opened.ranges, self.opened.raw, self.opened.source.size
+            try:
+                if not size:
+                    raise UnsupportedIndexError("the file's size is not known")
+                if ranges is not None:
+                    self._superblock = ranges.run(index_walk.fetch_superblock(ranges.batched, size))
+                elif isinstance(raw, TrackedFile):
+                    raise UnsupportedIndexError("a remote file without a batched reader")
+                else:
+                    self._superblock = index_walk.local_superblock(raw)
+            except UnsupportedIndexError as e:
+                self._refused = e
+                logger.warning(
+                    "%s: h5lens cannot read the superblock (%s); libhdf5 lists every chunk", self.opened.source.url, e
+                )
+        return self._superblock
+
+    def walk_all(self, addresses: list[int]) -> None:
+        """Walk the chunk indexes of the datasets whose object headers are at ``addresses``
+        together (remote files; a local file walks each when asked)."""
+        ranges = self.opened.ranges
+        todo = sorted({a for a in addresses if a not in self._walked})
+        if ranges is None or not todo:
+            return
+        superblock = self._read_superblock()
+        if superblock is None:
+            return
+        size = self.opened.source.size
+
+        async def one(address: int) -> Walked:
+            try:
+                return await index_walk.walk_chunk_index(ranges.batched, address, superblock=superblock, file_size=size)
+            except UnsupportedIndexError as e:
+                return e
+
+        async def every() -> list[Walked]:
+            tasks = [asyncio.ensure_future(one(a)) for a in todo]
+            try:
+                return list(await asyncio.gather(*tasks))
+            except BaseException:
+                for task in tasks:  # a storage failure: no walk is left waiting on the loop
+                    task.cancel()
+                raise
+
+        found = ranges.run(every())
+        self._walked.update(zip(todo, found, strict=True))
+
+    def get(self, dsid: h5py.h5d.DatasetID) -> Walked | None:
+        """The dataset's chunk index, the walker's reason for refusing it, or None when the
+        walker cannot run on this file at all."""
+        address = header_address(dsid)
+        found = self._walked.pop(address, None)  # each table is used once: no need to keep it
+        if found is not None:
+            return found
+        superblock = self._read_superblock()
+        if superblock is None:
+            return None
+        raw = self.opened.raw
+        if self.opened.ranges is not None or isinstance(raw, TrackedFile):
+            self.walk_all([address])
+            return self._walked.pop(address, None)
+        try:
+            return index_walk.walk_chunk_index_local(raw, address, superblock=superblock)
+        except UnsupportedIndexError as e:
+            return e
+
+
+def scan_chunked(
+    dsid: h5py.h5d.DatasetID, shape: tuple[int, ...], chunk_shape: tuple[int, ...], walked: Walked | None = None
+) -> ChunkScan:
+    """The chunk table of a chunked dataset, source 0, from the walker's index (``walked``).
+
+    Where the walker refused the index, or found one that does not fit the dataset, libhdf5's
+    ``chunk_iter`` lists the chunks (logged). Except for an extensible-array index whose
+    unlimited dimension is not the first (libver latest, ``maxshape=(n, None)``): libhdf5
+    2.0 lists those chunks at the wrong offsets (while it reads them right), so there the
+    dataset is refused rather than misread."""
     grid = grid_shape(shape, chunk_shape)
     if 0 in shape:
         return ChunkScan(ChunkTableBuilder(grid), [])
-    if _unlimited_not_first(dsid) and raw is not None:
-        return _walked(dsid, grid, chunk_shape, raw)
-    index, addresses, sizes, masks = _iterated(dsid, chunk_shape)
+    # HDF5 array element types add trailing dimensions of one chunk each: not in the index.
+    rank = dsid.rank
+    if isinstance(walked, ChunkIndex):
+        index = _pad(walked.grid_index, len(grid))
+        if tuple(walked.chunk_shape) == tuple(chunk_shape[:rank]) and _consistent(index, grid):
+            return _table(grid, index, walked.address, walked.size, walked.filter_mask)
+        walked = UnsupportedIndexError(f"its chunk index does not match the chunk grid {grid}")
+    if walked is not None:
+        logger.warning("%s: h5lens's chunk-index walker refused it (%s); libhdf5 lists its chunks", _name(dsid), walked)
+    if _unlimited_not_first(dsid):
+        why = f" ({walked})" if walked is not None else ""
+        raise UnsupportedFeatureError(
+            f"{_name(dsid)}: libhdf5 lists this dataset's chunks inconsistently and h5lens cannot read "
+            f"its chunk index itself{why}"
+        )
+    index, addresses, sizes, masks = _iterated(dsid, chunk_shape[:rank])
+    index = _pad(index, len(grid))
     if index.shape[0] and not _consistent(index, grid):
-        if raw is None:
-            raise UnsupportedFeatureError(
-                f"{_name(dsid)}: libhdf5 lists chunks outside the chunk grid {grid} or twice"
-            )
-        return _walked(dsid, grid, chunk_shape, raw)
+        raise UnsupportedFeatureError(f"{_name(dsid)}: libhdf5 lists chunks outside the chunk grid {grid} or twice")
     return _table(grid, index, addresses, sizes, masks)
 
 
@@ -89,33 +203,27 @@ def _iterated(dsid: h5py.h5d.DatasetID, chunk_shape: tuple[int, ...]) -> tuple[n
     )
 
 
+def _pad(index: np.ndarray, ndim: int) -> np.ndarray:
+    """Grid indices with zero columns appended up to ``ndim`` dimensions."""
+    if index.shape[1] >= ndim:
+        return index
+    return np.concatenate([index, np.zeros((index.shape[0], ndim - index.shape[1]), index.dtype)], axis=1)
+
+
 def _consistent(index: np.ndarray, grid: tuple[int, ...]) -> bool:
     if (index < 0).any() or (index >= np.asarray(grid, dtype=np.int64)).any():
         return False
     flat = np.ravel_multi_index(tuple(index.T), grid)
-    return np.unique(flat).size == flat.size
+    # The table holds a cell per grid position anyway: mark them instead of sorting.
+    seen = np.zeros(int(np.prod(grid, dtype=np.int64)), bool)
+    seen[flat] = True
+    return int(np.count_nonzero(seen)) == flat.size
 
 
 def _unlimited_not_first(dsid: h5py.h5d.DatasetID) -> bool:
     maxdims = dsid.get_space().get_simple_extent_dims(maxdims=True)
     unlimited = [i for i, n in enumerate(maxdims) if n == h5py.h5s.UNLIMITED]
     return len(unlimited) == 1 and unlimited[0] != 0
-
-
-def _walked(dsid: h5py.h5d.DatasetID, grid: tuple[int, ...], chunk_shape: tuple[int, ...], raw: BinaryIO) -> ChunkScan:
-    from h5lens.scan import index_walk
-
-    address = h5py.h5o.get_info(dsid).addr
-    try:
-        found = index_walk.walk_chunk_index_local(raw, address)
-    except index_walk.UnsupportedIndexError as e:
-        raise UnsupportedFeatureError(
-            f"{_name(dsid)}: libhdf5 lists this dataset's chunks inconsistently and h5lens cannot read "
-            f"its chunk index itself ({e})"
-        ) from None
-    if tuple(found.chunk_shape[: len(chunk_shape)]) != tuple(chunk_shape) or not _consistent(found.grid_index, grid):
-        raise UnsupportedFeatureError(f"{_name(dsid)}: the chunk index does not match the dataset's chunk grid {grid}")
-    return _table(grid, found.grid_index, found.address, found.size, found.filter_mask)
 
 
 def _table(

@@ -14,9 +14,11 @@ DEFAULT_CONVENTION = convention.DEFAULT_PROFILE
 DEFAULT_INLINE_THRESHOLD = 1000  # bytes: arrays stored in at most this many bytes are copied inline
 DEFAULT_SLAB_BYTES = 4 << 20  # virtual chunk size for big contiguous datasets
 # Remote files: libhdf5 reaches metadata through many small dependent reads; a block cache
-# turns them into few requests.
+# turns them into few requests. (Chunk indexes are read by h5lens's own walker, in batches.)
 DEFAULT_READ_BLOCK_SIZE = 1 << 20
 MIN_READ_BLOCK_SIZE = 4096
+READ_CACHE_BYTES = 64 << 20  # the block cache holds this much (at least 32 blocks)
+READ_UNIT = 64 << 10  # blocks start this small after a jump, and double while reads go on
 
 
 @dataclass(frozen=True)

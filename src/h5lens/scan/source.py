@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import h5py
 
 from h5lens.backend_errors import anon_requested, storage_error
-from h5lens.errors import InvalidOptionError, NotHDF5Error, SourceNotFoundError
+from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, SourceNotFoundError
 from h5lens.manifest.model import Source
-from h5lens.scan.options import DEFAULT_READ_BLOCK_SIZE, MIN_READ_BLOCK_SIZE
+from h5lens.scan.options import DEFAULT_READ_BLOCK_SIZE, MIN_READ_BLOCK_SIZE, READ_CACHE_BYTES, READ_UNIT
+from h5lens.scan.remote import RemoteRanges
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
@@ -22,30 +25,104 @@ def is_remote(url: str) -> bool:
 
 
 class TrackedFile:
-    """The file object libhdf5 reads a remote file through: counts the bytes it reads (for
-    progress) and keeps the backend's exception, which h5py turns into a bare OSError
-    ("unable to open file") that would otherwise hide a network or permission failure."""
+    """The file object libhdf5 reads a remote file through.
+
+    It serves reads from a cache of small blocks ("units", 64 KiB at most). A read that
+    misses fetches the missing units with one request, and reads ahead: one unit after a
+    jump, twice as many each time the misses carry on where the last fetch ended, up to
+    ``block_size`` bytes. Metadata scattered through a file (object headers between
+    datasets' data) then costs a unit per place, and metadata packed together (global
+    heaps of strings, a run of object headers) few requests. It counts what it fetched
+    (for progress), offers what it holds to h5lens's own reads (:meth:`cached`), and keeps
+    the backend's exception, which h5py turns into a bare OSError ("unable to open file")
+    that would otherwise hide a network or permission failure."""
 
     REPORT_EVERY = 1 << 20
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
+    def __init__(
+        self,
+        fetch: Callable[[int, int], bytes],
+        size: int,
+        block_size: int,
+        cache_bytes: int = READ_CACHE_BYTES,
+        unit: int = READ_UNIT,
+    ) -> None:
+        self.fetch = fetch  # (offset, length) -> bytes: one request
+        self.size = size
+        self.block_size = block_size
+        self.unit = min(unit, block_size)
+        self.max_units = max(32, cache_bytes // self.unit)
+        self.blocks: OrderedDict[int, bytes] = OrderedDict()  # unit number -> bytes, oldest first
+        self.requests = 0
         self.bytes_read = 0
         self.failure: BaseException | None = None
         self.on_read: Callable[[], None] | None = None
         self._reported = 0
+        self._pos = 0
+        self._last_end = -1  # the unit after the last fetch
+        self._window = 1  # units the next sequential miss fetches
 
-    def read(self, size: int = -1) -> bytes:
+    def _fetch(self, first: int, last: int) -> None:
+        """Units ``first..last`` (inclusive), in one request."""
+        start, end = first * self.unit, min(self.size, (last + 1) * self.unit)
         try:
-            data = self.inner.read(size)
+            data = self.fetch(start, end - start)
         except Exception as e:
             self.failure = e
             raise
+        self.requests += 1
         self.bytes_read += len(data)
+        for number in range(first, last + 1):
+            at = (number - first) * self.unit
+            self.blocks[number] = data[at : at + self.unit]
+        while len(self.blocks) > self.max_units:
+            self.blocks.popitem(last=False)
         if self.on_read is not None and self.bytes_read - self._reported >= self.REPORT_EVERY:
             self._reported = self.bytes_read
             self.on_read()  # only updates a display: no h5py call may happen in here
+
+    def _miss(self, number: int, last: int) -> int:
+        """Fetch from unit ``number`` (missing) through at least ``last`` (missing ones only),
+        reading ahead; returns the unit after the run fetched."""
+        most = max(1, self.block_size // self.unit)
+        self._window = min(most, self._window * 2) if number == self._last_end else 1
+        stop = min(max(last, number + self._window - 1), (self.size - 1) // self.unit)
+        run_end = number
+        while run_end + 1 <= stop and run_end + 1 not in self.blocks:
+            run_end += 1
+        self._fetch(number, run_end)
+        self._last_end = run_end + 1
+        return run_end + 1
+
+    def read(self, size: int = -1) -> bytes:
+        end = self.size if size is None or size < 0 else min(self.size, self._pos + size)
+        if end <= self._pos:
+            return b""
+        first, last = self._pos // self.unit, (end - 1) // self.unit
+        number = first
+        while number <= last:  # each run of missing units: one request
+            if number in self.blocks:
+                self.blocks.move_to_end(number)
+                number += 1
+                continue
+            number = self._miss(number, last)
+        parts = [self.blocks[n] for n in range(first, last + 1)]
+        begin = self._pos - first * self.unit
+        data = (parts[0] if len(parts) == 1 else b"".join(parts))[begin : begin + end - self._pos]
+        self._pos = end
         return data
+
+    def cached(self, offset: int, length: int) -> bytes | None:
+        """The bytes ``[offset, offset + length)`` if the cache holds them all, else None."""
+        if length <= 0 or offset + length > self.size or offset // self.unit not in self.blocks:
+            return None
+        first, last = offset // self.unit, (offset + length - 1) // self.unit
+        if any(n not in self.blocks for n in range(first, last + 1)):
+            return None
+        begin = offset - first * self.unit
+        if first == last:
+            return self.blocks[first][begin : begin + length]
+        return b"".join(self.blocks[n] for n in range(first, last + 1))[begin : begin + length]
 
     def readinto(self, buffer: Any) -> int:
         data = self.read(len(memoryview(buffer)))
@@ -53,35 +130,86 @@ class TrackedFile:
         return len(data)
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        return self.inner.seek(offset, whence)
+        if whence == 0:
+            self._pos = offset
+        elif whence == 1:
+            self._pos += offset
+        elif whence == 2:
+            self._pos = self.size + offset
+        else:
+            raise ValueError(f"invalid whence {whence}")
+        return self._pos
 
     def tell(self) -> int:
-        return self.inner.tell()
+        return self._pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
 
     def close(self) -> None:
-        self.inner.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+        self.blocks.clear()
 
 
 @dataclass
 class OpenSource:
-    """An HDF5 file opened for scanning, plus a raw handle for reading chunk bytes."""
+    """An HDF5 file opened for scanning, plus handles for reading its bytes ourselves.
+
+    libhdf5 reads a remote file through ``raw`` (a block cache); what h5lens reads itself
+    (chunk indexes, small arrays' chunks) goes through ``ranges``: batches of concurrent
+    requests for exactly the bytes needed (:mod:`h5lens.scan.remote`)."""
 
     h5: h5py.File
     raw: BinaryIO | TrackedFile  # a remote file's bytes go through a TrackedFile
     source: Source
+    ranges: RemoteRanges | None = None  # remote files only
+
+    @property
+    def remote(self) -> bool:
+        return self.ranges is not None
 
     @property
     def bytes_read(self) -> int:
         """Bytes libhdf5 and h5lens have read from a remote source so far (0 for local files)."""
-        return self.raw.bytes_read if isinstance(self.raw, TrackedFile) else 0
+        tracked = self.raw.bytes_read if isinstance(self.raw, TrackedFile) else 0
+        return tracked + (self.ranges.stats.bytes if self.ranges is not None else 0)
 
     def on_read(self, callback: Callable[[], None] | None) -> None:
         """Call ``callback`` every MiB read from a remote source (progress displays)."""
         if isinstance(self.raw, TrackedFile):
             self.raw.on_read = callback
+        if self.ranges is not None:
+            self.ranges.batched.on_batch = None if callback is None else (lambda _stats: callback())
+
+    def read_summary(self) -> str:
+        """What a remote scan fetched, and how (for the log)."""
+        parts = []
+        if isinstance(self.raw, TrackedFile):
+            parts.append(
+                f"libhdf5: {self.raw.requests} requests, {self.raw.bytes_read} bytes "
+                f"({self.raw.unit >> 10}-{self.raw.block_size >> 10} KiB blocks)"
+            )
+        if self.ranges is not None:
+            stats = self.ranges.stats
+            parts.append(
+                f"h5lens ({self.ranges.client}): {stats.batches} batches, {stats.requests} requests, "
+                f"{stats.bytes} bytes for {stats.asked} asked"
+            )
+        return "; ".join(parts)
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``(offset, length)``: preads of a local file; one batch of
+        concurrent requests for a remote one (neighbours merged, nothing in between)."""
+        if self.ranges is None:
+            return [self.read(offset, length) for offset, length in ranges]
+        try:
+            return self.ranges.read_ranges(ranges)
+        except H5LensError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a backend failure, named with the URL
+            raise storage_error(e, self.source.url, "reading") from e
 
     def failure(self, error: BaseException) -> BaseException:
         """The error to raise for ``error`` from libhdf5: the storage failure under it, if any."""
@@ -106,7 +234,11 @@ class OpenSource:
         try:
             self.h5.close()
         finally:
-            self.raw.close()
+            try:
+                self.raw.close()
+            finally:
+                if self.ranges is not None:
+                    self.ranges.close()
 
 
 def open_source(
@@ -119,8 +251,9 @@ def open_source(
     if read_block_size < MIN_READ_BLOCK_SIZE:
         raise InvalidOptionError(f"read_block_size must be at least {MIN_READ_BLOCK_SIZE} bytes. Got {read_block_size}")
     raw: BinaryIO | TrackedFile
+    ranges: RemoteRanges | None = None
     if is_remote(url):
-        raw, source = _open_remote(url, storage_options, read_block_size)
+        raw, source, ranges = _open_remote(url, storage_options, read_block_size)
     else:
         raw, source = _open_local(url)
 
@@ -134,7 +267,7 @@ def open_source(
             raise NotHDF5Error(f"{url}: empty file (0 bytes), not HDF5")
         try:
             # local files go through libhdf5's own driver: no Python call per read
-            h5 = h5py.File(raw if is_remote(url) else url.removeprefix("file://"), "r")
+            h5 = _open_h5(raw) if isinstance(raw, TrackedFile) else h5py.File(url.removeprefix("file://"), "r")
         except OSError as e:
             if isinstance(raw, TrackedFile) and raw.failure is not None:
                 raise storage_error(raw.failure, url, "reading") from None
@@ -142,11 +275,28 @@ def open_source(
             raise NotHDF5Error(f"{url}: {what} ({_first_line(e)})") from None
     except BaseException:
         raw.close()
+        if ranges is not None:
+            ranges.close()
         raise
-    return OpenSource(h5, raw, source)
+    return OpenSource(h5, raw, source, ranges)
 
 
-def _open_remote(url: str, storage_options: dict[str, Any] | None, block_size: int) -> tuple[TrackedFile, Source]:
+def _open_h5(raw: TrackedFile) -> h5py.File:
+    """libhdf5 reads through ``raw`` with h5py's lock held, while the bytes come from the event
+    loop thread: no cyclic collection meanwhile (one that freed an h5py object there would
+    wait for that lock). build_manifest does the same for the whole scan."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return h5py.File(raw, "r")
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _open_remote(
+    url: str, storage_options: dict[str, Any] | None, block_size: int
+) -> tuple[TrackedFile, Source, RemoteRanges]:
     import fsspec
 
     try:
@@ -156,13 +306,14 @@ def _open_remote(url: str, storage_options: dict[str, Any] | None, block_size: i
         raise storage_error(e, url, "opening", anon=anon_requested(storage_options)) from e
     if info.get("type") == "directory":
         raise NotHDF5Error(f"{url}: a directory (a prefix of other objects), not a file")
-    try:
-        # size= spares the second HEAD that open() would make to learn it
-        raw = fs.open(path, "rb", block_size=block_size, cache_type="blockcache", size=info.get("size"))
-    except Exception as e:  # noqa: BLE001
-        raise storage_error(e, url, "opening", anon=anon_requested(storage_options)) from e
     etag = info.get("ETag") or info.get("etag")
-    return TrackedFile(raw), Source(url, int(info.get("size") or 0), None, etag.strip('"') if etag else None)
+    size = int(info.get("size") or 0)
+    # libhdf5's reads and h5lens's own go through one client; what libhdf5's blocks hold
+    # is never fetched again for h5lens.
+    ranges = RemoteRanges(url, storage_options)
+    raw = TrackedFile(ranges.fetch_sync, size, block_size)
+    ranges.batched.cached = raw.cached
+    return raw, Source(url, size, None, etag.strip('"') if etag else None), ranges
 
 
 def _open_local(url: str) -> tuple[BinaryIO, Source]:
