@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from h5lens.scan import anndata, treedata
+from h5lens.scan import anndata, netcdf, treedata
 from h5lens.scan.profiles import ProfileContext
 
-# TreeData's trees first (their JSON datasets become groups), then AnnData encodings.
-PROFILES: tuple[ModuleType, ...] = (treedata, anndata)
+# TreeData's trees first (their JSON datasets become groups), then AnnData encodings, then
+# netCDF-4 / dimension scales (files of the other two carry none: it names dimensions and
+# translates netCDF's own bookkeeping).
+PROFILES: tuple[ModuleType, ...] = (treedata, anndata, netcdf)
 
 
 def apply_profiles(context: ProfileContext, profiles: tuple[ModuleType, ...] = PROFILES) -> list[str]:
