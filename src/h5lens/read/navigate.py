@@ -46,6 +46,7 @@ from h5lens.errors import InvalidOptionError, SourceNotFoundError
 from h5lens.fetch import resolve_url
 from h5lens.keys import unescape_key
 from h5lens.manifest.model import Manifest
+from h5lens.read.check import read_checked
 from h5lens.store import ManifestStore
 
 __all__ = [
@@ -511,12 +512,12 @@ class Dataset(Node):
 
     def _raw(self, key: Any) -> Any:
         layout = self._layout
+        # read_checked: a chunk that does not decode is a SourceReadError naming it
         if not layout.scalar:
-            values = self._array[key]
+            values = read_checked(self._array, key)
             # one element: a scalar, as h5py gives it (zarr gives a 0-d array)
             return _scalar(values) if isinstance(values, np.ndarray) and values.ndim == 0 else values
-        value = self._array[()] if layout.stored == () else self._array[0]
-        value = np.asarray(value)
+        value = read_checked(self._array, () if layout.stored == () else 0)
         if isinstance(key, tuple) and key == ():
             return _scalar(value)
         return value[key]

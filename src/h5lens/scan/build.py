@@ -57,8 +57,10 @@ from h5lens.scan.options import (
     ScanProgress,
 )
 from h5lens.scan.profiles import ProfileContext
+from h5lens.scan import index_walk
+from h5lens.scan.global_heap import HeapCheck
 from h5lens.scan.registry import apply_profiles
-from h5lens.scan.source import OpenSource
+from h5lens.scan.source import OpenSource, TrackedFile
 from h5lens.scan.walk import DatasetRecord, GroupRecord, Walk, walk
 
 logger = logging.getLogger("h5lens.scan")
@@ -112,8 +114,12 @@ def _build(
     # A dataset with no zarr form may still be rewritten by a profile (an old h5ad's compound
     # obsm becomes plain arrays); the refusal stands only if no profile takes the node.
     refused: dict[str, UnsupportedFeatureError] = {}
+    indexes = chunk_scan.IndexWalks(opened)
+    # local files: preads (a few µs a header), not the buffered reader's seek and read
+    read_at = index_walk.reader_for(opened.raw) if not isinstance(opened.raw, TrackedFile) else opened.read
+    heaps = HeapCheck(h5, read_at, opened.source.size, indexes.superblock)
     for group in found.groups:
-        nodes[group.key] = _group_document(h5, group, resolve, nan_strings)
+        nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps)
     state: _ScanState = {"done": 0, "path": "/", "chunks": 0}
 
     def report() -> None:
@@ -121,7 +127,6 @@ def _build(
             progress(ScanProgress(state["done"], len(found.datasets), state["path"], opened.bytes_read, state["chunks"]))
 
     opened.on_read(report)
-    indexes = chunk_scan.IndexWalks(opened)
     if opened.remote:
         # Every chunk index at once, level by level: a few round trips in all, and only
         # the index nodes' bytes (libhdf5 would walk them node by node through its blocks).
@@ -130,7 +135,7 @@ def _build(
         state["done"], state["path"] = number, record.h5_path
         report()
         try:
-            doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, indexes)
+            doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, indexes, heaps)
         except UnsupportedFeatureError as e:
             refused[record.key] = e
             continue
@@ -138,6 +143,7 @@ def _build(
             raise
         except (OSError, RuntimeError, KeyError) as e:
             raise _unreadable(h5, record.h5_path, e) from e
+        _check_inside_file(record.h5_path, table, opened.source.size)
         nodes[record.key] = doc
         tables[record.key] = table
         state["chunks"] += table.n_present
@@ -180,6 +186,25 @@ def _referenced_chunked(ds: h5py.Dataset, path: str) -> bool:
     return translate_pipeline(read_pipeline(dcpl), itemsize) is not None
 
 
+def _check_inside_file(path: str, table: ChunkTable, size: int | None) -> None:
+    """A chunk index pointing past the end of the file is damage (h5py fails to read such a
+    chunk): refused here, naming the dataset, rather than written into a manifest that
+    every reader would refuse."""
+    if size is None:
+        return
+    source = table.source.reshape(-1)
+    ends = table.offset.reshape(-1) + table.length.reshape(-1)
+    past = np.flatnonzero((source >= 0) & (ends > np.uint64(size)))
+    if past.size:
+        flat = int(past[0])
+        index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape))
+        start, end = int(table.offset.reshape(-1)[flat]), int(ends[flat])
+        raise NotHDF5Error(
+            f"{path}: chunk {index} at bytes {start}-{end} lies past the end of the file ({size} bytes; "
+            f"{past.size} chunk(s) do): the file is truncated or damaged"
+        )
+
+
 def _unreadable(h5: h5py.File, path: str, error: BaseException) -> H5LensError:
     """Why libhdf5 could not read a dataset h5lens had to decode: a filter it has no plugin
     for (a feature this installation cannot decode), or damaged data."""
@@ -213,8 +238,13 @@ def _resolver(h5: h5py.File, found: Walk) -> ResolvePath:
     return resolve
 
 
-def _group_document(h5: h5py.File, group: GroupRecord, resolve: ResolvePath, nan_strings: bool) -> dict[str, Any]:
-    attributes = read_attributes(h5[group.h5_path], group.h5_path, resolve, nan_as_string=nan_strings)
+def _group_document(
+    h5: h5py.File, group: GroupRecord, resolve: ResolvePath, nan_strings: bool, heaps: HeapCheck | None = None
+) -> dict[str, Any]:
+    h5_group = h5[group.h5_path]
+    if heaps is not None:
+        heaps.check_attributes(h5_group, group.h5_path)  # before h5py parses their heap
+    attributes = read_attributes(h5_group, group.h5_path, resolve, nan_as_string=nan_strings)
     if group.links:
         attributes[convention.LINKS] = [{"name": e.name, "source": e.source, "path": e.path} for e in group.links]
     return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
@@ -227,9 +257,12 @@ def _array(
     resolve: ResolvePath,
     nan_strings: bool,
     indexes: chunk_scan.IndexWalks | None = None,
+    heaps: HeapCheck | None = None,
 ) -> tuple[dict[str, Any], ChunkTable]:
     path = record.h5_path
     plan = plan_type(ds.dtype, path)
+    if heaps is not None:
+        heaps.check_attributes(ds, path)  # before h5py parses their heap
     attributes = read_attributes(ds, path, resolve, nan_as_string=nan_strings)
     dcpl = ds.id.get_create_plist()
     layout = dcpl.get_layout()
@@ -281,6 +314,8 @@ def _array(
     reason = _materialize_reason(plan, layout, dcpl, filters, base_itemsize)
     estimate = int(np.prod(shape, dtype=np.int64)) * max(base_itemsize, 1)
     _check_limit(path, options, estimate, reason)
+    if heaps is not None:
+        heaps.check_dataset(ds, path)  # before h5py parses them: damage can make libhdf5 loop
     values = read_values(ds, plan, (), path, resolve)
     if plan.kind == "string" and is_bytes_values(values):
         plan = BYTE_STRING_PLAN  # not UTF-8 text: the bytes, exactly as h5py reads them

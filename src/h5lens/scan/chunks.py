@@ -92,6 +92,10 @@ class IndexWalks:
                 )
         return self._superblock
 
+    def superblock(self) -> Superblock | None:
+        """The file's superblock as h5lens parses it; None if it cannot (logged once)."""
+        return self._read_superblock()
+
     def walk_all(self, addresses: list[int]) -> None:
         """Walk the chunk indexes of the datasets whose object headers are at ``addresses``
         together (remote files; a local file walks each when asked)."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -389,6 +390,10 @@ class _Message:
     data: bytes
 
 
+_V1_MESSAGE = struct.Struct("<HHB")  # type, size, flags (then 3 reserved bytes)
+_V2_MESSAGE = struct.Struct("<BHB")  # type, size, flags
+
+
 class _HeaderBlocks:
     """Splits object header blocks into messages, setting continuation messages aside."""
 
@@ -408,8 +413,7 @@ class _HeaderBlocks:
         """Version 1 messages: type (2), size (2), flags (1), reserved (3), body."""
         pos = start
         while pos + 8 <= end:
-            c = _Cursor(data, pos, "object header v1 message")
-            mtype, size, flags = c.uint(2), c.uint(2), c.uint(1)
+            mtype, size, flags = _V1_MESSAGE.unpack_from(data, pos)
             if pos + 8 + size > end:
                 raise UnsupportedIndexError("object header v1: a message runs past its block")
             self.add(mtype, flags, data[pos + 8 : pos + 8 + size])
@@ -420,8 +424,7 @@ class _HeaderBlocks:
         header_size = 6 if header_flags & 0x04 else 4
         pos = start
         while end - pos >= header_size:  # fewer bytes than a message header left: a gap
-            c = _Cursor(data, pos, "object header v2 message")
-            mtype, size, flags = c.uint(1), c.uint(2), c.uint(1)
+            mtype, size, flags = _V2_MESSAGE.unpack_from(data, pos)
             body = pos + header_size
             if body + size > end:
                 raise UnsupportedIndexError("object header v2: a message runs past its block")
@@ -1459,6 +1462,15 @@ async def fetch_superblock(read_ranges: ReadRanges, file_size: int) -> Superbloc
     raise UnsupportedIndexError(f"superblock: no HDF5 signature in {file_size} bytes")
 
 
+def object_header_messages(
+    read_at: Callable[[int, int], bytes], header_address: int, *, superblock: Superblock, file_size: int | None
+) -> list[tuple[int, int, bytes]]:
+    """``(type, flags, body)`` of every message of the object header at ``header_address``,
+    read with the synchronous ``read_at(offset, length)``."""
+    io = _Io(_local_read_ranges(read_at), superblock, file_size)
+    return [(m.type, m.flags, m.data) for m in _run_sync(_read_object_header(io, header_address))]
+
+
 def walk_chunk_index_local(
     source: str | os.PathLike[str] | BinaryIO, header_address: int, *, superblock: Superblock | None = None
 ) -> ChunkIndex:
@@ -1468,7 +1480,7 @@ def walk_chunk_index_local(
     if isinstance(source, (str, os.PathLike)):
         with open(source, "rb") as f:
             return walk_chunk_index_local(f, header_address, superblock=superblock)
-    read_ranges = _local_read_ranges(_reader_for(source))
+    read_ranges = _local_read_ranges(reader_for(source))
     size = _file_size(source)
     if superblock is None:
         superblock = _run_sync(fetch_superblock(read_ranges, size))
@@ -1477,10 +1489,11 @@ def walk_chunk_index_local(
 
 def local_superblock(source: BinaryIO) -> Superblock:
     """The superblock of a local file (a binary file object)."""
-    return _run_sync(fetch_superblock(_local_read_ranges(_reader_for(source)), _file_size(source)))
+    return _run_sync(fetch_superblock(_local_read_ranges(reader_for(source)), _file_size(source)))
 
 
-def _reader_for(f: BinaryIO) -> Callable[[int, int], bytes]:
+def reader_for(f: BinaryIO) -> Callable[[int, int], bytes]:
+    """``read(offset, length)`` of a binary file: a pread where it has a descriptor."""
     try:
         fd = f.fileno()
     except (AttributeError, OSError):
