@@ -1,0 +1,153 @@
+"""Random HDF5 trees (hypothesis): groups and datasets under any names HDF5 allows
+(any Unicode, the characters anndata's escaped keys rewrite, names zarr reserves),
+numbers of every width, strings, compounds, shapes with zero-length axes, chunkings,
+filters and attributes. Each file is indexed, and every dataset and attribute reads back
+through the manifest as h5py reads it from the file.
+
+Bounded for the test command (``H5LENS_RANDOM_TREES`` examples, 60 by default).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import h5lens
+
+EXAMPLES = int(os.environ.get("H5LENS_RANDOM_TREES", "60"))
+
+# Names HDF5 accepts: no "/", no NUL, not "." (and not empty). The sampled ones are those
+# zarr or anndata's escaped keys treat specially.
+SPECIAL = ["zarr.json", "c", "__x", "a:b", "50%", "CON", "x.y", " lead", "trail ", "%", "é", "日本", "..", "-"]
+names = st.one_of(
+    st.sampled_from(SPECIAL),
+    st.text(alphabet=st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=8),
+).filter(lambda n: n != ".")
+
+NUMERIC = ["i1", "<u2", ">i4", "<u8", "<f2", ">f4", "<f8", "<c8", "?"]
+shapes = hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=12)
+
+
+@st.composite
+def datasets(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["numeric", "numeric", "fixed", "vlen", "compound"]))
+    shape = draw(shapes)
+    if kind == "numeric":
+        dtype = np.dtype(draw(st.sampled_from(NUMERIC)))
+        data = draw(hnp.arrays(dtype, shape, elements=hnp.from_dtype(dtype, allow_nan=True, allow_subnormal=False)))
+    elif kind == "fixed":
+        data = draw(hnp.arrays(np.dtype("S5"), shape, elements=st.binary(max_size=5).filter(lambda b: not b.endswith(b"\x00"))))
+    elif kind == "vlen":
+        text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=6)
+        values = draw(st.lists(text, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+        data = np.array(values, dtype=object).reshape(shape)
+    else:
+        dtype = np.dtype([("a", "<i2"), ("b", "<f8")])
+        data = draw(hnp.arrays(dtype, shape, elements=st.tuples(st.integers(-100, 100), st.floats(-1e3, 1e3))))
+    options: dict[str, Any] = {}
+    if data.ndim and data.size and draw(st.booleans()):
+        options["chunks"] = tuple(draw(st.integers(1, max(1, n))) for n in data.shape)
+        if kind in ("numeric", "fixed", "compound") and data.dtype.kind != "c":
+            compression = draw(st.sampled_from([None, "gzip", "lzf"]))
+            if compression:
+                options["compression"] = compression
+            options["shuffle"] = draw(st.booleans())
+            options["fletcher32"] = draw(st.booleans())
+    return {"data": data, "kind": kind, "options": options}
+
+
+attribute_values = st.one_of(
+    st.integers(-(2**31), 2**31 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=10),
+    hnp.arrays(np.dtype("<f8"), hnp.array_shapes(max_dims=1, min_side=1, max_side=4)),
+    hnp.arrays(np.dtype("<i4"), hnp.array_shapes(max_dims=1, min_side=1, max_side=4)),
+)
+
+trees = st.recursive(
+    st.dictionaries(names, datasets(), min_size=1, max_size=3),
+    lambda children: st.dictionaries(names, st.one_of(datasets(), children), min_size=1, max_size=3),
+    max_leaves=6,
+)
+
+
+def _write(group: h5py.Group, tree: dict[str, Any], attributes: st.DataObject) -> None:
+    for name, node in tree.items():
+        if "data" in node and "kind" in node:
+            data = node["data"]
+            if node["kind"] == "vlen":
+                ds = group.create_dataset(name, data=data, dtype=h5py.string_dtype(), **node["options"])
+            else:
+                ds = group.create_dataset(name, data=data, **node["options"])
+            obj: h5py.HLObject = ds
+        else:
+            obj = group.create_group(name)
+            _write(obj, node, attributes)
+        for attr_name, value in attributes.draw(st.dictionaries(names, attribute_values, max_size=2)).items():
+            obj.attrs[attr_name] = value
+
+
+def _normal(value: Any) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype.kind in "OSU":
+        flat = [_text(v) for v in array.ravel().tolist()]
+        return np.array(flat, dtype=object).reshape(array.shape)
+    return array
+
+
+def _text(value: Any) -> Any:
+    """Text as text whichever form a reader gives it (h5py: bytes for vlen strings); bytes
+    that are not UTF-8 stay bytes."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
+def _same(expected: Any, actual: Any) -> bool:
+    a, b = _normal(expected), _normal(actual)
+    if a.shape != b.shape:
+        return False
+    if a.dtype.kind == "O" or b.dtype.kind == "O":
+        return bool(np.all(a == b))
+    if a.dtype.names:
+        return a.dtype.names == b.dtype.names and all(_same(a[n], b[n]) for n in a.dtype.names)
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(tree=trees, attributes=st.data())
+def test_random_trees_read_back_as_h5py_reads_them(tree, attributes):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tree.h5"
+        with h5py.File(path, "w") as f:
+            _write(f, tree, attributes)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            manifest = h5lens.index(path)
+        root = h5lens.open(manifest)
+        with h5py.File(path) as f:
+            expected: dict[str, h5py.HLObject] = {}
+            f.visititems(lambda name, obj: expected.__setitem__("/" + name, obj))
+            found = dict(root.walk())
+            event(f"{sum(isinstance(o, h5py.Dataset) for o in expected.values())} datasets")
+            assert sorted(found) == sorted(expected)
+            for name, node in found.items():
+                obj = expected[name]
+                if isinstance(obj, h5py.Dataset):
+                    assert _same(obj[()], node[()]), name
+                assert sorted(node.attrs) == sorted(obj.attrs), name
+                for key in obj.attrs:
+                    assert _same(obj.attrs[key], node.attrs[key]), (name, key)
