@@ -450,13 +450,9 @@ def test_plain_hdf5_is_not_touched(tmp_path):
     assert manifest.nodes["a"]["attributes"] == {"CLASS_like": "x", "_DTYPE": "int64"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="scan/codecs.py: netCDF-C puts fletcher32 before shuffle; numcodecs' shuffle then sees "
-    "data + a 4-byte checksum and refuses a buffer that is not a multiple of the element size "
-    "(HDF5's shuffle leaves the remainder as it is). Not the netCDF profile's to fix; see the report.",
-)
 def test_fletcher32_before_shuffle_reads(tmp_path):
+    """netCDF-C writes fletcher32 before shuffle: shuffle sees 8-byte elements plus a
+    4-byte checksum, and keeps those 4 bytes as they are (h5lens.shuffle, not numcodecs')."""
     path = tmp_path / "fletcher.nc"
     with netCDF4.Dataset(path, "w") as f:
         f.createDimension("x", 100)
@@ -468,11 +464,10 @@ def test_fletcher32_before_shuffle_reads(tmp_path):
 
 
 @pytest.mark.parametrize("writer", sorted(WRITERS))
-def test_manifests_validate_but_for_dtype(writer, manifests):
+def test_manifests_validate(writer, manifests):
     """Sound by the validator, every chunk decoded (``deep``): references, inline chunks made
-    by the profile (a padded variable's edge chunk), documents. The one finding is the
-    ``_DTYPE`` the profile leaves out (xarray would show it as an attribute); the validator
-    does not know the netCDF profile yet (see the report)."""
+    by the profile (a padded variable's edge chunk), documents; the ``_DTYPE`` the profile
+    leaves out (xarray would show it as an attribute) is no finding on its arrays."""
     for threshold in THRESHOLDS:
         problems = h5lens.validate(manifests(writer, threshold), deep=True)
-        assert [str(p) for p in problems if "without _DTYPE" not in p.message] == []
+        assert [str(p) for p in problems] == []

@@ -266,7 +266,8 @@ class _Validator:
         data_type = doc.get("data_type")
         type_name = data_type.get("name") if isinstance(data_type, dict) else data_type
         structured = type_name == "structured"
-        yield from self._dtype(path, attributes, type_name, structured)
+        netcdf = isinstance(doc.get("dimension_names"), list)
+        yield from self._dtype(path, attributes, type_name, structured, netcdf)
         yield from self._scalar(path, attributes, shape)
         if convention.EMPTY in attributes:
             if attributes[convention.EMPTY] is not True:
@@ -293,9 +294,13 @@ class _Validator:
             yield from self._chunks(key, path, doc, native)
             yield from self._inline_decodes(key, path)
 
-    def _dtype(self, path: str, attributes: dict[str, Any], type_name: Any, structured: bool) -> Iterator[Problem]:
+    def _dtype(
+        self, path: str, attributes: dict[str, Any], type_name: Any, structured: bool, netcdf: bool = False
+    ) -> Iterator[Problem]:
+        """``netcdf``: an array of the netCDF profile (it has ``dimension_names``), which
+        leaves ``_DTYPE`` out where ``data_type`` says it (xarray would show it as an attribute)."""
         if convention.DTYPE not in attributes:
-            if not structured:
+            if not structured and not netcdf:
                 yield Problem(path, "non-compound array without _DTYPE")
             return
         value = attributes[convention.DTYPE]

@@ -138,6 +138,13 @@ def _zlib(configuration: dict[str, Any], itemsize: int) -> Decoder:
     return lambda data, nbytes: zlib.decompress(data)
 
 
+def _hdf5_shuffle(configuration: dict[str, Any], itemsize: int) -> Decoder:
+    from h5lens.codecs.shuffle import unshuffle
+
+    elementsize = configuration.get("elementsize", itemsize)
+    return lambda data, nbytes: unshuffle(data, elementsize)
+
+
 def _lzf(configuration: dict[str, Any], itemsize: int) -> Decoder:
     from h5lens.codecs.lzf import decode_hdf5_lzf
 
@@ -154,6 +161,7 @@ DECODERS: dict[str, Callable[[dict[str, Any], int], Decoder]] = {
     "zstd": _numcodecs("zstd", ("level",)),
     "blosc": _numcodecs("blosc", ("cname", "clevel")),
     LZF_CODEC_NAME: _lzf,
+    "h5lens.shuffle": _hdf5_shuffle,
 }
 
 

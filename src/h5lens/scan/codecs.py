@@ -12,7 +12,8 @@ from typing import Any
 
 import h5py
 
-from h5lens.codecs.table import FILTER_NAMES, FILTERS, FLETCHER32, LZF
+from h5lens.codecs.shuffle import codec_json as shuffle_codec_json
+from h5lens.codecs.table import FILTER_NAMES, FILTERS, FLETCHER32, LZF, SHUFFLE
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,16 @@ def read_pipeline(dcpl: h5py.h5p.PropDCID) -> list[Filter]:
 
 
 def translate_pipeline(filters: list[Filter], itemsize: int) -> list[dict[str, Any]] | None:
-    """zarr v3 bytes→bytes codecs for ``filters``, or ``None`` if any has no zarr codec."""
+    """zarr v3 bytes→bytes codecs for ``filters``, or ``None`` if any has no zarr codec.
+
+    A shuffle after a filter that changes the length (netCDF-C writes fletcher32 first)
+    may see a buffer that is not whole elements, which HDF5 shuffles up to a remainder
+    and numcodecs refuses: there it is ``h5lens.shuffle``, which keeps HDF5's rule."""
     codecs = []
-    for f in filters:
+    for position, f in enumerate(filters):
+        if f.id == SHUFFLE and any(g.id != SHUFFLE for g in filters[:position]):
+            codecs.append(shuffle_codec_json(itemsize))
+            continue
         known = FILTERS.get(f.id)
         codec = None if known is None else known.codec_json(f.cd_values, itemsize)
         if codec is None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import h5py
 import numpy as np
 
+from h5lens.codecs.shuffle import unshuffle
 from h5lens.errors import NotHDF5Error
 from h5lens.scan import index_walk
 from h5lens.scan.index_walk import Superblock
@@ -237,7 +238,4 @@ def _undo(filter_id: int, data: bytes, element: int, chunk_bytes: int) -> bytes:
         return zlib.decompressobj().decompress(data, chunk_bytes + 4)
     if filter_id == _FILTER_FLETCHER32:
         return data[:-4]
-    # shuffle: bytes grouped by position within the element; the remainder is left as is
-    count = len(data) // element
-    body = np.frombuffer(data[: count * element], dtype=np.uint8).reshape(element, count).T.tobytes()
-    return body + data[count * element :]
+    return unshuffle(data, element)  # HDF5's rule: the remainder is left as it is
