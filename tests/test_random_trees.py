@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import h5lens
+from h5lens.convention import RESERVED_ATTRIBUTES
 
 EXAMPLES = int(os.environ.get("H5LENS_RANDOM_TREES", "60"))
 
@@ -32,6 +33,9 @@ names = st.one_of(
     st.sampled_from(SPECIAL),
     st.text(alphabet=st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=8),
 ).filter(lambda n: n != ".")
+
+# (an attribute named like one of the convention's is refused: its own test, below)
+attribute_names = names.filter(lambda n: n not in RESERVED_ATTRIBUTES)
 
 NUMERIC = ["i1", "<u2", ">i4", "<u8", "<f2", ">f4", "<f8", "<c8", "?"]
 shapes = hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=12)
@@ -92,7 +96,7 @@ def _write(group: h5py.Group, tree: dict[str, Any], attributes: st.DataObject) -
         else:
             obj = group.create_group(name)
             _write(obj, node, attributes)
-        for attr_name, value in attributes.draw(st.dictionaries(names, attribute_values, max_size=2)).items():
+        for attr_name, value in attributes.draw(st.dictionaries(attribute_names, attribute_values, max_size=2)).items():
             obj.attrs[attr_name] = value
 
 
@@ -151,3 +155,16 @@ def test_random_trees_read_back_as_h5py_reads_them(tree, attributes):
                 assert sorted(node.attrs) == sorted(obj.attrs), name
                 for key in obj.attrs:
                     assert _same(obj.attrs[key], node.attrs[key]), (name, key)
+
+
+def test_an_attribute_named_like_a_convention_attribute_is_refused(tmp_path):
+    """Found by the random trees: an HDF5 attribute ``_DTYPE`` was overwritten by the
+    convention's own ``_DTYPE`` (and navigation hid it). Refused, naming it."""
+    import pytest
+
+    path = tmp_path / "reserved.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(3)
+        f["x"].attrs["_DTYPE"] = 0
+    with pytest.raises(h5lens.UnsupportedFeatureError, match=r"/x attribute '_DTYPE': the unified zarr convention"):
+        h5lens.index(path)

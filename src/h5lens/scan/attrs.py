@@ -44,6 +44,11 @@ def read_attributes(
         where = f"{h5_path} attribute {name!r}"
         if not _is_text(name):
             raise UnsupportedFeatureError(f"{h5_path}: an attribute name is not UTF-8 text ({name!r})")
+        if name in convention.RESERVED_ATTRIBUTES:
+            raise UnsupportedFeatureError(
+                f"{where}: the unified zarr convention gives this name a meaning of its own, so the "
+                "attribute would be overwritten or misread"
+            )
         try:
             value = obj.attrs[name]
         except (OSError, TypeError, ValueError, RuntimeError) as e:
