@@ -63,9 +63,9 @@ def index(
         HDF5 path, bytes read from a remote source, chunks found) per dataset, and every
         MiB read from a remote source.
     read_block_size
-        Remote files only: libhdf5's metadata reads are served from blocks of this many
-        bytes. Larger blocks take fewer requests and fetch more bytes that are not
-        metadata (chunk indexes sit between the chunks); see docs/cloud.md.
+        Remote files only: libhdf5's metadata reads are served from blocks of at most
+        this many bytes (starting at 64 KiB, doubling while reads run on). Larger blocks
+        take fewer requests and fetch more bytes that are not metadata; see docs/cloud.md.
     """
     location = os.fspath(source)
     opened = open_source(location, storage_options=storage_options, read_block_size=read_block_size)

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from h5lens.manifest.model import Manifest as Loaded
     from h5lens.scan.options import ScanProgress
 
-_DEFAULT_BLOCK = f"{DEFAULT_READ_BLOCK_SIZE >> 20}MiB"
+_DEFAULT_BLOCK = f"{DEFAULT_READ_BLOCK_SIZE >> 10}KiB"  # KiB: any default of whole KiB prints exactly
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130

@@ -273,8 +273,9 @@ class ChunkTableBuilder:
         """Chunks at these flat indices are byte ranges of source(s) ``source`` (an offset or
         length given as one number holds for every chunk)."""
         flat_indices = np.asarray(flat_indices, dtype=np.int64)
-        for flat in set(flat_indices.tolist()) & set(self.inline):
-            del self.inline[flat]
+        if self.inline:  # no Python object per chunk in the usual case, where none is inline
+            for flat in set(flat_indices.tolist()) & set(self.inline):
+                del self.inline[flat]
         self.source.reshape(-1)[flat_indices] = source
         self.offset.reshape(-1)[flat_indices] = offsets
         self.length.reshape(-1)[flat_indices] = lengths
