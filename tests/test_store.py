@@ -69,6 +69,29 @@ def test_byte_ranges_match_file_bytes(store, sample, byte_range):
     assert got.to_bytes() == expected
 
 
+@pytest.mark.parametrize(
+    "byte_range",
+    [RangeByteRequest(3, 10**9), OffsetByteRequest(10**9), SuffixByteRequest(10**9), RangeByteRequest(0, 0)],
+)
+def test_byte_ranges_beyond_the_chunk_as_zarr_stores_serve_them(store, sample, byte_range):
+    """Ranges that run past a chunk's end give what zarr's own MemoryStore gives."""
+    from zarr.core.buffer.cpu import Buffer as CPUBuffer
+    from zarr.storage import MemoryStore
+
+    table = store.manifest.chunks["X/indices"]
+    offset, length = int(table.offset[0]), int(table.length[0])
+    whole = sample.read_bytes()[offset : offset + length]
+    memory = MemoryStore({"k": CPUBuffer.from_bytes(whole)})
+    expected = run(memory.get("k", PROTO, byte_range)).to_bytes()
+    assert run(store.get("X/indices/c/0", PROTO, byte_range)).to_bytes() == expected
+
+
+def test_getsize_of_a_referenced_chunk_is_its_stored_size(store, sample):
+    with h5py.File(sample) as f:
+        stored = f["X/indices"].id.get_chunk_info(0).size
+    assert run(store.getsize("X/indices/c/0")) == stored
+
+
 def test_get_partial_values(store):
     keys = [("zarr.json", None), ("X/indices/c/0", RangeByteRequest(0, 4)), ("missing", None)]
     values = run(store.get_partial_values(PROTO, keys))
@@ -126,6 +149,90 @@ def test_missing_source_names_it(tmp_path):
     group = h5lens.open_group(manifest, verify=False)
     with pytest.raises(h5lens.SourceNotFoundError, match="gone.h5ad"):
         group["X/indices"][...]
+
+
+@pytest.mark.parametrize("change", ["grown", "shrunk", "touched"])
+def test_every_kind_of_change_to_a_local_source_is_named(tmp_path, change):
+    """A larger or smaller file, or one rewritten at the same size (a new mtime): each is
+    refused with what changed, as the file system reports it now."""
+    import os
+
+    path = tmp_path / "changing.h5ad"
+    write_sample(path)
+    manifest = h5lens.index(path)
+    before = os.stat(path)
+    if change == "grown":
+        with open(path, "ab") as f:
+            f.write(b"\0" * 16)
+    elif change == "shrunk":
+        os.truncate(path, before.st_size - 16)
+    else:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 5_000_000_000))
+    after = os.stat(path)
+    with pytest.raises(h5lens.StaleSourceError) as raised:
+        h5lens.open_group(manifest)
+    if change == "touched":
+        assert raised.value.changes == (f"mtime {manifest.sources[0].mtime} → {after.st_mtime}",)
+    else:
+        assert f"size {before.st_size} → {after.st_size}" in raised.value.changes
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    if change == "touched":
+        h5lens.open_group(manifest)  # the same file again
+
+
+def test_a_source_with_nothing_recorded_is_not_checked(tmp_path):
+    from dataclasses import replace
+
+    path = tmp_path / "unrecorded.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(10)
+    manifest = h5lens.index(path)
+    manifest.sources[0] = replace(manifest.sources[0], size=None, mtime=None, etag=None)
+    with open(path, "ab") as f:
+        f.write(b"\0" * 16)
+    np.testing.assert_array_equal(h5lens.open_group(manifest)["x"][...], np.arange(10))
+
+
+def test_a_source_with_its_size_only_recorded_is_checked_by_size(tmp_path):
+    """Servers that give no ETag or modification time leave the size: it is still checked,
+    for each source, the unrecorded ones skipped."""
+    from dataclasses import replace
+
+    from h5lens.manifest.model import Source
+
+    path, other = tmp_path / "data.h5", tmp_path / "other.h5"
+    for name in (path, other):
+        with h5py.File(name, "w") as f:
+            f["x"] = np.arange(10)
+    manifest = h5lens.index(path)
+    manifest.sources[0] = replace(manifest.sources[0], size=None, mtime=None, etag=None)
+    manifest.sources.append(Source(str(other), size=other.stat().st_size))
+    np.testing.assert_array_equal(h5lens.open_group(manifest)["x"][...], np.arange(10))
+    with open(other, "ab") as f:
+        f.write(b"\0" * 16)
+    with pytest.raises(h5lens.StaleSourceError, match="other.h5"):
+        h5lens.open_group(manifest)
+
+
+def test_a_failed_chunk_read_names_the_key_and_its_byte_range(tmp_path):
+    """The note a failed read carries names the chunk key and the exact bytes the manifest
+    gave it, so a user can find them in the file."""
+    from dataclasses import replace
+
+    path = tmp_path / "chunked.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(4000, dtype="<i4"), chunks=(1000,), compression="gzip")
+    manifest = h5lens.index(path, inline_threshold=0)
+    table = manifest.chunks["x"]
+    offset = table.offset.copy()
+    offset[1] = manifest.sources[0].size - 10  # the chunk now runs past the end of the file
+    manifest.chunks["x"] = replace(table, offset=offset)
+    group = h5lens.open_group(manifest, verify=False)
+    with pytest.raises(h5lens.SourceReadError) as raised:
+        group["x"][1000:2000]
+    start, length = int(offset[1]), int(table.length[1])
+    notes = " ".join(getattr(raised.value, "__notes__", []))
+    assert f"'x/c/1' (/x, bytes {start}-{start + length})" in notes, notes
 
 
 def test_stale_local_source_is_refused(tmp_path):

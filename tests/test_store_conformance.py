@@ -595,3 +595,72 @@ class TestManifestStoreConformance(StoreTests[ManifestStore, CPUBuffer]):
         asyncio.run(self.set(store, "c/0/1/2", self.buffer_cls.from_bytes(b"deeper")))
         assert [p for p in store.manifest.nodes if p.startswith("c")] == ["c/0/1"]
         assert asyncio.run(store.get("c/0/0", default_buffer_prototype())).to_bytes() == b"root"
+
+
+# -- listing, compared with zarr's own MemoryStore holding the same keys --------------------
+CANDIDATE_KEYS = [
+    "c/0", "c/1", "c/0/0", "c/1/2", "cc/0", "x/c/0/0", "x/c/1/0", "x/y/c/0", "x/y/c/3",
+    "v/0.0", "v/1.1", "w/0/1", "d/c.0.1", "d/c.1.0", "a/b/c/0", "a/b/zarr.json", "g/zarr.json",
+    "0", "1", "s/c", "x/c", "c/c/0",
+]
+
+
+def _memory_twin(manifest: Manifest) -> dict[str, bytes]:
+    """Every key the manifest holds and its bytes, derived from the manifest model alone."""
+    from h5lens.manifest.zarr_keys import metadata_key
+
+    grammar = KeyGrammar.of_documents(manifest.nodes)
+    keys = {metadata_key(path): dumps_document(doc).encode() for path, doc in manifest.nodes.items()}
+    for path, table in manifest.chunks.items():
+        encoding = grammar.arrays[path][0]
+        for flat, payload in table.inline.items():
+            index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape)) if table.grid_shape else ()
+            keys[chunk_key(path, index, encoding)] = payload
+    return keys
+
+
+def _prefixes(keys: list[str]) -> list[str]:
+    """Directory prefixes of the keys (as list_dir takes them) and string prefixes of them."""
+    dirs = {""}
+    strings = {""}
+    for key in keys:
+        parts = key.split("/")
+        dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        strings.update(key[:i] for i in range(1, len(key) + 1))
+    return sorted(dirs), sorted(strings)
+
+
+def _listings(store: Any, dirs: list[str], strings: list[str]) -> dict[str, Any]:
+    async def collect() -> dict[str, Any]:
+        out: dict[str, Any] = {"list": sorted(await _collect_aiterator(store.list()))}
+        for prefix in dirs:
+            out[f"list_dir({prefix!r})"] = sorted(await _collect_aiterator(store.list_dir(prefix)))
+        for prefix in strings:
+            out[f"list_prefix({prefix!r})"] = sorted(await _collect_aiterator(store.list_prefix(prefix)))
+        return out
+
+    return asyncio.run(collect())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_listing_equals_a_memory_store_holding_the_same_keys(seed: int) -> None:
+    """Whatever arrays (root, nested, named "c", every chunk key encoding) a manifest holds,
+    list, list_prefix and list_dir give what zarr's MemoryStore gives for the same keys."""
+    from zarr.storage import MemoryStore
+
+    rng = np.random.default_rng(seed)
+    manifest = empty_manifest()
+    for key in rng.permutation(CANDIDATE_KEYS)[: int(rng.integers(1, len(CANDIDATE_KEYS)))]:
+        value = GROUP_DOCUMENT if key.endswith("zarr.json") else bytes([int(rng.integers(256))])
+        try:
+            put(manifest, str(key), value)
+        except Unrepresentable:
+            pass
+    twin = _memory_twin(manifest)
+    memory = MemoryStore({key: CPUBuffer.from_bytes(value) for key, value in twin.items()})
+    store = ManifestStore(manifest)
+    dirs, strings = _prefixes(list(twin))
+    assert _listings(store, dirs, strings) == _listings(memory, dirs, strings)
+    for key, value in twin.items():
+        got = asyncio.run(store.get(key, default_buffer_prototype()))
+        assert got is not None and got.to_bytes() == value, key
