@@ -146,34 +146,75 @@ def test_a_gzip_chunk_as_long_as_its_data_stays_a_reference(tmp_path):
     np.testing.assert_array_equal(h5lens.open_group(manifest)["x"][...], expected)
 
 
-def test_lzf_with_fletcher32_chunk_compressed_to_its_own_length_reads_like_h5py(tmp_path):
-    """With fletcher32 after LZF, a chunk LZF compressed to its own length is stored 4 bytes
-    longer (the checksum): that length is the ambiguous one."""
+def _lzf_exactly(length: int) -> tuple[bytes, bytes]:
+    """Raw bytes whose LZF stream is exactly as long as they are."""
     import lzf
-    from numcodecs import Fletcher32
 
     rng = np.random.default_rng(0)
-    for run in range(8, 256):
-        raw = bytearray(rng.bytes(1024))
-        raw[100 : 100 + run] = bytes(run)
-        packed = lzf.compress(bytes(raw), 2048)
-        if packed is not None and len(packed) == 1024:
-            break
-    else:
-        raise AssertionError("no such chunk found")
-    stored = bytes(Fletcher32().encode(packed))
-    path = str(tmp_path / "lzf-fletcher.h5")
+    for _ in range(100):
+        noise = rng.bytes(length)
+        for run in range(8, length // 4):
+            raw = bytearray(noise)
+            raw[100 : 100 + run] = bytes(run)
+            packed = lzf.compress(bytes(raw), 2 * length)
+            if packed is not None and len(packed) == length:
+                return bytes(raw), packed
+    raise AssertionError("no such chunk found")
+
+
+@pytest.mark.parametrize("elements", [256, 257])  # 1024 and 1028 bytes: the lengths' bits differ
+@pytest.mark.parametrize("pipeline", ["lzf+fletcher32", "shuffle+lzf"])
+def test_an_lzf_chunk_compressed_to_its_own_length_reads_like_h5py(tmp_path, pipeline, elements):
+    """With fletcher32 after LZF, a chunk LZF compressed to its own length is stored 4 bytes
+    longer (the checksum): that length is the ambiguous one. With shuffle before LZF, it is
+    the data's own length."""
+    from numcodecs import Fletcher32, Shuffle
+
+    nbytes = 4 * elements
+    raw, packed = _lzf_exactly(nbytes)
+    fletcher = pipeline == "lzf+fletcher32"
+    stored = bytes(Fletcher32().encode(packed)) if fletcher else packed
+    path = str(tmp_path / "lzf.h5")
     with h5py.File(path, "w") as f:
-        ds = f.create_dataset("x", shape=(512,), dtype="<i4", chunks=(256,), compression="lzf", fletcher32=True)
+        ds = f.create_dataset(
+            "x", shape=(2 * elements,), dtype="<i4", chunks=(elements,), compression="lzf",
+            fletcher32=fletcher, shuffle=not fletcher,
+        )
         ds.id.write_direct_chunk((0,), stored, filter_mask=0)
-        ds[256:] = np.arange(256, dtype="<i4")
-        assert ds.id.get_chunk_info(0).size == 1028
+        ds[elements:] = np.arange(elements, dtype="<i4")
+        assert ds.id.get_chunk_info(0).size == nbytes + (4 if fletcher else 0)
     with h5py.File(path) as f:
         expected = f["x"][...]
-    assert expected[:256].tobytes() == bytes(raw)  # h5py decodes it
+    unshuffled = raw if fletcher else bytes(Shuffle(elementsize=4).decode(raw))
+    assert expected[:elements].tobytes() == unshuffled  # h5py decodes it
     for threshold in (0, 100_000):
         got = h5lens.open_group(h5lens.index(path, inline_threshold=threshold))["x"][...]
         np.testing.assert_array_equal(got, expected)
+
+
+def test_netcdf_c_filter_order_fletcher32_shuffle_deflate(tmp_path):
+    """netCDF-C adds fletcher32 before shuffle and deflate; the codecs follow the file's own
+    order, the shuffle after a length-changing filter being HDF5's own (h5lens.shuffle)."""
+    path = str(tmp_path / "order.h5")
+    values = np.arange(1001, dtype="<i4") % 97
+    with h5py.File(path, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((250,))
+        dcpl.set_fletcher32()
+        dcpl.set_shuffle()
+        dcpl.set_deflate(3)
+        space = h5py.h5s.create_simple((1001,))
+        h5py.h5d.create(f.id, b"x", h5py.h5t.STD_I32LE, space, dcpl=dcpl)
+        f["x"][...] = values
+        order = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+        expected = f["x"][...]
+    assert order == [3, 2, 1]
+    manifest = h5lens.index(path, inline_threshold=0)
+    names = [codec["name"] for codec in manifest.nodes["x"]["codecs"]]
+    assert names == ["bytes", "numcodecs.fletcher32", "h5lens.shuffle", "numcodecs.zlib"]
+    assert manifest.nodes["x"]["codecs"][3]["configuration"] == {"level": 3}
+    assert len(manifest.chunks["x"].inline) == 0
+    np.testing.assert_array_equal(h5lens.open_group(manifest)["x"][...], expected)
 
 
 def test_zstd_h5ad_reads_eagerly_as_anndata_reads_it(tmp_path):
