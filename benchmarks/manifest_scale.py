@@ -188,6 +188,7 @@ def main(argv: list[str]) -> int:
     for r in compact_rows:
         print(f"  compact {r['chunks']:,}: gzip table {r['gzip_table_per_chunk']:.2f} B/chunk, "
               f"regular table {r['regular_table_per_chunk']:.4f} B/chunk")
+    print_targets(compact_rows)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
@@ -195,6 +196,26 @@ def main(argv: list[str]) -> int:
     if args.plot:
         plot(rows, args.plot)
     return 0
+
+
+def print_targets(compact_rows: list[dict[str, Any]]) -> None:
+    """The compact form's targets at 10^6 chunks, with what was measured."""
+    by_n = {r["chunks"]: r for r in compact_rows}
+    million = by_n.get(1_000_000)
+    if million is None:
+        return
+    checks = [
+        ("open <= 0.2 s", million["open"], 0.2, "s"),
+        ("peak memory (open + first chunk) <= 100 MB", million["peak"] / 1e6, 100, "MB"),
+        ("irregular gzip chunks <= 3 B/chunk", million["gzip_table_per_chunk"], 3, "B/chunk"),
+        ("regular chunks <= 0.5 B/chunk", million["regular_table_per_chunk"], 0.5, "B/chunk"),
+    ]
+    ten = by_n.get(10_000_000)
+    if ten is not None:  # "opens in about the same time": within 2x of 10^6
+        checks.append(("10^7 chunks open <= 2x the 10^6 open", ten["open"] / million["open"], 2, "x"))
+    print("\ntargets (compact, 10^6 chunks):")
+    for label, value, limit, unit in checks:
+        print(f"  {label}: {value:.4g} {unit} ({'met' if value <= limit else 'MISSED'})")
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:
