@@ -187,6 +187,15 @@ def test_unwrapped_reserved_keys_read_as_themselves(stored: str) -> None:
     assert escape_key(key).strip("%") == stored
 
 
+@pytest.mark.parametrize("edge", ["!", "#", "$", "&", "a", "\u00e9"])
+def test_only_percent_wraps_a_key(edge: str) -> None:
+    """A key that starts and ends with the same character other than ``%`` is not wrapped:
+    it reads as itself, and escaping it gives it back."""
+    key = f"{edge}name{edge}"
+    assert escape_key(key) == key
+    assert unescape_key(key) == key
+
+
 def test_invalid_key_error_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         unescape_key("%41")
