@@ -240,3 +240,23 @@ def test_a_chunk_compressed_to_its_own_length_reads_like_h5py(tmp_path):
     for threshold in (0, 1000):
         got = h5lens.open_group(h5lens.index(path, inline_threshold=threshold))["x"][...]
         np.testing.assert_array_equal(got, expected)
+
+
+def test_our_encoder_never_writes_a_stream_as_long_as_the_data(tmp_path):
+    """python-lzf may give a stream one byte over the bound asked for; a 40-byte stream for
+    40 bytes of data reads back as stored uncompressed. Found by random HDF5 trees: a
+    compound dataset whose LZF chunk is exactly its own length, re-encoded by the scanner."""
+    import h5lens
+
+    data = np.array([(0, 33.0), (1, 1.1409306), (0, 1.00001), (-1, 1.82430788)], dtype=[("a", "<i2"), ("b", "<f8")])
+    raw = data.tobytes()
+    encoded = lzf_mod.encode_hdf5_lzf(raw)
+    assert len(encoded) < len(raw) or encoded == raw
+    assert lzf_mod.decode_hdf5_lzf(encoded, len(raw)) == raw
+    path = tmp_path / "compound.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("c", data=data, chunks=(4,), compression="lzf")
+        assert f["c"].id.get_chunk_info(0).size == len(raw)  # the ambiguous case
+    with h5py.File(path) as f:
+        expected = f["c"][...]
+    np.testing.assert_array_equal(h5lens.open_group(h5lens.index(path))["c"][...], expected)

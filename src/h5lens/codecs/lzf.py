@@ -158,7 +158,9 @@ def encode_hdf5_lzf(data: bytes, backend: _Backend | None = None) -> bytes:
     if len(data) <= 1:
         return bytes(data)
     out = backend.compress(data, len(data) - 1)
-    return bytes(data) if out is None else out
+    # python-lzf may return a stream one byte longer than the bound it was given: a stream as
+    # long as the data would read back as stored uncompressed, so check the length here
+    return bytes(data) if out is None or len(out) >= len(data) else out
 
 
 @dataclass(frozen=True)
