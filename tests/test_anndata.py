@@ -483,3 +483,28 @@ def test_lazy_sparse_blocks_follow_the_matrix_size(tmp_path):
     lazy = h5lens.read_anndata(h5lens.index(path), lazy=True)
     assert lazy.X.chunks[0][0] == 10
     np.testing.assert_array_equal(lazy.X[1234:1300].compute().toarray(), x[1234:1300].toarray())
+
+
+@pytest.mark.parametrize("reader", ["anndata", "treedata"])
+def test_a_chunk_that_does_not_decode_is_named(tmp_path, reader):
+    """A manifest pointing a chunk at the wrong bytes: the eager readers raise
+    SourceReadError naming the chunk key and its byte range, not the codec's bare error."""
+    from dataclasses import replace
+
+    import scipy.sparse as sp
+
+    adata = ad.AnnData(X=sp.random(2000, 50, density=0.1, format="csr", dtype="f4", random_state=0))
+    path = tmp_path / "damaged.h5ad"
+    adata.write_h5ad(path, compression="gzip")
+    manifest = h5lens.index(path, inline_threshold=0)
+    table = manifest.chunks["X/data"]
+    offset = table.offset.copy()
+    offset[1] += 7  # chunk 1 now starts inside its zlib stream
+    manifest.chunks["X/data"] = replace(table, offset=offset)
+    read = h5lens.read_anndata if reader == "anndata" else h5lens.read_treedata
+    with pytest.raises(h5lens.SourceReadError) as raised:
+        read(manifest, verify=False)
+    start = int(offset[1])
+    assert f"'X/data/c/1' of /X/data" in str(raised.value)
+    assert f"bytes {start}-{start + int(table.length[1])}" in str(raised.value)
+    assert "does not decode" in str(raised.value)

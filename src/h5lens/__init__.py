@@ -17,6 +17,10 @@ from h5lens._version import __version__ as __version__
 # public name -> the module that defines it
 _EXPORTS = {
     "index": "h5lens.api",
+    "index_many": "h5lens.many",
+    "to_icechunk": "h5lens.icechunk",
+    "IndexManyResult": "h5lens.many",
+    "FileRecord": "h5lens.many",
     "open_group": "h5lens.read.open",
     "open_store": "h5lens.read.open",
     "ScanProgress": "h5lens.scan.options",
@@ -54,8 +58,10 @@ _EXPORTS = {
 __all__ = [
     "AccessDeniedError",
     "Dataset",
+    "FileRecord",
     "Group",
     "H5LensError",
+    "IndexManyResult",
     "InvalidKeyError",
     "InvalidOptionError",
     "Limits",
@@ -74,11 +80,13 @@ __all__ = [
     "StorageError",
     "UnsupportedFeatureError",
     "index",
+    "index_many",
     "open",
     "open_group",
     "open_store",
     "read_anndata",
     "read_treedata",
+    "to_icechunk",
     "validate",
 ]
 
@@ -102,6 +110,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
     )
     from h5lens.manifest.limits import Limits
     from h5lens.manifest.model import Manifest
+    from h5lens.icechunk import to_icechunk
+    from h5lens.many import FileRecord, IndexManyResult, index_many
     from h5lens.read.anndata import read_anndata, read_treedata
     from h5lens.read.navigate import Dataset, Group
     from h5lens.read.open import open_group, open_store

@@ -322,7 +322,14 @@ def index(
         str, typer.Argument(metavar="SOURCE", help="HDF5 file: local path or fsspec URL (s3://...).")
     ],
     output: Annotated[
-        str, typer.Option("--output", "-o", metavar="OUT", help="Where to write the manifest (path or URL).")
+        str,
+        typer.Option(
+            "--output",
+            "-o",
+            "--to",
+            metavar="OUT",
+            help="Where to write the manifest (path or URL), or icechunk://PATH to commit it to an Icechunk repository.",
+        ),
     ],
     inline_threshold: Annotated[
         int, typer.Option(metavar="N", help="Copy arrays of at most this many stored bytes into the manifest.")
@@ -349,13 +356,25 @@ def index(
     """Index SOURCE into a manifest written to OUTPUT.
 
     OUTPUT is checked first (not the source; its directory or bucket exists), then SOURCE
-    is scanned and the manifest written atomically.
+    is scanned and the manifest written atomically. OUTPUT icechunk://PATH (a local
+    directory or icechunk://s3://BUCKET/PREFIX) commits it to an Icechunk repository.
     """
     options = _storage_options(storage_option, anon, endpoint_url)
     _check_convention(convention)
     _check_form(form)
     block_size = _byte_size("--read-block-size", read_block_size)
-    _check_destination(output, source, url, options)
+    to_icechunk = output.startswith("icechunk://")  # a repository: h5lens.icechunk writes it
+    if to_icechunk:
+        if form is not None:
+            _fail("--format is for manifest files; an Icechunk repository holds the references itself")
+        with _reporting(output, "checking the destination", anon=anon):
+            from h5lens.icechunk import check_destination as check_repository
+            from h5lens.icechunk import quiet_logs
+
+            quiet_logs()
+            check_repository(output, sources=[source, url], storage_options=options or None)
+    else:
+        _check_destination(output, source, url, options)
     with _reporting(source, "indexing", anon=anon):
         import h5lens
 
@@ -372,14 +391,21 @@ def index(
                 read_block_size=block_size,
             )
     with _reporting(output, "writing", anon=anon):
-        written = manifest.save(output, format=form, storage_options=options or None)
+        if to_icechunk:
+            from h5lens.icechunk import write_destination
+
+            snapshot, committed = write_destination(output, manifest, storage_options=options or None)
+            note = f"committed snapshot {snapshot}" if committed else f"unchanged at snapshot {snapshot}, nothing committed"
+        else:
+            written = manifest.save(output, format=form, storage_options=options or None)
+            note = _form_note(written, form, manifest)
     from h5lens.report import summarize
 
     summary = summarize(manifest)
     typer.echo(
         f"{output}: {summary['arrays']} arrays, {summary['groups']} groups, "
         f"{summary['referenced_chunks']} referenced chunks ({summary['referenced_bytes']} bytes), "
-        f"{summary['inline_chunks']} inline chunks ({summary['inline_bytes']} bytes); {_form_note(written, form, manifest)}"
+        f"{summary['inline_chunks']} inline chunks ({summary['inline_bytes']} bytes); {note}"
     )
 
 
@@ -715,6 +741,9 @@ def _check_endpoint(endpoint_url: str) -> None:
         socket.create_connection((parts.hostname, port), timeout=10).close()
     except OSError as e:
         _fail(f"{endpoint_url}: cannot reach the storage endpoint ({e.strerror or type(e).__name__})", e)
+
+
+import h5lens.cli_many  # noqa: E402, F401 - registers the index-many command
 
 
 # -- entry point ---------------------------------------------------------------------------------

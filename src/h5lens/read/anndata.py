@@ -10,18 +10,22 @@ gives them (anndata's zarr path leaves them as numpy strings).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import zarr
 
 from h5lens import convention
-from h5lens.errors import ManifestFormatError
+from h5lens.errors import H5LensError, ManifestFormatError
 from h5lens.keys import unescape_key
 from h5lens.manifest.limits import Limits
+from h5lens.manifest.model import Manifest
+from h5lens.read.blocks import dense_row_block, slicing_row_block, sparse_row_block
 from h5lens.read.open import PathOrManifest, open_group, store_of
+from h5lens.read.shared import origin_of, shared_group
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -120,7 +124,7 @@ def _check_root(group: zarr.Group, allowed: tuple[str, ...]) -> str:
 
 
 def read_anndata(
-    manifest: PathOrManifest,
+    manifest: PathOrManifest | Sequence[PathOrManifest],
     *,
     lazy: bool = False,
     storage_options: dict[str, Any] | None = None,
@@ -129,29 +133,90 @@ def read_anndata(
     verify: bool = True,
     allow_local: Iterable[str] | bool = (),
     limits: Limits | None = None,
+    join: Literal["inner", "outer"] = "inner",
+    label: str | None = None,
+    keys: Collection[str] | None = None,
+    index_unique: str | None = None,
+    block_bytes: int | None = None,
 ) -> anndata.AnnData:
     """Read an h5ad (or h5td) manifest as an :class:`anndata.AnnData`.
 
     ``lazy=True`` gives ``anndata.experimental.read_lazy`` semantics: dask-backed
-    arrays and lazy dataframes that read only the chunks a computation needs. The other
-    arguments are as for :func:`h5lens.open_group`.
+    arrays and lazy dataframes that read only the chunks a computation needs; dask tasks
+    read through one store per manifest and worker process (see :mod:`h5lens.read.shared`),
+    so they compute on a distributed cluster too. The other arguments are as for
+    :func:`h5lens.open_group`.
+
+    A list (or tuple) of manifests gives one AnnData concatenated along obs by
+    ``anndata.concat`` (``join``, ``label``, ``keys``, ``index_unique`` as it takes them):
+    lazily, each file's tasks read through that file's manifest.
+
+    ``block_bytes`` (lazy): cut sparse and dense ``X`` and layers into row blocks of about
+    this many bytes, never fewer rows than anndata's default block (1000). By default a
+    list is cut into 64 MiB blocks (for computing over it) and one manifest into blocks of
+    about n/500 rows (for tight slices).
     """
+    if isinstance(manifest, (list, tuple)):
+        from h5lens.read.collection import read_collection
+
+        return read_collection(
+            manifest,
+            read_anndata,
+            lazy=lazy,
+            join=join,
+            label=label,
+            keys=keys,
+            index_unique=index_unique,
+            block_bytes=block_bytes,
+            options={
+                "storage_options": storage_options,
+                "source_options": source_options,
+                "source_urls": source_urls,
+                "verify": verify,
+                "allow_local": allow_local,
+                "limits": limits,
+            },
+        )
     import anndata
 
-    group = _open_root(
-        manifest, ("anndata", "treedata"), storage_options, source_options, source_urls, verify, allow_local, limits
+    root = _open_root(
+        cast("PathOrManifest", manifest), ("anndata", "treedata"), storage_options, source_options, source_urls, verify, allow_local, limits
     )
     # The AnnData part of a TreeData file (before any read, so that one store fetches).
-    group = _as_anndata_root(group)
+    group = _as_anndata_root(root)
     if lazy:
-        return _finer_sparse_blocks(anndata.experimental.read_lazy(group), group)
+        # a manifest read here from a file, as it is there, travels to workers as its location;
+        # a Manifest object may differ from any file (built, edited): it travels whole
+        from_file = group is root and not isinstance(manifest, Manifest)
+        origin = origin_of(store_of(root), storage_options, limits) if from_file else None
+        group = shared_group(group, origin)
+        return _lazy_blocks(anndata.experimental.read_lazy(group), group, block_bytes)
     # An eager read touches every chunk: ask for all of them at once (merged requests),
     # instead of one round trip per element as the reader walks the tree.
     store_of(group).prefetch_all()
     from anndata.experimental import read_dispatched
 
-    adata = read_dispatched(group, _as_h5ad_reads)
-    return _with_legacy_raw(adata, group)
+    with _naming_bad_chunks(group):
+        adata = read_dispatched(group, _as_h5ad_reads)
+        return _with_legacy_raw(adata, group)
+
+
+@contextlib.contextmanager
+def _naming_bad_chunks(group: zarr.Group) -> Iterator[None]:
+    """A read that fails inside a codec (a damaged chunk, a manifest pointing at the wrong
+    bytes) surfaces as the codec's bare error: re-raise it as SourceReadError naming the
+    first chunk that does not decode (h5lens.read.check.diagnose), when one does not."""
+    try:
+        yield
+    except H5LensError:
+        raise
+    except Exception as e:  # noqa: BLE001 - narrowed down below, re-raised if not a chunk's
+        from h5lens.read.check import diagnose
+
+        found = diagnose(group, e)
+        if found is None:
+            raise
+        raise found from e
 
 
 def _with_legacy_raw(adata: Any, group: zarr.Group) -> Any:
@@ -172,34 +237,37 @@ def _with_legacy_raw(adata: Any, group: zarr.Group) -> Any:
     return adata
 
 
-# anndata computes lazy sparse matrices in blocks of 1000 rows: a slice of 1% of a 50k-row
-# matrix then fetches twice what it asks for. Blocks of about n/500 rows (at most 1000)
-# keep what a slice fetches close to what it needs.
-_SLICE_RESOLUTION = 500
-
-
-def _finer_sparse_blocks(adata: Any, group: zarr.Group) -> Any:
+def _lazy_blocks(adata: Any, group: zarr.Group, block_bytes: int | None) -> Any:
+    """X and layers re-read lazily in row blocks: byte-sized (``block_bytes``), or for
+    slicing (sparse only; about n/500 rows, see :mod:`h5lens.read.blocks`)."""
     from anndata.experimental import read_elem_lazy
 
-    def finer(key: str) -> Any:
+    store = store_of(group)
+
+    def reblocked(key: str) -> Any:
         elem = group[key]
         kind = elem.attrs.get("encoding-type")
-        if kind not in ("csr_matrix", "csc_matrix"):
-            return None
-        major = 0 if kind == "csr_matrix" else 1
-        shape = _sparse_shape(elem)
-        stride = max(1, min(1000, -(-shape[major] // _SLICE_RESOLUTION)))
-        return read_elem_lazy(elem, chunks=(stride, -1) if major == 0 else (-1, stride))
+        if kind in ("csr_matrix", "csc_matrix") and isinstance(elem, zarr.Group):
+            major = 0 if kind == "csr_matrix" else 1
+            if block_bytes is None:
+                stride = slicing_row_block(_sparse_shape(elem)[major])
+            else:
+                stride = sparse_row_block(elem, store, block_bytes)
+            return read_elem_lazy(elem, chunks=(stride, -1) if major == 0 else (-1, stride))
+        if block_bytes is not None and isinstance(elem, zarr.Array) and kind == "array" and elem.ndim == 2:
+            rows = dense_row_block(elem, store, block_bytes)
+            return read_elem_lazy(elem, chunks=(rows, -1))
+        return None
 
     if "X" in group:
-        x = finer("X")
+        x = reblocked("X")
         if x is not None:
             adata.X = x
     layers = group.get("layers")
     if isinstance(layers, zarr.Group):  # read_lazy has read it as a dict: a group
         escaped = layers.attrs.get("encoding-version") == "0.2.0"
         for name, _ in layers.members():
-            layer = finer(f"layers/{name}")
+            layer = reblocked(f"layers/{name}")
             if layer is not None:
                 adata.layers[unescape_key(name) if escaped else name] = layer
     return adata
@@ -262,7 +330,8 @@ def read_treedata(
         manifest, ("treedata", "anndata"), storage_options, source_options, source_urls, verify, allow_local, limits
     )
     if not lazy:
-        return treedata.read_zarr(group.store)
+        with _naming_bad_chunks(group):
+            return treedata.read_zarr(group.store)
     store = store_of(group)
     adata = read_anndata(store.manifest, lazy=True, source_options=store.source_options,
                          source_urls=store.source_urls, verify=False, allow_local=store.allow_local)

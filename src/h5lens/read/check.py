@@ -112,3 +112,21 @@ def _decode_error(array: zarr.Array, index: tuple[int, ...], error: BaseExceptio
     where = describe(key) if describe is not None else f"chunk {key!r}"
     detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return SourceReadError(f"{where}: does not decode ({type(error).__name__}: {detail})")
+
+
+def diagnose(group: zarr.Group, error: BaseException) -> SourceReadError | None:
+    """After a read of ``group`` failed with ``error`` (not an h5lens error): the first chunk
+    of its arrays that does not decode, as :class:`SourceReadError` naming it, or None if
+    every chunk decodes (the failure lies elsewhere). Reads everything again: for failures
+    only."""
+    for _, array in sorted(group.arrays(), key=lambda item: item[0]):
+        try:
+            check_array(array)
+        except SourceReadError as bad:
+            bad.__cause__ = error
+            return bad
+    for _, child in sorted(group.groups(), key=lambda item: item[0]):
+        below = diagnose(child, error)
+        if below is not None:
+            return below
+    return None

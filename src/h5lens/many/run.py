@@ -1,0 +1,177 @@
+"""Index a collection on dask.distributed: list the files on the client, submit one task
+per file, gather one record per file, write the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from h5lens.many.sources import Job, plan_jobs, prepare_out_dir
+from h5lens.many.task import FAILED, INDEXED, SKIPPED, FileRecord, IndexSettings, index_one, one_line
+from h5lens.scan.options import (
+    CONVENTIONS,
+    DEFAULT_CONVENTION,
+    DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_READ_BLOCK_SIZE,
+    DEFAULT_SLAB_BYTES,
+    MIN_READ_BLOCK_SIZE,
+)
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+@dataclass
+class IndexManyResult:
+    """One record per file, in the order of the sources, and the run's wall time."""
+
+    records: list[FileRecord]
+    seconds: float
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.records)
+
+    @property
+    def indexed(self) -> int:
+        return self.count(INDEXED)
+
+    @property
+    def skipped(self) -> int:
+        return self.count(SKIPPED)
+
+    @property
+    def failed(self) -> int:
+        return self.count(FAILED)
+
+    @property
+    def ok(self) -> bool:
+        """No file failed."""
+        return self.failed == 0
+
+    @property
+    def chunks(self) -> int:
+        """Chunk references in the manifests now in DEST (indexed and skipped files)."""
+        return sum(r.chunks for r in self.records)
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.bytes for r in self.records)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "indexed": self.indexed,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "chunks": self.chunks,
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+            "files": [r.to_dict() for r in self.records],
+        }
+
+
+def index_many(
+    sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    *,
+    scheduler: str | Client | None = None,
+    workers: int | None = None,
+    force: bool = False,
+    report: str | os.PathLike[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
+    convention: str = DEFAULT_CONVENTION,
+    slab_bytes: int = DEFAULT_SLAB_BYTES,
+    materialize_limit: int | None = None,
+    read_block_size: int = DEFAULT_READ_BLOCK_SIZE,
+    format: str | None = None,
+    progress: Callable[[FileRecord, int, int], None] | None = None,
+) -> IndexManyResult:
+    """Index every file named by ``sources`` into ``out_dir`` on a dask.distributed cluster.
+
+    ``sources``: paths, globs or prefixes (``s3://bucket/atlas/``, ``data/*.h5ad``), local or
+    any fsspec URL; ``out_dir`` may be remote. Each file's manifest is written atomically to
+    ``out_dir/<name>.json`` (``format`` as for :meth:`Manifest.save`). A file whose manifest
+    there records its current size and ETag/mtime is skipped unless ``force``. A file that
+    fails is recorded with its one-line error; the others go on. ``scheduler``: a
+    ``distributed.Client`` or a scheduler address; None starts a LocalCluster of ``workers``
+    processes and closes it after. ``report``: also write the result as JSON there.
+    ``progress(record, done, total)`` is called on the client as each file finishes.
+    The other options are those of :func:`h5lens.index`.
+    """
+    from h5lens.errors import InvalidOptionError
+    from h5lens.manifest.io import FORMATS
+
+    if convention not in CONVENTIONS:
+        raise InvalidOptionError(f"convention must be one of {CONVENTIONS}. Got {convention!r}")
+    if format is not None and format not in FORMATS:
+        raise InvalidOptionError(f"format must be one of {FORMATS}. Got {format!r}")
+    if read_block_size < MIN_READ_BLOCK_SIZE:
+        raise InvalidOptionError(f"read_block_size must be at least {MIN_READ_BLOCK_SIZE} bytes. Got {read_block_size}")
+    specs = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else [os.fspath(s) for s in sources]
+    dest = os.fspath(out_dir)
+    options = dict(storage_options or {})
+    started = time.perf_counter()
+    if report is not None:  # a report that cannot be written fails now, not after the run
+        from h5lens.destination import check_destination
+
+        check_destination(os.fspath(report), storage_options=options or None)
+    prepare_out_dir(dest, options)
+    jobs = plan_jobs(specs, dest, options)
+    settings = IndexSettings(
+        options, inline_threshold, convention, slab_bytes, materialize_limit, read_block_size, format, force
+    )
+    records = _run(jobs, settings, scheduler, workers, progress) if jobs else []
+    result = IndexManyResult(records, time.perf_counter() - started)
+    if report is not None:
+        write_report(result, os.fspath(report), options)
+    return result
+
+
+def _run(
+    jobs: list[Job],
+    settings: IndexSettings,
+    scheduler: str | Client | None,
+    workers: int | None,
+    progress: Callable[[FileRecord, int, int], None] | None,
+) -> list[FileRecord]:
+    from distributed import as_completed
+
+    from h5lens.many.cluster import client_for
+
+    with client_for(scheduler, workers) as client:
+        # pure=False: a re-run must index again, not reuse a result the scheduler remembers;
+        # retries=0: a file that kills its worker (a crafted file crashing libhdf5) is failed
+        # once, not retried on every other worker.
+        futures = [client.submit(index_one, job, settings, pure=False, retries=0) for job in jobs]
+        position = {f.key: i for i, f in enumerate(futures)}
+        records: list[FileRecord | None] = [None] * len(jobs)
+        for done, future in enumerate(as_completed(futures, loop=client.loop), start=1):
+            i = position[future.key]
+            record = records[i] = _record_of(future, jobs[i])
+            future.release()
+            if progress is not None:
+                progress(record, done, len(jobs))
+    return [r for r in records if r is not None]
+
+
+def _record_of(future: Any, job: Job) -> FileRecord:
+    """The task's record; a task that did not return one (its worker died) is a failure."""
+    try:
+        record = future.result()
+    except Exception as e:  # noqa: BLE001 - KilledWorker, a lost connection: this file's failure
+        return FileRecord(job.source, job.manifest, FAILED, one_line(e, job.source))
+    if not isinstance(record, FileRecord):  # pragma: no cover - index_one always returns one
+        return FileRecord(job.source, job.manifest, FAILED, f"{job.source}: no record returned")
+    return record
+
+
+def write_report(result: IndexManyResult, path: str, storage_options: dict[str, Any] | None = None) -> None:
+    """The result as JSON at ``path`` (local or URL), written atomically."""
+    from h5lens.manifest.refs_json import write_bytes_atomic
+
+    payload = json.dumps(result.to_dict(), indent=1).encode() + b"\n"
+    write_bytes_atomic(path, payload, storage_options=storage_options)

@@ -1,0 +1,177 @@
+"""What one worker does for one file: skip it if its manifest is current, else index it
+and write the manifest atomically; never raise, always return a :class:`FileRecord`.
+
+This runs in a dask worker process: everything it takes and gives pickles, and every
+failure of the file (missing, corrupt, unsupported, denied) becomes the record's
+one-line error so that the other files go on.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from h5lens.many.sources import Job
+from h5lens.scan.options import (
+    DEFAULT_CONVENTION,
+    DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_READ_BLOCK_SIZE,
+    DEFAULT_SLAB_BYTES,
+)
+
+INDEXED = "indexed"
+SKIPPED = "skipped"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """The options of ``h5lens index`` that apply to every file of a run."""
+
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    inline_threshold: int = DEFAULT_INLINE_THRESHOLD
+    convention: str = DEFAULT_CONVENTION
+    slab_bytes: int = DEFAULT_SLAB_BYTES
+    materialize_limit: int | None = None
+    read_block_size: int = DEFAULT_READ_BLOCK_SIZE
+    format: str | None = None  # None: json, or compact above 100,000 chunk references
+    force: bool = False
+
+
+@dataclass
+class FileRecord:
+    """What happened to one file: one line of the report."""
+
+    source: str
+    manifest: str
+    status: str  # indexed | skipped | failed
+    error: str | None = None
+    chunks: int = 0  # chunk references (byte ranges of the source) in the manifest
+    bytes: int = 0  # bytes those references cover
+    seconds: float = 0.0
+    form: str | None = None  # json | compact, when a manifest was written
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def index_one(job: Job, settings: IndexSettings) -> FileRecord:
+    """Index ``job.source`` into ``job.manifest`` unless the manifest there is current."""
+    started = time.perf_counter()
+    record = FileRecord(job.source, job.manifest, FAILED)
+    try:
+        current = None if settings.force else _current_manifest(job, settings.storage_options)
+        if current is not None:
+            record.status = SKIPPED
+            record.chunks, record.bytes = _referenced(current)
+        else:
+            _index(job, settings, record)
+            record.status = INDEXED
+    except Exception as e:  # noqa: BLE001 - any failure of this file is its record, not the run's end
+        record.status = FAILED
+        record.error = one_line(e, job.source)
+    record.seconds = time.perf_counter() - started
+    return record
+
+
+def _index(job: Job, settings: IndexSettings, record: FileRecord) -> None:
+    import h5lens
+    from h5lens.many.sources import ensure_parent
+
+    options = settings.storage_options or None
+    manifest = h5lens.index(
+        job.source,
+        storage_options=options,
+        inline_threshold=settings.inline_threshold,
+        convention=settings.convention,
+        slab_bytes=settings.slab_bytes,
+        materialize_limit=settings.materialize_limit,
+        read_block_size=settings.read_block_size,
+    )
+    record.chunks, record.bytes = _referenced(manifest)
+    try:
+        ensure_parent(job.manifest)
+        record.form = manifest.save(job.manifest, format=settings.format, storage_options=options)
+    except Exception as e:  # the file indexed; say that the write failed
+        raise _Writing(one_line(e, job.manifest)) from e
+
+
+class _Writing(Exception):
+    """Writing the manifest failed (the message names the manifest, not the source)."""
+
+
+def _referenced(manifest: Any) -> tuple[int, int]:
+    from h5lens.report import summarize
+
+    summary = summarize(manifest)
+    return summary["referenced_chunks"], summary["referenced_bytes"]
+
+
+def _current_manifest(job: Job, storage_options: dict[str, Any]) -> Any:
+    """The manifest already at ``job.manifest`` if it describes the source as it is now
+    (same URL, size, and ETag or mtime); None if there is none or it is out of date.
+
+    A manifest that does not load (damaged, from an older format) is out of date: the
+    file is indexed again and the manifest replaced."""
+    from h5lens.api import _default_url
+    from h5lens.errors import H5LensError
+    from h5lens.fetch.readers import make_reader
+    from h5lens.manifest.model import Manifest
+
+    try:
+        existing = Manifest.load(job.manifest, storage_options=storage_options or None)
+    except H5LensError:
+        return None
+    if len(existing.sources) != 1 or existing.sources[0].url != _default_url(job.source):
+        return None
+    recorded = existing.sources[0]
+    reader = make_reader(job.source, storage_options or None)
+    try:
+        found = reader.stat()  # a vanished source raises: recorded as failed, as indexing would
+    finally:
+        reader.close()
+    if recorded.size is None or found.get("size") != recorded.size:
+        return None
+    compared = False
+    for key in ("etag", "mtime"):
+        was, now = getattr(recorded, key), found.get(key)
+        if was is not None and now is not None:
+            if was != now:
+                return None
+            compared = True
+    # size alone says too little: a rewrite of the same length would pass
+    return existing if compared else None
+
+
+def one_line(error: BaseException, url: str) -> str:
+    """One line for the report: what the user can act on, naming the file."""
+    from h5lens.backend_errors import storage_error
+    from h5lens.errors import H5LensError
+
+    if isinstance(error, _Writing):
+        return str(error)
+    if isinstance(error, H5LensError):
+        text = str(error)
+    elif isinstance(error, (OSError, ImportError)) or _from_storage_backend(error):
+        text = str(storage_error(error, url, "indexing"))
+    else:  # not something the file did: say what broke, so it can be reported
+        first = str(error).strip().splitlines()
+        text = f"{url}: {type(error).__name__}: {first[0] if first else 'failed'}"
+    lines = text.strip().splitlines()
+    line = lines[0] if lines else type(error).__name__
+    return line if url in line else f"{url}: {line}"
+
+
+_STORAGE_PACKAGES = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "fsspec", "urllib3"})
+
+
+def _from_storage_backend(error: BaseException) -> bool:
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in seen and len(seen) < 8:
+        if type(current).__module__.split(".", 1)[0] in _STORAGE_PACKAGES:
+            return True
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return False

@@ -1,0 +1,85 @@
+"""How many rows each dask task of a lazy matrix reads.
+
+Two needs pull apart. Slicing one matrix interactively wants small blocks (a slice fetches
+little beyond what it asks for): :func:`slicing_row_block`. Computing over a collection on
+a cluster wants blocks big enough that a task's overhead (scheduling, deserializing, a
+round trip to object storage) is small against its reading: :func:`row_block_for_bytes`,
+about ``target`` bytes of data per block, and never fewer rows than anndata's own default
+block. A hundred small files then make a hundred tasks, not thousands of 1-row ones.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, cast
+
+import numpy as np
+import zarr
+
+from h5lens.manifest.model import MISSING
+
+if TYPE_CHECKING:
+    from h5lens.store import ManifestStore
+
+# What a block of a lazy read over a collection holds: big against a task's overhead
+# (milliseconds) and an S3 request's latency, small against a worker's memory.
+DEFAULT_BLOCK_BYTES = 64 << 20
+# anndata's own row block for lazy sparse matrices (anndata._io.specs.lazy_methods):
+# byte-sized blocks are never finer than what anndata would make by itself.
+ANNDATA_ROW_BLOCK = 1000
+# Slicing: blocks of about n/500 rows (at most anndata's 1000), so a slice of 1% of a
+# matrix fetches about what it needs rather than a whole 1000-row block.
+SLICE_RESOLUTION = 500
+
+
+def slicing_row_block(n_rows: int) -> int:
+    """Rows per block for tight slices of one matrix."""
+    return max(1, min(ANNDATA_ROW_BLOCK, -(-n_rows // SLICE_RESOLUTION)))
+
+
+def row_block_for_bytes(n_rows: int, nbytes: int, target: int, *, at_least: int = ANNDATA_ROW_BLOCK) -> int:
+    """Rows per block so that a block holds about ``target`` of a matrix's ``nbytes``
+    (spread evenly over ``n_rows``), never fewer than ``at_least`` rows. A matrix smaller
+    than one block is one block (``at_least`` may exceed ``n_rows``: anndata allows it)."""
+    if n_rows <= 0:
+        return at_least
+    per_row = max(nbytes / n_rows, 1.0)
+    return max(at_least, min(n_rows, int(target // per_row)))
+
+
+def stored_bytes(store: ManifestStore, paths: list[str]) -> int:
+    """Bytes the chunks of these arrays take in their sources (or inline)."""
+    total = 0
+    for path in paths:
+        table = store.manifest.chunks.get(path)
+        if table is not None:
+            total += int(np.asarray(table.length)[np.asarray(table.source) != MISSING].sum())
+    return total
+
+
+def sparse_row_block(group: zarr.Group, store: ManifestStore, target: int) -> int:
+    """Major-axis rows (columns for CSC) per block of a csr/csc matrix group.
+
+    Sized by the larger of what the block stores and what it holds decoded (data plus
+    indices): a well-compressed matrix must not make blocks that burst a worker."""
+    shape = cast("list[int]", group.attrs["shape"])  # anndata records the shape as a list of ints
+    major = 0 if group.attrs.get("encoding-type") == "csr_matrix" else 1
+    prefix = f"{group.path}/" if group.path else ""
+    decoded = 0
+    for name in ("data", "indices"):
+        member = group.get(name)
+        if isinstance(member, zarr.Array):
+            decoded += math.prod(member.shape) * np.dtype(str(member.dtype)).itemsize
+    stored = stored_bytes(store, [f"{prefix}{name}" for name in ("data", "indices", "indptr")])
+    return row_block_for_bytes(int(shape[major]), max(decoded, stored), target)
+
+
+def dense_row_block(array: zarr.Array, store: ManifestStore, target: int) -> int:
+    """Rows per block of a dense matrix: about ``target`` bytes decoded, a whole number of
+    its stored chunks (a block never splits a chunk that another block then reads again)."""
+    n_rows = int(array.shape[0]) if array.shape else 0
+    chunk_rows = max(1, int(array.chunks[0])) if array.chunks else 1
+    decoded = math.prod(array.shape) * np.dtype(str(array.dtype)).itemsize
+    nbytes = max(decoded, stored_bytes(store, [array.path]))
+    rows = row_block_for_bytes(n_rows, nbytes, target, at_least=chunk_rows)
+    return -(-rows // chunk_rows) * chunk_rows
