@@ -157,6 +157,20 @@ def test_a_manifest_from_a_bucket_may_not_read_local_files(s3, indexed, tmp_path
         h5lens.open_group(f"s3://{key}", storage_options=options, allow_local=[str(tmp_path / "elsewhere")])
 
 
+@pytest.mark.parametrize("first", ["a remote source", "a remapped source"])
+def test_every_local_source_is_checked_whatever_comes_before_it(s3, indexed, tmp_path, first):
+    """A remote or remapped source listed first does not let a local one after it through."""
+    path, refs = indexed
+    refs = json.loads(json.dumps(refs))
+    refs["h5lens"]["sources"].insert(0, {"url": "s3://bucket/elsewhere.h5"})
+    key = f"bucket/{uuid.uuid4().hex}/x.json"
+    s3.filesystem().pipe(key, json.dumps(refs).encode())
+    options = s3.storage_options()
+    remap = {"s3://bucket/elsewhere.h5": "s3://bucket/moved.h5"} if first == "a remapped source" else None
+    with pytest.raises(h5lens.RefusedSourceError, match="may not read local files"):
+        h5lens.open_group(f"s3://{key}", storage_options=options, source_urls=remap, verify=False)
+
+
 def test_damaged_compact_manifests_are_refused(indexed, tmp_path):
     path, refs = indexed
     manifest = h5lens.Manifest.from_dict(refs)
