@@ -86,6 +86,31 @@ def test_byte_ranges_beyond_the_chunk_as_zarr_stores_serve_them(store, sample, b
     assert run(store.get("X/indices/c/0", PROTO, byte_range)).to_bytes() == expected
 
 
+@pytest.mark.parametrize(
+    "byte_range", [None, RangeByteRequest(3, 17), OffsetByteRequest(5), SuffixByteRequest(9), SuffixByteRequest(10**9)]
+)
+def test_synchronous_reads_equal_asynchronous_ones(store, byte_range):
+    """zarr's fused pipeline reads local sources through get_sync: the same bytes as get."""
+    expected = run(store.get("X/indices/c/0", PROTO, byte_range)).to_bytes()
+    assert store.get_sync("X/indices/c/0", prototype=PROTO, byte_range=byte_range).to_bytes() == expected
+
+
+def test_a_failed_synchronous_read_names_the_key(tmp_path):
+    from dataclasses import replace
+
+    path = tmp_path / "chunked.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(4000, dtype="<i4"), chunks=(1000,), compression="gzip")
+    manifest = h5lens.index(path, inline_threshold=0)
+    offset = manifest.chunks["x"].offset.copy()
+    offset[1] = manifest.sources[0].size - 10
+    manifest.chunks["x"] = replace(manifest.chunks["x"], offset=offset)
+    store = h5lens.open_store(manifest, verify=False)
+    with pytest.raises(h5lens.SourceReadError) as raised:
+        store.get_sync("x/c/1")
+    assert "'x/c/1'" in " ".join(getattr(raised.value, "__notes__", []))
+
+
 def test_getsize_of_a_referenced_chunk_is_its_stored_size(store, sample):
     with h5py.File(sample) as f:
         stored = f["X/indices"].id.get_chunk_info(0).size
@@ -151,7 +176,7 @@ def test_missing_source_names_it(tmp_path):
         group["X/indices"][...]
 
 
-@pytest.mark.parametrize("change", ["grown", "shrunk", "touched"])
+@pytest.mark.parametrize("change", ["grown", "shrunk", "touched", "older"])
 def test_every_kind_of_change_to_a_local_source_is_named(tmp_path, change):
     """A larger or smaller file, or one rewritten at the same size (a new mtime): each is
     refused with what changed, as the file system reports it now."""
@@ -166,17 +191,18 @@ def test_every_kind_of_change_to_a_local_source_is_named(tmp_path, change):
             f.write(b"\0" * 16)
     elif change == "shrunk":
         os.truncate(path, before.st_size - 16)
-    else:
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 5_000_000_000))
+    else:  # rewritten at the same size, or replaced by an older copy (cp -p)
+        shift = 5_000_000_000 if change == "touched" else -5_000_000_000
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + shift))
     after = os.stat(path)
     with pytest.raises(h5lens.StaleSourceError) as raised:
         h5lens.open_group(manifest)
-    if change == "touched":
+    if change in ("touched", "older"):
         assert raised.value.changes == (f"mtime {manifest.sources[0].mtime} → {after.st_mtime}",)
     else:
         assert f"size {before.st_size} → {after.st_size}" in raised.value.changes
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    if change == "touched":
+    if change in ("touched", "older"):
         h5lens.open_group(manifest)  # the same file again
 
 

@@ -157,6 +157,24 @@ def test_a_manifest_from_a_bucket_may_not_read_local_files(s3, indexed, tmp_path
         h5lens.open_group(f"s3://{key}", storage_options=options, allow_local=[str(tmp_path / "elsewhere")])
 
 
+def test_allow_local_forms(s3, indexed, tmp_path):
+    """``allow_local``: True allows every local file, False none; a listed path allows that
+    file or what lies below that directory, never a path that merely sorts before it."""
+    path, refs = indexed
+    key = f"bucket/{uuid.uuid4().hex}/x.json"
+    s3.filesystem().pipe(key, json.dumps(refs).encode())
+    url, options = f"s3://{key}", s3.storage_options()
+    with h5py.File(path) as f:
+        expected = f["a"][...]
+    for allowed in (True, [str(path)], [str(tmp_path)], [str(tmp_path) + "/"]):
+        np.testing.assert_array_equal(h5lens.open_group(url, storage_options=options, allow_local=allowed)["a"][...], expected)
+    after = str(tmp_path / "zzz")  # sorts after the file's path, and is not its directory
+    assert str(path) < after
+    for refused in (False, [after], [str(path) + "x"], [str(tmp_path) + "x"]):
+        with pytest.raises(h5lens.RefusedSourceError, match="may not read local files"):
+            h5lens.open_group(url, storage_options=options, allow_local=refused)
+
+
 @pytest.mark.parametrize("first", ["a remote source", "a remapped source"])
 def test_every_local_source_is_checked_whatever_comes_before_it(s3, indexed, tmp_path, first):
     """A remote or remapped source listed first does not let a local one after it through."""
@@ -275,3 +293,6 @@ def test_a_variable_length_chunk_claiming_more_items_is_refused_before_allocatio
     group = h5lens.open_group(_load(refs, tmp_path))
     with pytest.raises(h5lens.SourceReadError, match=rf"text/c/0.*4 items claims {claimed}"):
         group["text"][...]
+    # the synchronous path (zarr's fused pipeline reads local sources through it) checks too
+    with pytest.raises(h5lens.SourceReadError, match=rf"text/c/0.*4 items claims {claimed}"):
+        group.store.get_sync("text/c/0")
