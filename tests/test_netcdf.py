@@ -266,9 +266,8 @@ WRITERS: dict[str, Callable[[Path], None]] = {
 OPEN_OPTIONS = {"phony_dims": "sort"}
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory) -> Callable[[str], Path]:
-    root = tmp_path_factory.mktemp("netcdf")
+def file_maker(root: Path, writers: dict[str, Callable[[Path], None]]) -> Callable[[str], Path]:
+    """``get(name)``: the file ``writers[name]`` writes under ``root``, written once."""
     made: dict[str, Path] = {}
 
     def get(name: str) -> Path:
@@ -276,11 +275,16 @@ def files(tmp_path_factory) -> Callable[[str], Path]:
             path = root / f"{name}.nc"
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                WRITERS[name](path)
+                writers[name](path)
             made[name] = path
         return made[name]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Callable[[str], Path]:
+    return file_maker(tmp_path_factory.mktemp("netcdf"), WRITERS)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ or misreads and h5lens reads.
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,19 +58,7 @@ def registry() -> ObjectStoreRegistry:
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> Callable[[str], Path]:
-    root = tmp_path_factory.mktemp("virtualizarr")
-    made: dict[str, Path] = {}
-
-    def get(name: str) -> Path:
-        if name not in made:
-            path = root / f"{name}.nc"
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                WRITERS[name](path)
-            made[name] = path
-        return made[name]
-
-    return get
+    return test_netcdf.file_maker(tmp_path_factory.mktemp("virtualizarr"), WRITERS)
 
 
 def url_of(path: Path) -> str:

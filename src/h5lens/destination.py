@@ -74,19 +74,24 @@ def check_destination(
         return
     import fsspec
 
-    protocol = destination.split("://", 1)[0].lower()
     try:
         fs, path = fsspec.core.url_to_fs(destination, **(storage_options or {}))
-        if protocol in _BUCKET_PROTOCOLS:
-            bucket = path.split("/", 1)[0]
-            if not fs.exists(bucket):
-                raise StorageError(f"{destination}: the bucket {bucket!r} does not exist")
+        check_bucket(destination, fs, path)
         if fs.isdir(path):
             raise InvalidOptionError(f"{destination}: a directory (prefix); give the manifest a file name")
     except H5LensError:
         raise
     except Exception as e:  # noqa: BLE001 - every backend failure, named with the URL
         raise storage_error(e, destination, "checking the destination", anon=anon_requested(storage_options)) from e
+
+
+def check_bucket(url: str, fs: Any, path: str) -> None:
+    """On object storage, the bucket of ``url`` (``path`` on ``fs``) must exist: a prefix
+    needs no creating, a bucket does."""
+    if url.split("://", 1)[0].lower() in _BUCKET_PROTOCOLS:
+        bucket = path.split("/", 1)[0]
+        if not fs.exists(bucket):
+            raise StorageError(f"{url}: the bucket {bucket!r} does not exist")
 
 
 def _check_local(destination: str) -> None:

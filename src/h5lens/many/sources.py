@@ -14,15 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from h5lens.backend_errors import anon_requested, storage_error
-from h5lens.destination import is_remote, same_location
-from h5lens.errors import H5LensError, InvalidOptionError, StorageError
+from h5lens.destination import check_bucket, is_remote, same_location
+from h5lens.errors import H5LensError, InvalidOptionError
 
 # A prefix or directory holds more than HDF5 files (READMEs, manifests, checksums):
 # only these are taken from it. A glob or an explicit path takes what it names.
 HDF5_SUFFIXES = (".h5ad", ".h5td", ".h5mu", ".nwb", ".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".loom")
 MANIFEST_SUFFIX = ".json"
 _MAGIC = ("*", "?", "[")
-_BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2"})
 
 
 @dataclass(frozen=True)
@@ -151,13 +150,9 @@ def prepare_out_dir(out_dir: str, storage_options: dict[str, Any] | None = None)
         return
     import fsspec
 
-    protocol = out_dir.split("://", 1)[0].lower()
     try:
         fs, path = fsspec.core.url_to_fs(out_dir, **(storage_options or {}))
-        if protocol in _BUCKET_PROTOCOLS:
-            bucket = path.split("/", 1)[0]
-            if not fs.exists(bucket):
-                raise StorageError(f"{out_dir}: the bucket {bucket!r} does not exist")
+        check_bucket(out_dir, fs, path)
         if path.strip("/") and fs.isfile(path.rstrip("/")):
             raise InvalidOptionError(f"{out_dir}: an object (a file); --out-dir must be a prefix")
     except H5LensError:
