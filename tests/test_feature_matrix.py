@@ -32,6 +32,7 @@ import zarr
 import zarr.storage
 
 import h5lens
+import libhdf5
 from h5lens.keys import escape_key
 
 SLAB_BYTES = 4096  # small, so the "big" contiguous datasets below are cut into slabs
@@ -44,6 +45,46 @@ NAN_STRINGS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 # --------------------------------------------------------------------------------------
 # Builders: one HDF5 file per feature group
 # --------------------------------------------------------------------------------------
+
+LIBVERS = {
+    "earliest": h5py.h5f.LIBVER_EARLIEST,
+    "v108": h5py.h5f.LIBVER_V18,
+    "v110": h5py.h5f.LIBVER_V110,
+    "v112": h5py.h5f.LIBVER_V112,
+    "v114": h5py.h5f.LIBVER_V114,
+    "latest": h5py.h5f.LIBVER_LATEST,
+}
+
+
+@dataclass(frozen=True)
+class FileKind:
+    """How a builder's file is created: the file creation properties writers other than
+    h5py's defaults use. A user block (MATLAB v7.3 files have 512 bytes) shifts every HDF5
+    address; 4-byte sizes change every structure's field widths; the low format bound picks
+    the chunk index and layout versions (HDF5 2.0's "latest" writes layout 5, v110-v114
+    layout 4, as HDF5 1.10-1.14 did)."""
+
+    name: str = "default"
+    userblock: int = 0
+    sizes: tuple[int, int] | None = None  # (size of offsets, size of lengths)
+    libver: tuple[str, str] | None = None  # (low, high) bounds; None: the builder's own or h5py's
+    paged: bool = False  # paged aggregation: metadata and raw data in 4 KiB file pages
+
+    def create(self, path: Path, libver: tuple[str, str] | None = None) -> h5py.File:
+        fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+        if self.userblock:
+            fcpl.set_userblock(self.userblock)
+        if self.sizes:
+            fcpl.set_sizes(*self.sizes)
+        if self.paged:
+            fcpl.set_file_space_strategy(h5py.h5f.FSPACE_STRATEGY_PAGE, True, 1)
+        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
+        low, high = self.libver or libver or ("earliest", "latest")
+        fapl.set_libver_bounds(LIBVERS[low], LIBVERS[high])
+        return h5py.File(h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl))
+
+
 
 RNG_SEED = 20240601
 # every int/uint 8-64, float16/32/64 and complex64/128, in both byte orders
@@ -78,8 +119,8 @@ def _numeric_values(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     raise AssertionError(dtype)
 
 
-def build_numeric(path: Path) -> None:
-    with h5py.File(path, "w") as f:
+def build_numeric(path: Path, kind: FileKind | None = None) -> None:
+    with (kind or FileKind()).create(path) as f:
         for t in NUMERIC_TYPES:
             dt = np.dtype(t)
             name = t.replace("<", "le_").replace(">", "be_")
@@ -94,10 +135,10 @@ def build_numeric(path: Path) -> None:
         f.create_dataset("enum/be_i4_chunked", data=np.array([-7, 300, 65000] * 5, dtype=">i4"), dtype=levels, chunks=(4,))
 
 
-def build_strings(path: Path) -> None:
+def build_strings(path: Path, kind: FileKind | None = None) -> None:
     utf8 = h5py.string_dtype("utf-8")
     ascii_ = h5py.string_dtype("ascii")
-    with h5py.File(path, "w") as f:
+    with (kind or FileKind()).create(path) as f:
         f.create_dataset("fixed/s4", data=np.array([b"a", b"bcd", b"", b"efgh"], dtype="S4"))
         f.create_dataset("fixed/s3_2d", data=np.array([[b"ab", b"abc", b"x"], [b"", b"zz", b"q\x00r"]], dtype="S3"))
         fc = f.create_dataset("fixed/s5_chunked", shape=(7,), dtype="S5", chunks=(3,), compression="gzip", fillvalue=b"zz")
@@ -117,10 +158,10 @@ def build_strings(path: Path) -> None:
 NOT_UTF8 = [b"\xff\xfe\x01", b"\x80", b"", b"plain text"]
 
 
-def build_byte_strings(path: Path) -> None:
+def build_byte_strings(path: Path, kind: FileKind | None = None) -> None:
     """HDF5 strings that are not UTF-8 text: h5py reads them as bytes, and so must zarr."""
     ascii_ = h5py.string_dtype("ascii")
-    with h5py.File(path, "w") as f:
+    with (kind or FileKind()).create(path) as f:
         f.create_dataset("vlen/1d", data=np.array(NOT_UTF8, dtype=object), dtype=ascii_)
         f.create_dataset("vlen/2d", data=np.array([NOT_UTF8[:2], NOT_UTF8[2:]], dtype=object), dtype=ascii_)
         f.create_dataset("vlen/scalar", data=b"caf\xe9", dtype=ascii_)
@@ -140,11 +181,11 @@ def build_byte_strings(path: Path) -> None:
         f["vlen/1d"].attrs["compound_attr"] = np.array((b"\xfe", 7), dtype=[("name", "S1"), ("x", "<i4")])
 
 
-def build_chunk_indexes(path: Path) -> None:
+def build_chunk_indexes(path: Path, kind: FileKind | None = None) -> None:
     """libver="latest" chunk indexes: single chunk, fixed array, extensible array (the
     unlimited dimension first, and not first: libhdf5 2.0's chunk_iter lists the latter's
     chunks in the wrong order), version-2 B-tree; some chunks never written."""
-    with h5py.File(path, "w", libver="latest") as f:
+    with (kind or FileKind()).create(path, libver=("latest", "latest")) as f:
         values = np.arange(50 * 30, dtype="i4").reshape(50, 30)
         f.create_dataset("single", data=values, chunks=(50, 30), compression="gzip")
         f.create_dataset("fixed_array", data=values, chunks=(7, 4), compression="gzip")
@@ -158,8 +199,27 @@ def build_chunk_indexes(path: Path) -> None:
         f.create_dataset("btree_v2", data=values, chunks=(7, 4), maxshape=(None, None), compression="gzip")
 
 
-def build_scalars_empty(path: Path) -> None:
-    with h5py.File(path, "w") as f:
+def build_unfiltered_edges(path: Path, kind: FileKind | None = None) -> None:
+    """Partial edge chunks stored without the filters (``H5Pset_chunk_opts``, which C and
+    Fortran writers set), under every chunk index that can hold them; shuffle alone is the
+    case that reads wrong without an error when the flag is missed."""
+    values = (np.arange(50 * 30, dtype="<i4").reshape(50, 30) * 7919) % 100003
+    filters = {"shuffle": {"shuffle": True}, "deflate": {"deflate": 4}, "shuffle_deflate": {"shuffle": True, "deflate": 1},
+               "fletcher32_shuffle": {"fletcher32": True, "shuffle": True}}  # fmt: skip
+    with (kind or FileKind()).create(path, libver=("v110", "latest")) as f:
+        for name, options in filters.items():
+            libhdf5.create_dataset(f, f"fixed_array/{name}", values, chunks=(7, 4), **options)
+            libhdf5.create_dataset(f, f"extensible/{name}", values, chunks=(7, 4), maxshape=(None, 30), **options)
+            libhdf5.create_dataset(f, f"btree_v2/{name}", values, chunks=(7, 4), maxshape=(None, None), **options)
+        libhdf5.create_dataset(f, "single_partial", values[0, :10], chunks=(16,), maxshape=(16,), deflate=4)
+        libhdf5.create_dataset(f, "one_d_float", np.linspace(0, 1, 1500, dtype="<f4"), chunks=(64,), shuffle=True)
+        words = np.array([f"w{i}" * (i % 5) for i in range(31)], dtype=object)
+        libhdf5.create_dataset(f, "strings", words, chunks=(16,), shuffle=True, dtype=h5py.string_dtype())
+        libhdf5.create_dataset(f, "filtered_whole", values, chunks=(10, 10), shuffle=True)  # no partial chunk at all
+
+
+def build_scalars_empty(path: Path, kind: FileKind | None = None) -> None:
+    with (kind or FileKind()).create(path) as f:
         s = f.create_group("scalar")
         s["i4"] = np.int32(-12345)
         s["be_f8"] = np.array(2.5, dtype=">f8")
@@ -193,8 +253,8 @@ def _create_compact(parent: h5py.Group, name: str, data: np.ndarray) -> None:
     dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(data))
 
 
-def build_layouts(path: Path) -> None:
-    with h5py.File(path, "w") as f:
+def build_layouts(path: Path, kind: FileKind | None = None) -> None:
+    with (kind or FileKind()).create(path) as f:
         c = f.create_group("chunked")
         c.create_dataset("edges", data=np.arange(7 * 11, dtype="<f8").reshape(7, 11), chunks=(3, 4))
         c.create_dataset("edges_3d", data=np.arange(5 * 4 * 3, dtype=">i4").reshape(5, 4, 3), chunks=(2, 3, 2))
@@ -250,8 +310,8 @@ if "szip" in h5py.filters.encode:
     FILTERS["szip"] = {"compression": "szip", "compression_opts": ("nn", 8)}
 
 
-def build_filters(path: Path) -> None:
-    with h5py.File(path, "w") as f:
+def build_filters(path: Path, kind: FileKind | None = None) -> None:
+    with (kind or FileKind()).create(path) as f:
         for name, opts in FILTERS.items():
             f.create_dataset(f"{name}/i4_2d", data=_filter_data((23, 17), "<i4"), chunks=(8, 8), **opts)
             f.create_dataset(f"{name}/be_u2", data=_filter_data((301,), ">u2"), chunks=(64,), **opts)
@@ -283,8 +343,8 @@ def build_filters(path: Path) -> None:
         b.id.write_direct_chunk((16,), np.arange(-8, 0, dtype="<i2").tobytes(), filter_mask=1)
 
 
-def build_compounds(path: Path) -> None:
-    with h5py.File(path, "w") as f:
+def build_compounds(path: Path, kind: FileKind | None = None) -> None:
+    with (kind or FileKind()).create(path) as f:
         f.create_dataset("target", data=np.arange(3))
         f.create_group("grp")
         packed = np.dtype([("i", "<i4"), ("f", "<f8"), ("s", "S3"), ("u", "u1")])
@@ -307,8 +367,8 @@ def build_compounds(path: Path) -> None:
         f.create_dataset("compound_2d", data=np.zeros((2, 3), dtype=packed))
 
 
-def build_references(path: Path) -> None:
-    with h5py.File(path, "w") as f:
+def build_references(path: Path, kind: FileKind | None = None) -> None:
+    with (kind or FileKind()).create(path) as f:
         x = f.create_dataset("a/x", data=np.arange(4))
         deep = f.create_dataset("b/deep/y", data=[1.5])
         grp = f["a"]
@@ -324,8 +384,8 @@ def build_references(path: Path) -> None:
         f.attrs["ref_attr"] = deep.ref
 
 
-def build_array_element(path: Path) -> None:
-    with h5py.File(path, "w") as f:
+def build_array_element(path: Path, kind: FileKind | None = None) -> None:
+    with (kind or FileKind()).create(path) as f:
         d = f.create_dataset("i4x3", shape=(4,), dtype=np.dtype(("<i4", (3,))))
         d[...] = np.arange(12).reshape(4, 3)
         e = f.create_dataset("be_f8x2x2", shape=(3, 2), dtype=np.dtype((">f8", (2, 2))))
@@ -336,12 +396,12 @@ def build_array_element(path: Path) -> None:
         s[...] = np.array([[b"ab", b"c"], [b"", b"de"]], dtype="S2")
 
 
-def build_links(path: Path) -> None:
+def build_links(path: Path, kind: FileKind | None = None) -> None:
     """Soft, external and dangling links (no object has two hard links here)."""
     ext = path.with_name(path.stem + "_ext.h5")
     with h5py.File(ext, "w") as e:
         e.create_dataset("data", data=np.arange(3))
-    with h5py.File(path, "w") as f:
+    with (kind or FileKind()).create(path) as f:
         f.create_dataset("a/x", data=np.arange(5))
         f.create_group("a/sub").create_dataset("y", data=[1.0, 2.0])
         f["soft"] = h5py.SoftLink("/a/x")
@@ -354,9 +414,9 @@ def build_links(path: Path) -> None:
         f.create_dataset("refs_via_soft", data=[f["soft"].ref, f["soft_group"].ref], dtype=h5py.ref_dtype)
 
 
-def build_hard_links(path: Path) -> None:
+def build_hard_links(path: Path, kind: FileKind | None = None) -> None:
     """Objects with a second hard link: the first path (HDF5's visit order) is the node."""
-    with h5py.File(path, "w") as f:
+    with (kind or FileKind()).create(path) as f:
         f.create_dataset("a/x", data=np.arange(5))
         f.create_group("a/sub").create_dataset("y", data=[1.0, 2.0])
         f["b"] = f["a/x"]  # second hard link to a dataset
@@ -409,8 +469,8 @@ def _attr_payload(f: h5py.File) -> dict[str, Any]:
     }
 
 
-def build_attributes(path: Path) -> None:
-    with h5py.File(path, "w") as f:
+def build_attributes(path: Path, kind: FileKind | None = None) -> None:
+    with (kind or FileKind()).create(path) as f:
         f.create_dataset("data/x", data=np.arange(3))
         f.create_dataset("data/no_attrs", data=np.arange(2))
         payload = _attr_payload(f)
@@ -424,8 +484,8 @@ def build_attributes(path: Path) -> None:
 ODD_NAMES = ("a:b", "CON", "zarr.json", "__x", "50%", "sp ace.")
 
 
-def build_names(path: Path) -> None:
-    with h5py.File(path, "w") as f:
+def build_names(path: Path, kind: FileKind | None = None) -> None:
+    with (kind or FileKind()).create(path) as f:
         for i, name in enumerate(ODD_NAMES):
             f.create_dataset(name, data=np.arange(3) + i)
             g = f.create_group(f"grp {name}" if name != "zarr.json" else "zarr.json_grp")
@@ -439,11 +499,12 @@ def build_names(path: Path) -> None:
         f.create_dataset("refs", data=[f["50%"].ref, f["CON.d/__inner/x:y"].ref], dtype=h5py.ref_dtype)
 
 
-BUILDERS: dict[str, Callable[[Path], None]] = {
+BUILDERS: dict[str, Callable[[Path, FileKind | None], None]] = {
     "numeric": build_numeric,
     "strings": build_strings,
     "byte_strings": build_byte_strings,
     "chunk_indexes": build_chunk_indexes,
+    "unfiltered_edges": build_unfiltered_edges,
     "scalars_empty": build_scalars_empty,
     "layouts": build_layouts,
     "filters": build_filters,
@@ -466,7 +527,7 @@ def feature_files(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], P
     def get(feature: str) -> Path:
         if feature not in built:
             path = root / f"{feature}.h5"
-            BUILDERS[feature](path)
+            BUILDERS[feature](path, None)
             built[feature] = path
         return built[feature]
 

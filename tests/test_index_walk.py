@@ -9,8 +9,6 @@ known to be wrong.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import glob
 import io
 import os
 import shutil
@@ -19,6 +17,7 @@ import h5py
 import numpy as np
 import pytest
 
+import libhdf5
 from shared_data import shared_file, shared_names
 
 from h5lens.scan.index_walk import (
@@ -332,25 +331,12 @@ def test_files_written_by_other_software(name: str) -> None:
 # --------------------------------------------------------------------------- superblocks
 
 
-def _libhdf5_library() -> ctypes.CDLL | None:
-    """The libhdf5 h5py runs on, for the one property h5py does not expose (the chunk B-tree's K)."""
-    candidates = glob.glob(os.path.join(os.path.dirname(h5py.__file__), os.pardir, "h5py.libs", "libhdf5-*.so*"))
-    try:
-        return ctypes.CDLL(candidates[0]) if candidates else None
-    except OSError:
-        return None
-
-
 def create_file(path: str, low: int, *, sizes: tuple[int, int] | None = None, btree_k: int | None = None) -> h5py.File:
     fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
     if sizes:
         fcpl.set_sizes(*sizes)
     if btree_k:
-        lib = _libhdf5_library()
-        if lib is None:
-            pytest.skip("cannot reach libhdf5 to set the chunk B-tree K")
-        lib.H5Pset_istore_k.argtypes = [ctypes.c_int64, ctypes.c_uint]
-        assert lib.H5Pset_istore_k(fcpl.id, btree_k) >= 0
+        libhdf5.set_istore_k(fcpl, btree_k)
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
     fapl.set_libver_bounds(low, h5py.h5f.LIBVER_LATEST)
     return h5py.File(h5py.h5f.create(path.encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl))

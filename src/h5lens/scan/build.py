@@ -290,7 +290,8 @@ def _array(
         if hdf5_chunks is not None:  # chunked
             doc = document(path, plan, shape, hdf5_chunks, codecs, ds.fillvalue, attributes)
             walked = indexes.get(ds.id) if indexes is not None and 0 not in shape else None
-            scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks, walked)
+            edges = (lambda: indexes.unfiltered_edges(ds.id)) if indexes is not None else None
+            scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks, walked, edges)
             table = scan.table
             redo = scan.masked
             suspect = ambiguous_length(filters, chunk_nbytes(doc, base_itemsize))
@@ -302,7 +303,7 @@ def _array(
         else:
             chunk_shape = chunk_scan.plan_slabs(shape, base_itemsize, options.slab_bytes)
             doc = document(path, plan, shape, chunk_shape, codecs, ds.fillvalue, attributes)
-            table, tail = chunk_scan.scan_contiguous(ds.id.get_offset(), shape, chunk_shape, base_itemsize)
+            table, tail = chunk_scan.scan_contiguous(chunk_scan.contiguous_offset(ds.id), shape, chunk_shape, base_itemsize)
             redo = [tail] if tail is not None else []
         if redo:  # chunks whose stored bytes the array's codecs cannot decode as they are
             _check_limit(path, options, len(redo) * chunk_nbytes(doc, base_itemsize), "chunks that skip filters")

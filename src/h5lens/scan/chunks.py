@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import h5py
@@ -44,11 +45,25 @@ class ChunkScan:
     pipeline's filters."""
 
     table: ChunkTableBuilder
-    masked: list[tuple[int, ...]]  # grid indices whose filter_mask is not 0
+    # grid indices of chunks stored without some of the filters: a filter_mask that is not 0,
+    # or partial edge chunks of a dataset that does not filter them (H5Pset_chunk_opts)
+    masked: list[tuple[int, ...]]
 
 
 def grid_shape(shape: tuple[int, ...], chunk_shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(-(-s // c) for s, c in zip(shape, chunk_shape, strict=True))
+
+
+def contiguous_offset(dsid: h5py.h5d.DatasetID) -> int | None:
+    """The absolute file offset of a contiguous dataset's data; None if none is allocated.
+
+    libhdf5 adds the base address to its "undefined" address too: in a file with a user
+    block, ``get_offset`` of an unwritten dataset is ``base - 1`` rather than None. The
+    storage size (0 when nothing is allocated) tells."""
+    offset = dsid.get_offset()
+    if offset is None or dsid.get_storage_size() == 0:
+        return None
+    return int(offset)
 
 
 def header_address(dsid: h5py.h5d.DatasetID) -> int:
@@ -95,6 +110,21 @@ class IndexWalks:
     def superblock(self) -> Superblock | None:
         """The file's superblock as h5lens parses it; None if it cannot (logged once)."""
         return self._read_superblock()
+
+    def unfiltered_edges(self, dsid: h5py.h5d.DatasetID) -> bool | None:
+        """Whether the dataset stores its partial edge chunks without its filters (the data
+        layout message's flag, which h5py does not expose); None where it cannot be read."""
+        superblock = self._read_superblock()
+        if superblock is None:
+            return None
+        raw = self.opened.raw
+        read_at = self.opened.read if isinstance(raw, TrackedFile) or self.opened.remote else index_walk.reader_for(raw)
+        try:
+            return index_walk.unfiltered_edges(
+                read_at, header_address(dsid), superblock=superblock, file_size=self.opened.source.size
+            )
+        except UnsupportedIndexError:
+            return None
 
     def walk_all(self, addresses: list[int]) -> None:
         """Walk the chunk indexes of the datasets whose object headers are at ``addresses``
@@ -147,7 +177,11 @@ class IndexWalks:
 
 
 def scan_chunked(
-    dsid: h5py.h5d.DatasetID, shape: tuple[int, ...], chunk_shape: tuple[int, ...], walked: Walked | None = None
+    dsid: h5py.h5d.DatasetID,
+    shape: tuple[int, ...],
+    chunk_shape: tuple[int, ...],
+    walked: Walked | None = None,
+    unfiltered_edges: Callable[[], bool | None] | None = None,
 ) -> ChunkScan:
     """The chunk table of a chunked dataset, source 0, from the walker's index (``walked``).
 
@@ -155,7 +189,12 @@ def scan_chunked(
     ``chunk_iter`` lists the chunks (logged). Except for an extensible-array index whose
     unlimited dimension is not the first (libver latest, ``maxshape=(n, None)``): libhdf5
     2.0 lists those chunks at the wrong offsets (while it reads them right), so there the
-    dataset is refused rather than misread."""
+    dataset is refused rather than misread.
+
+    Partial edge chunks that the dataset stores without its filters are listed in ``masked``,
+    like chunks whose filter mask is not 0: the array's codecs cannot decode them. The walker
+    reads that flag from the layout message; after a refusal ``unfiltered_edges`` tells it
+    (None: not known, and then every partial edge chunk of a filtered dataset is listed)."""
     grid = grid_shape(shape, chunk_shape)
     if 0 in shape:
         return ChunkScan(ChunkTableBuilder(grid), [])
@@ -164,7 +203,8 @@ def scan_chunked(
     if isinstance(walked, ChunkIndex):
         index = _pad(walked.grid_index, len(grid))
         if tuple(walked.chunk_shape) == tuple(chunk_shape[:rank]) and _consistent(index, grid):
-            return _table(grid, index, walked.address, walked.size, walked.filter_mask)
+            edges = walked.partial_edges() if walked.unfiltered_edges else None
+            return _table(grid, index, walked.address, walked.size, walked.filter_mask, edges)
         walked = UnsupportedIndexError(f"its chunk index does not match the chunk grid {grid}")
     if walked is not None:
         logger.warning("%s: h5lens's chunk-index walker refused it (%s); libhdf5 lists its chunks", _name(dsid), walked)
@@ -175,10 +215,15 @@ def scan_chunked(
             f"its chunk index itself{why}"
         )
     index, addresses, sizes, masks = _iterated(dsid, chunk_shape[:rank])
+    edges = None
+    if dsid.get_create_plist().get_nfilters() > 0:
+        known = unfiltered_edges() if unfiltered_edges is not None else None
+        if known is not False:
+            edges = index_walk.partial_edge_rows(index, chunk_shape[:rank], shape[:rank])
     index = _pad(index, len(grid))
     if index.shape[0] and not _consistent(index, grid):
         raise UnsupportedFeatureError(f"{_name(dsid)}: libhdf5 lists chunks outside the chunk grid {grid} or twice")
-    return _table(grid, index, addresses, sizes, masks)
+    return _table(grid, index, addresses, sizes, masks, edges)
 
 
 def _iterated(dsid: h5py.h5d.DatasetID, chunk_shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
@@ -231,12 +276,19 @@ def _unlimited_not_first(dsid: h5py.h5d.DatasetID) -> bool:
 
 
 def _table(
-    grid: tuple[int, ...], index: np.ndarray, addresses: np.ndarray, sizes: np.ndarray, masks: np.ndarray
+    grid: tuple[int, ...],
+    index: np.ndarray,
+    addresses: np.ndarray,
+    sizes: np.ndarray,
+    masks: np.ndarray,
+    unfiltered: np.ndarray | None = None,
 ) -> ChunkScan:
+    """``unfiltered``: rows stored without the filters whatever their mask says."""
     table = ChunkTableBuilder(grid)
     if index.shape[0]:
         table.refer(np.ravel_multi_index(tuple(index.T), grid), addresses, sizes)
-    masked = [tuple(int(i) for i in index[k]) for k in np.flatnonzero(masks)]
+    skips = masks != 0 if unfiltered is None else (masks != 0) | unfiltered
+    masked = [tuple(int(i) for i in index[k]) for k in np.flatnonzero(skips)]
     return ChunkScan(table, masked)
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from h5lens.codecs.shuffle import unshuffle
 from h5lens.errors import NotHDF5Error
 from h5lens.scan import index_walk
+from h5lens.scan.chunks import contiguous_offset
 from h5lens.scan.index_walk import Superblock
 
 ReadRange = Callable[[int, int], bytes]
@@ -52,7 +53,12 @@ class HeapCheck:
     ) -> None:
         self.read = read
         self.file_size = file_size
-        self.sizeof_addr, self.sizeof_size = h5.id.get_create_plist().get_sizes()
+        fcpl = h5.id.get_create_plist()
+        self.sizeof_addr, self.sizeof_size = fcpl.get_sizes()
+        # HDF5 addresses count from the base address, the superblock's position: a user block
+        # (every MATLAB v7.3 file has 512 bytes) shifts every one of them. libhdf5 reports the
+        # superblock's position as the user block size.
+        self.base = int(fcpl.get_userblock())
         self.superblock = superblock
         self.checked: set[int] = set()
 
@@ -147,7 +153,7 @@ class HeapCheck:
         dcpl = ds.id.get_create_plist()
         layout = dcpl.get_layout()
         if layout == h5py.h5d.CONTIGUOUS and dcpl.get_external_count() == 0:
-            offset = ds.id.get_offset()
+            offset = contiguous_offset(ds.id)
             if offset is None:
                 return None
             raw = self.read(offset, ds.id.get_storage_size())
@@ -169,9 +175,17 @@ class HeapCheck:
         element = 4 + self.sizeof_addr + 4
         chunk_bytes = int(np.prod(ds.chunks)) * element
         pieces: list[bytes] = []
+        raw_edges = self._unfiltered_edges(ds) if filters else False
+        if raw_edges is None:
+            return None  # not known which chunks skip the filters: not read here
+        shape = np.asarray(ds.shape, np.int64)
+        chunk_shape = np.asarray(ds.chunks, np.int64)
 
         def take(info: h5py.h5d.StoreInfo) -> None:
             data = self.read(info.byte_offset, info.size)
+            if raw_edges and np.any(np.asarray(info.chunk_offset, np.int64) + chunk_shape > shape):
+                pieces.append(data)  # a partial edge chunk stored without the filters
+                return
             for position in reversed(range(len(filters))):  # undo the pipeline, last filter first
                 if info.filter_mask & (1 << position):
                     continue
@@ -181,35 +195,57 @@ class HeapCheck:
         ds.id.chunk_iter(take)
         return b"".join(pieces)
 
+    def _unfiltered_edges(self, ds: h5py.Dataset) -> bool | None:
+        superblock = self.superblock() if self.superblock is not None else None
+        if superblock is None:
+            return None
+        try:
+            return index_walk.unfiltered_edges(
+                self.read, int(h5py.h5g.get_objinfo(ds.id).objno[0]), superblock=superblock, file_size=self.file_size
+            )
+        except (index_walk.UnsupportedIndexError, OSError, ValueError, struct.error):
+            return None
+
     # -- one collection, walked as libhdf5's H5HG__cache_heap_deserialize walks it --------
     def _collection_problem(self, address: int) -> str | None:
-        header_size = 8 + self.sizeof_size
-        if self.file_size is not None and address + header_size > self.file_size:
+        """What keeps libhdf5 from parsing the collection at HDF5 ``address``, or None.
+
+        Both the collection header (signature, version, 3 reserved, size) and each object
+        header (index u16, references u16, 4 reserved, size) are padded to 8 bytes
+        (H5HGpkg.h ``H5HG_SIZEOF_HDR``/``H5HG_SIZEOF_OBJHDR``): 16 bytes whatever the size of
+        lengths, with the size field at byte 8."""
+        start = self.base + address  # absolute file offset
+        header_size = _align8(8 + self.sizeof_size)
+        if self.file_size is not None and start + header_size > self.file_size:
             return "it lies past the end of the file"
-        header = self.read(address, header_size)
+        header = self.read(start, header_size)
         if header[:4] != _SIGNATURE or header[4] != 1:
             return "no collection signature there"
-        size = int.from_bytes(header[8:header_size], "little")
-        if size < header_size or (self.file_size is not None and address + size > self.file_size):
+        size = int.from_bytes(header[8 : 8 + self.sizeof_size], "little")
+        if size < header_size or (self.file_size is not None and start + size > self.file_size):
             return f"its size {size} runs past the end of the file"
-        data = self.read(address, size)
-        object_header = 8 + self.sizeof_size  # index u16, references u16, reserved 4, size
+        data = self.read(start, size)
+        object_header = _align8(8 + self.sizeof_size)
         cursor = header_size
         while cursor < size:
             if cursor + object_header > size:
                 break  # a tail too small for an object header is free space
             index = struct.unpack_from("<H", data, cursor)[0]
-            length = int.from_bytes(data[cursor + 8 : cursor + object_header], "little")
+            length = int.from_bytes(data[cursor + 8 : cursor + 8 + self.sizeof_size], "little")
             if index > 0:
-                need = object_header + -(-length // 8) * 8
+                need = object_header + _align8(length)
             else:
                 need = length
                 if need == 0:
-                    return f"free space of no size at byte {address + cursor}"
+                    return f"free space of no size at byte {start + cursor}"
             if index > 0 and cursor + object_header + length > size:
                 return f"object {index} runs past the collection's end"
             cursor += need
         return None
+
+
+def _align8(n: int) -> int:
+    return -(-n // 8) * 8
 
 
 def _is_variable(file_type: h5py.h5t.TypeID) -> bool:

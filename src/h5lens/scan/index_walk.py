@@ -55,6 +55,11 @@ _BTREE2_CHUNKS = 10  # v2 B-tree record type: chunks without filters
 _BTREE2_FILTERED_CHUNKS = 11
 _ARRAY_CHUNKS = 0  # fixed/extensible array client id: chunks without filters
 _ARRAY_FILTERED_CHUNKS = 1
+# Data layout message (v4+) chunk flags: H5O_LAYOUT_CHUNK_DONT_FILTER_PARTIAL_BOUND_CHUNKS,
+# set by H5Pset_chunk_opts(H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS): partial edge chunks are
+# stored as they are, without the pipeline's filters (and with a filter mask of 0).
+LAYOUT_UNFILTERED_EDGES = 0x01
+_LAYOUT_SINGLE_FILTERED = 0x02
 
 
 class UnsupportedIndexError(Exception):
@@ -97,6 +102,11 @@ class ChunkIndex:
     layout_version: int
     filtered: bool
     reads: int  # read_ranges calls (round trips) the walk made
+    unfiltered_edges: bool = False  # partial edge chunks are stored without the filters
+
+    def partial_edges(self) -> np.ndarray:
+        """Rows whose chunk reaches past the dataspace's current dims (a partial edge chunk)."""
+        return partial_edge_rows(self.grid_index, self.chunk_shape, self.shape)
 
     def __len__(self) -> int:
         return len(self.address)
@@ -586,7 +596,7 @@ def _parse_layout(data: bytes, sb: Superblock) -> _Layout:
         dims = [c.uint(4) for _ in range(ndims)]
         return _layout(version, "btree_v1", address, dims)
     flags = c.uint(1)
-    if flags & ~0x03:  # 1: partial edge chunks unfiltered, 2: single chunk filtered
+    if flags & ~(LAYOUT_UNFILTERED_EDGES | _LAYOUT_SINGLE_FILTERED):
         raise UnsupportedIndexError(f"data layout: unknown chunk flags {flags:#x}")
     ndims, width = c.uint(1), c.uint(1)
     if not 1 <= width <= 8:
@@ -598,7 +608,7 @@ def _parse_layout(data: bytes, sb: Superblock) -> _Layout:
     index_type = _INDEX_TYPES[code]
     params: tuple[int, ...] = ()
     single_size, single_mask = None, 0
-    if index_type == "single" and flags & 0x02:
+    if index_type == "single" and flags & _LAYOUT_SINGLE_FILTERED:
         single_size, single_mask = c.uint(sb.sizeof_lengths), c.uint(4)
     elif index_type == "fixed_array":
         params = (c.uint(1),)  # log2 of elements per data block page
@@ -1275,18 +1285,20 @@ class _Btree2Geometry:
     nrec_size: int  # bytes of a child's record count
     total_sizes: tuple[int, ...]  # per depth: bytes of a subtree's record count (0 for leaves)
     sizeof_offsets: int
+    node_records: tuple[int, ...]  # per depth: the most records one node holds
 
     @classmethod
     def of(cls, node_size: int, record_size: int, depth: int, sizeof_offsets: int) -> _Btree2Geometry:
         max_leaf = (node_size - 10) // record_size  # 10: signature, version, type, checksum
         nrec_size = _enc_size(max_leaf)
-        most, sizes = [max_leaf], [0]
+        most, sizes, per_node = [max_leaf], [0], [max_leaf]
         for d in range(1, depth + 1):
             pointer = sizeof_offsets + nrec_size + sizes[d - 1]
             max_nrec = (node_size - (10 + pointer)) // (record_size + pointer)
+            per_node.append(max_nrec)
             most.append((max_nrec + 1) * most[d - 1] + max_nrec)
             sizes.append(_enc_size(most[d]))
-        return cls(nrec_size, tuple(sizes), sizeof_offsets)
+        return cls(nrec_size, tuple(sizes), sizeof_offsets, tuple(per_node))
 
     def pointer_size(self, depth: int) -> int:
         """Bytes of one child pointer in an internal node at ``depth`` (>= 1)."""
@@ -1323,9 +1335,23 @@ async def _walk_btree_v2(io: _Io, ds: _Dataset) -> _Chunks:
         return _Chunks.empty(ds.rank)
     tree = _Btree2Geometry.of(node_size, record_size, depth, o)
     nodes, found = [(root, root_nrec)], []
+    # A crafted tree must cost bounded work: every node is visited once, holds no more records
+    # than fit in it, and the records found plus those the next level announces never exceed
+    # the header's total (so each level's list of nodes is bounded by it too).
+    seen: set[int] = set()
+    counted = 0
     for level in range(depth, -1, -1):
         signature = b"BTIN" if level else b"BTLF"
         pointer = tree.pointer_size(level) if level else 0
+        addresses = [a for a, _ in nodes]
+        if len(set(addresses)) != len(addresses) or seen.intersection(addresses):
+            raise UnsupportedIndexError("v2 B-tree: a node is reached twice")
+        seen.update(addresses)
+        if any(nrec > tree.node_records[level] for _, nrec in nodes):
+            raise UnsupportedIndexError(f"v2 B-tree: a level-{level} node with more records than fit in it")
+        counted += sum(nrec for _, nrec in nodes)
+        if counted > total:
+            raise UnsupportedIndexError(f"v2 B-tree: more records than the header's total of {total}")
         # Signature, version, type, the records, (internal nodes) the child pointers, checksum.
         sizes = [6 + nrec * record_size + (nrec + 1 if level else 0) * pointer + 4 for _, nrec in nodes]
         blobs = await io.read([(a, s) for (a, _), s in zip(nodes, sizes, strict=True)], "v2 B-tree node")
@@ -1394,8 +1420,11 @@ def _finish(chunks: _Chunks, ds: _Dataset, io: _Io) -> ChunkIndex:
         raise UnsupportedIndexError("an allocated chunk without an address or a size")
     if ds.nfilters == 0 and (np.any(size != np.uint64(layout.chunk_bytes)) or np.any(mask != 0)):
         raise UnsupportedIndexError("an unfiltered chunk whose size is not the chunk's or with a filter mask")
-    if sb.eof_address is not None and n and np.any(address + size > np.uint64(sb.eof_address)):
-        raise UnsupportedIndexError("a chunk past the end of the file")
+    if io.end is not None and n:
+        # compared without adding: address + size can wrap around in uint64
+        room = np.uint64(max(io.end - sb.base_address, 0))
+        if np.any(size > room) or np.any(address > room - np.minimum(size, room)):
+            raise UnsupportedIndexError("a chunk past the end of the file")
     return ChunkIndex(
         grid_index=np.ascontiguousarray(grid, np.int64),
         address=address + np.uint64(sb.base_address),
@@ -1409,7 +1438,16 @@ def _finish(chunks: _Chunks, ds: _Dataset, io: _Io) -> ChunkIndex:
         layout_version=layout.version,
         filtered=ds.nfilters > 0,
         reads=io.calls,
+        unfiltered_edges=ds.nfilters > 0 and bool(layout.flags & LAYOUT_UNFILTERED_EDGES),
     )
+
+
+def partial_edge_rows(grid_index: np.ndarray, chunk_shape: Sequence[int], shape: Sequence[int]) -> np.ndarray:
+    """Boolean per row of ``grid_index``: the chunk reaches past ``shape`` along some axis."""
+    if not len(grid_index):
+        return np.zeros(0, bool)
+    ends = (grid_index[:, : len(shape)] + 1) * np.asarray(chunk_shape[: len(shape)], np.int64)
+    return np.any(ends > np.asarray(shape, np.int64), axis=1)
 
 
 # --------------------------------------------------------------------------- public entry points
@@ -1469,6 +1507,20 @@ def object_header_messages(
     read with the synchronous ``read_at(offset, length)``."""
     io = _Io(_local_read_ranges(read_at), superblock, file_size)
     return [(m.type, m.flags, m.data) for m in _run_sync(_read_object_header(io, header_address))]
+
+
+def unfiltered_edges(
+    read_at: Callable[[int, int], bytes], header_address: int, *, superblock: Superblock, file_size: int | None
+) -> bool:
+    """Whether the chunked dataset at ``header_address`` stores its partial edge chunks
+    without its filters (the layout message's flag), read with ``read_at(offset, length)``.
+
+    Raises :class:`UnsupportedIndexError` where the header or its layout does not parse."""
+    io = _Io(_local_read_ranges(read_at), superblock, file_size)
+    messages = _run_sync(_read_object_header(io, header_address))
+    layout = _parse_layout(_message(messages, _MSG_LAYOUT, "data layout").data, superblock)
+    nfilters = _count_filters(_optional_message(messages, _MSG_PIPELINE, "filter pipeline"))
+    return nfilters > 0 and bool(layout.flags & LAYOUT_UNFILTERED_EDGES)
 
 
 def walk_chunk_index_local(
