@@ -128,3 +128,34 @@ def test_user_block_holds_the_superblock_offset(kind_files) -> None:
     assert path.read_bytes()[512:520] == b"\x89HDF\r\n\x1a\n"
     with h5py.File(path) as f:
         assert f.id.get_create_plist().get_userblock() == 512
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_matlab_v73_file(request, tmp_path: Path, where: str) -> None:
+    """A MAT file as hdf5storage writes it (MATLAB's own v7.3 layout: a 512-byte user block,
+    ``#refs#`` with object references for cells, complex as compounds, char as uint16)."""
+    hdf5storage = pytest.importorskip("hdf5storage")
+    variables = {
+        "trial": np.arange(12.0).reshape(3, 4),
+        "name": "session one",
+        "cells": np.array(["a", "bb", "ccc"], dtype=object),
+        "s": {"x": np.int32(3), "y": np.array([1, 2, 3], dtype=np.uint8)},
+        "flag": True,
+        "cplx": np.array([1 + 2j, 3 - 1j]),
+    }
+    path = tmp_path / "session.mat"
+    hdf5storage.savemat(str(path), variables, format="7.3")
+    assert path.read_bytes()[:10] == b"MATLAB 7.3"
+    if where == "local":
+        source, options = str(path), None
+    else:
+        s3 = request.getfixturevalue("s3")
+        source, options = f"s3://bucket/{uuid.uuid4().hex}/session.mat", s3.storage_options()
+        s3.filesystem().put(str(path), source.removeprefix("s3://"))
+    manifest = h5lens.index(source, storage_options=options, inline_threshold=0)
+    group = h5lens.open_group(manifest, storage_options=options)
+    check_against_h5py(path, group, "released")
+    # MATLAB stores arrays column-major: hdf5storage's reader transposes what h5py reads.
+    read_back = hdf5storage.loadmat(str(path))
+    np.testing.assert_array_equal(group["trial"][...].T, read_back["trial"])
+    np.testing.assert_array_equal(group["s/y"][...].T.ravel(), read_back["s"]["y"].ravel())

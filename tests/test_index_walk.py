@@ -31,7 +31,17 @@ from h5lens.scan.index_walk import (
     walk_chunk_index_local,
 )
 
-LIBVERS = {"earliest": "earliest", "latest": "latest", "v108": ("v108", "latest")}
+# HDF5 2.0's "latest" writes layout 5; files from HDF5 1.10-1.14 (most files in the wild)
+# carry layout-4 indexes, written here with the low bound at v110, v112 or v114.
+LIBVERS = {
+    "earliest": "earliest",
+    "v108": ("v108", "latest"),
+    "v110": ("v110", "latest"),
+    "v112": ("v112", "v112"),
+    "v114": ("v114", "v114"),
+    "latest": "latest",
+}
+LAYOUT_4 = ("v110", "v112", "v114")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -217,6 +227,10 @@ DATASETS = {
         "btree_v2",
         lambda f, n: f.create_dataset(n, shape=(100, 100), chunks=(10, 10), maxshape=(None, None), dtype="f4"),
     ),
+    "never_written_single": (
+        "single",
+        lambda f, n: f.create_dataset(n, shape=(10, 10), chunks=(10, 10), dtype="f4", compression="gzip"),
+    ),
     "never_written_fixed": (
         "fixed_array",
         lambda f, n: f.create_dataset(n, shape=(100, 100), chunks=(10, 10), dtype="f4"),
@@ -242,10 +256,11 @@ def test_walker_matches_chunk_iter(files: dict[str, str], libver: str, name: str
     table = assert_matches_libhdf5(files[libver], name)
     latest_type = DATASETS[name][0]
     # The lower bound decides: earliest and v1.8 write layout 3 (v1 B-trees) for every chunked dataset.
-    assert table.index_type == (latest_type if libver == "latest" else "btree_v1")
-    # libhdf5 2.0 writes layout 5 (wider chunk sizes) for filtered chunks.
+    assert table.index_type == (latest_type if libver == "latest" or libver in LAYOUT_4 else "btree_v1")
+    # libhdf5 2.0 writes layout 5 (wider chunk sizes) for filtered chunks under "latest".
     wide_sizes = table.filtered and h5py.version.hdf5_version_tuple >= (2, 0, 0)
-    assert table.layout_version == (3 if libver != "latest" else 5 if wide_sizes else 4)
+    expected = 4 if libver in LAYOUT_4 else 3 if libver != "latest" else 5 if wide_sizes else 4
+    assert table.layout_version == expected
     assert isinstance(table.address, np.ndarray) and table.address.dtype == np.uint64
 
 
@@ -263,6 +278,84 @@ def test_filter_mask_of_a_chunk_written_unfiltered(tmp_path, libver: str) -> Non
         table = assert_matches_libhdf5(path, name)
         assert table.filter_mask.tolist() == [0, 0, 0, 1]
         assert_bytes_are_the_chunks(path, name, table)
+
+
+FILE_KINDS = {
+    # name: (user block, sizes of offsets and lengths, format bounds)
+    "userblock_v110": (512, None, ("v110", "latest")),
+    "userblock_latest": (2048, None, ("latest", "latest")),
+    "sizes_4_4_v110": (0, (4, 4), ("v110", "v114")),
+    "sizes_8_4_latest": (0, (8, 4), ("latest", "latest")),
+    "sizes_4_8_userblock_v112": (1024, (4, 8), ("v112", "v112")),
+}
+
+
+@pytest.fixture(scope="module")
+def kind_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    paths = {}
+    for kind, (userblock, sizes, (low, high)) in FILE_KINDS.items():
+        path = str(tmp_path_factory.mktemp("kinds") / f"{kind}.h5")
+        fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+        if userblock:
+            fcpl.set_userblock(userblock)
+        if sizes:
+            fcpl.set_sizes(*sizes)
+        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        bounds = {"v110": h5py.h5f.LIBVER_V110, "v112": h5py.h5f.LIBVER_V112, "v114": h5py.h5f.LIBVER_V114,
+                  "latest": h5py.h5f.LIBVER_LATEST}  # fmt: skip
+        fapl.set_libver_bounds(bounds[low], bounds[high])
+        with h5py.File(h5py.h5f.create(path.encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)) as f:
+            for name, (_, make) in DATASETS.items():
+                make(f, name)
+        paths[kind] = path
+    return paths
+
+
+def _readable_by_h5py(kind: str, name: str) -> bool:
+    """libhdf5 2.0 writes, but cannot reopen, a dataset with one unlimited dimension in a file
+    with 4-byte lengths ("didn't find unlimited dimension"): no oracle for those."""
+    sizes = FILE_KINDS[kind][1]
+    return not (sizes and sizes[1] == 4 and DATASETS[name][0] == "extensible_array")
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"), [(k, n) for k in FILE_KINDS for n in DATASETS if _readable_by_h5py(k, n)]
+)
+def test_walker_matches_chunk_iter_in_every_kind_of_file(kind_files: dict[str, str], kind: str, name: str) -> None:
+    """Every index type behind a user block (addresses count from it) and with 4-byte sizes
+    (every field width changes), in layout 4 and 5."""
+    path = kind_files[kind]
+    table = assert_matches_libhdf5(path, name)
+    assert table.index_type == DATASETS[name][0]
+    assert_bytes_are_the_chunks(path, name, table)
+
+
+@pytest.mark.parametrize("libver", ["v110", "latest"])
+def test_filtered_extensible_array_with_paged_data_blocks(tmp_path, libver: str) -> None:
+    """140,000 chunks: super blocks beyond the 13th hold data blocks of more than 1024
+    entries, split into pages with a bitmap of the pages written (filtered entries: the
+    chunk's size and filter mask too)."""
+    path = str(tmp_path / "paged.h5")
+    with h5py.File(path, "w", libver=LIBVERS[libver]) as f:
+        ds = f.create_dataset("x", shape=(140_000,), chunks=(1,), maxshape=(None,), dtype="i1", compression="gzip")
+        ds[:100_000] = np.arange(100_000) % 100
+        ds[130_000:] = 7  # pages never written between
+    table = assert_matches_libhdf5(path, "x")
+    assert table.index_type == "extensible_array" and table.filtered and len(table) == 110_000
+
+
+def test_one_chunk_with_unfiltered_edges(tmp_path) -> None:
+    """One chunk, under the flag that stores partial edge chunks unfiltered: a dataset the
+    size of its chunk (a single-chunk index, its chunk filtered) and one smaller than its
+    chunk (libhdf5 picks a fixed array; its chunk is a partial edge, stored unfiltered)."""
+    path = str(tmp_path / "one_chunk.h5")
+    with h5py.File(path, "w", libver=("v110", "latest")) as f:
+        libhdf5.create_dataset(f, "partial", np.arange(10, dtype="<i4"), chunks=(16,), maxshape=(16,), deflate=4)
+        libhdf5.create_dataset(f, "whole", np.arange(16, dtype="<i4"), chunks=(16,), maxshape=(16,), deflate=4)
+    for name, index_type, partial in (("partial", "fixed_array", True), ("whole", "single", False)):
+        table = assert_matches_libhdf5(path, name)
+        assert table.index_type == index_type and table.unfiltered_edges
+        assert table.partial_edges().tolist() == [partial]
 
 
 @pytest.mark.parametrize("libver", ["earliest", "latest"])

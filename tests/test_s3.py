@@ -19,6 +19,7 @@ from anndata.tests.helpers import assert_equal
 import h5lens
 from h5lens.sample import write_sample
 from h5lens.testing.s3 import CountingProxy
+from oracles import assert_chunk_tables_match_libhdf5
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::anndata.OldFormatWarning")
 
@@ -50,13 +51,15 @@ def _upload(s3, local, name) -> str:
     return f"s3://{key}"
 
 
-def test_index_from_s3_equals_local_index(s3, s3_proxy, tmp_path):
+def test_index_from_s3_matches_libhdf5_and_anndata(s3, s3_proxy, tmp_path):
     local = write_sample(tmp_path / "sample.h5ad")
     url = _upload(s3, local, "sample.h5ad")
     options = s3.storage_options(s3_proxy.endpoint_url)
     remote = h5lens.index(url, storage_options=options)
     gets = s3_proxy.stats.gets
     assert 0 < gets <= 3  # metadata through a block cache: a handful of requests for this file
+    assert assert_chunk_tables_match_libhdf5(h5lens.index(url, storage_options=options, inline_threshold=0), str(local))
+    assert_equal(h5lens.read_anndata(remote, storage_options=options), ad.read_h5ad(local))
     here = h5lens.index(local)
     assert remote.nodes == here.nodes
     for path, table in here.chunks.items():

@@ -112,6 +112,11 @@ def _options(
         # people debugging (-v), not for every run.
         warnings.simplefilter("ignore")
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+        # h5lens's own warnings say where a scan took a slower road (libhdf5 listing a chunk
+        # index the walker refused): for -v, not an extra line before every error.
+        logging.getLogger("h5lens").setLevel(logging.ERROR)
+    else:
+        logging.getLogger("h5lens").setLevel(logging.NOTSET)
 
 
 # -- errors ---------------------------------------------------------------------------------
