@@ -1,0 +1,181 @@
+"""Commands that read manifests: ``inspect``, ``ls``, ``cat``, ``validate``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from h5lens.cli.app import Command, app, fail, reporting, state
+from h5lens.cli.options import (
+    AllowLocal,
+    Anon,
+    EndpointUrl,
+    Manifest,
+    SourceUrl,
+    StorageOption,
+    Verify,
+    source_urls,
+    storage_options,
+)
+
+if TYPE_CHECKING:
+    from h5lens.manifest.model import Manifest as Loaded
+
+
+def open_manifest(manifest: str, options: dict[str, Any]) -> Loaded:
+    """The manifest, or one line saying why not (not found: said once, naming it once)."""
+    from h5lens.errors import SourceNotFoundError
+
+    with reporting(manifest, "reading the manifest", anon=bool(options.get("anon"))):
+        from h5lens.manifest.model import Manifest as Loaded
+
+        try:
+            return Loaded.from_json(manifest, storage_options=options or None)
+        except SourceNotFoundError as e:
+            fail(f"{manifest}: manifest not found", e)
+
+
+def node_of(loaded: Loaded, manifest: str, key: str, path: str) -> dict[str, Any]:
+    doc = loaded.nodes.get(key)
+    if doc is None:
+        from h5lens.describe import link_at, link_target
+
+        link = link_at(loaded, key)
+        if link is not None:
+            fail(f"{path}: a link to {link_target(link)} in {manifest}; give the target's path")
+        fail(f"{path}: not found in {manifest} (h5lens ls {manifest} lists its root)")
+    return doc
+
+
+@app.command(cls=Command)
+def inspect(
+    manifest: Manifest,
+    storage_option: StorageOption = [],  # noqa: B006
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """Show the tree of groups and arrays.
+
+    Encodings, shapes, data types, codecs, and per array the chunks and bytes
+    referenced vs inline.
+    """
+    loaded = open_manifest(manifest, storage_options(storage_option, anon, endpoint_url))
+    from h5lens.report import print_tree
+
+    print_tree(loaded)
+
+
+@app.command(cls=Command)
+def ls(
+    manifest: Manifest,
+    path: Annotated[str, typer.Argument(metavar="PATH", help="Group or array inside the manifest.")] = "",
+    storage_option: StorageOption = [],  # noqa: B006
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """List a group's members, or say what an array is.
+
+    Groups end in /, links in @; anndata elements show their encoding and size.
+    """
+    loaded = open_manifest(manifest, storage_options(storage_option, anon, endpoint_url))
+    key = path.strip("/")
+    doc = node_of(loaded, manifest, key, path)
+    from h5lens.describe import describe_array, list_members
+
+    lines = list_members(loaded, key) if doc.get("node_type") == "group" else describe_array(loaded, key)
+    for line in lines:
+        typer.echo(line)
+
+
+@app.command(cls=Command)
+def cat(
+    manifest: Manifest,
+    path: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH", help="Array or encoded group inside the manifest; PATH[0:10] or PATH[0:10, 2:4] reads a slice."
+        ),
+    ],
+    slice_: Annotated[
+        str | None,
+        typer.Option("--slice", metavar="SLICE", help="What to read, like 0:10 or '0:10, 2:4' (numpy basic indexing)."),
+    ] = None,
+    storage_option: StorageOption = [],  # noqa: B006
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+    verify: Verify = True,
+    source_url: SourceUrl = [],  # noqa: B006
+    allow_local: AllowLocal = [],  # noqa: B006
+) -> None:
+    """Print values, reading only what is shown.
+
+    Arrays as numpy prints them; anndata elements decoded: categorical labels,
+    nullable values (<NA> where masked), dataframes as tables. A big array prints
+    its first and last values, and only those are read.
+    """
+    options = storage_options(storage_option, anon, endpoint_url)
+    urls = source_urls(source_url)
+    loaded = open_manifest(manifest, options)
+    with reporting(manifest, "reading", anon=anon):
+        from h5lens.describe import split_selection
+
+        key, selection = split_selection(loaded, path, slice_)
+    node_of(loaded, manifest, key, path)
+    with reporting(manifest, "reading", anon=anon, stale_hint="index it again, or pass --no-verify to read it anyway"):
+        import numpy as np
+
+        import h5lens
+        from h5lens.describe import show
+
+        group = h5lens.open_group(
+            loaded,
+            storage_options=options or None,
+            source_urls=urls or None,
+            verify=verify,
+            allow_local=allow_local,
+        )
+        with np.printoptions(threshold=200, edgeitems=5):
+            text = show(group, loaded, key, selection, manifest_name=manifest)
+    typer.echo(text)
+    if state["verbose"]:
+        from h5lens.read.open import store_of
+
+        stats = store_of(group).stats
+        typer.echo(f"h5lens: read {stats.bytes} bytes of the sources in {stats.requests} requests", err=True)
+
+
+@app.command(cls=Command)
+def validate(
+    manifest: Manifest,
+    deep: Annotated[
+        bool, typer.Option("--deep", help="Also read and decode every chunk from the sources (slow: reads everything).")
+    ] = False,
+    storage_option: StorageOption = [],  # noqa: B006
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+    source_url: SourceUrl = [],  # noqa: B006
+    allow_local: AllowLocal = [],  # noqa: B006
+) -> None:
+    """Check a manifest against the convention.
+
+    Lists each problem and exits 1 if there is any. --deep also decodes every chunk
+    from the sources.
+    """
+    options = storage_options(storage_option, anon, endpoint_url)
+    urls = source_urls(source_url)
+    loaded = open_manifest(manifest, options)
+    with reporting(manifest, "validating", anon=anon):
+        import h5lens
+
+        problems = h5lens.validate(
+            loaded, storage_options=options or None, deep=deep, source_urls=urls or None, allow_local=allow_local
+        )
+    for problem in problems:
+        typer.echo(str(problem))
+    if problems:
+        typer.echo(f"{manifest}: {len(problems)} problem(s)", err=True)
+        raise typer.Exit(1)
+    checked = ", every chunk decoded" if deep else ""
+    typer.echo(f"{manifest}: valid ({len(loaded.nodes)} nodes, convention {loaded.convention}{checked})")
+
