@@ -1,22 +1,44 @@
-"""zarr v3 codecs h5lens provides for HDF5 filters that zarr and numcodecs lack."""
+"""zarr v3 codecs h5lens provides for HDF5 filters that zarr and numcodecs lack.
+
+HDF5-LZ4 and SZIP chunks use imagecodecs' codecs (``imagecodecs_lz4h5``,
+``imagecodecs_szip``), which zarr finds through the imagecodecs-zarr entry points.
+"""
 
 from __future__ import annotations
 
+from h5lens.codecs.bitshuffle import CODEC_NAME as BITSHUFFLE_CODEC_NAME
+from h5lens.codecs.bitshuffle import BitshuffleCodec
+from h5lens.codecs.bitshuffle import register as register_bitshuffle
+from h5lens.codecs.blosc2 import CODEC_NAME as BLOSC2_CODEC_NAME
+from h5lens.codecs.blosc2 import Blosc2Codec
+from h5lens.codecs.blosc2 import register as register_blosc2
 from h5lens.codecs.lzf import CODEC_NAME as LZF_CODEC_NAME
 from h5lens.codecs.lzf import LZFCodec
 from h5lens.codecs.lzf import register as register_lzf
 from h5lens.codecs.shuffle import CODEC_NAME as SHUFFLE_CODEC_NAME
 from h5lens.codecs.shuffle import HDF5ShuffleCodec
 from h5lens.codecs.shuffle import register as register_shuffle
+from h5lens.codecs.zfp import CODEC_NAME as ZFP_CODEC_NAME
+from h5lens.codecs.zfp import ZFPCodec
+from h5lens.codecs.zfp import register as register_zfp
 
 __all__ = [
+    "BITSHUFFLE_CODEC_NAME",
+    "BLOSC2_CODEC_NAME",
     "LZF_CODEC_NAME",
     "SHUFFLE_CODEC_NAME",
+    "ZFP_CODEC_NAME",
+    "BitshuffleCodec",
+    "Blosc2Codec",
     "HDF5ShuffleCodec",
     "LZFCodec",
+    "ZFPCodec",
     "register",
+    "register_bitshuffle",
+    "register_blosc2",
     "register_lzf",
     "register_shuffle",
+    "register_zfp",
 ]
 
 
@@ -24,3 +46,6 @@ def register() -> None:
     """Register every h5lens codec with zarr (idempotent)."""
     register_lzf()
     register_shuffle()
+    register_bitshuffle()
+    register_blosc2()
+    register_zfp()

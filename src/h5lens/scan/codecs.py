@@ -13,7 +13,7 @@ from typing import Any
 import h5py
 
 from h5lens.codecs.shuffle import codec_json as shuffle_codec_json
-from h5lens.codecs.table import FILTER_NAMES, FILTERS, FLETCHER32, LZF, SHUFFLE
+from h5lens.codecs.table import FILTER_NAMES, FILTERS, FLETCHER32, LZF, SHUFFLE, ZFP
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,11 @@ def translate_pipeline(filters: list[Filter], itemsize: int) -> list[dict[str, A
 def ambiguous_length(filters: list[Filter], chunk_nbytes: int) -> int | None:
     """A stored chunk length that the pipeline's codecs cannot tell apart from a skipped filter.
 
-    HDF5's LZF filter may write a compressed chunk exactly as long as the data; the LZF
-    codec reads a chunk of that length as stored uncompressed. Such chunks are re-encoded.
+    HDF5's LZF filter may write a compressed chunk exactly as long as the data, and so
+    may H5Z-ZFP (a fixed rate of the type's own bits, or by chance); the LZF and ZFP
+    codecs read a chunk of that length as stored uncompressed. Such chunks are re-encoded.
     """
-    if not any(f.id == LZF for f in filters):
+    if not any(f.id in (LZF, ZFP) for f in filters):
         return None
     return chunk_nbytes + (4 if any(f.id == FLETCHER32 for f in filters) else 0)
 
