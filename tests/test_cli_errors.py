@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 
 import h5py
@@ -19,16 +17,14 @@ import numpy as np
 import pytest
 
 import h5lens
+from cli_runner import h5lens as run_cli
 from h5lens.sample import write_sample
 from h5lens.testing.s3 import free_port
 
-CLI = [sys.executable, "-m", "h5lens.cli"]
 
 
 def h5lens_cli(*args, env=None, cwd=None):
-    return subprocess.run(
-        [*CLI, *map(str, args)], capture_output=True, text=True, timeout=120, env=env, cwd=cwd
-    )
+    return run_cli(*args, env=env, cwd=cwd)
 
 
 def one_line_error(result) -> str:

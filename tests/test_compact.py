@@ -117,14 +117,15 @@ def test_damaged_files_are_format_errors(tmp_path, damage):
 
 
 def _cli(*args, cwd=None):
-    import subprocess
-    import sys
+    from cli_runner import h5lens as run_cli
 
-    return subprocess.run([sys.executable, "-m", "h5lens.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return run_cli(*args, cwd=cwd)
 
 
-def test_cli_index_chooses_the_form_by_size_and_convert_goes_both_ways(tmp_path):
+def test_cli_takes_the_form_from_the_name_and_by_size_otherwise(tmp_path):
+    """NAME.json is JSON whatever its size (plain fsspec opens it); NAME.h5lens is compact; a
+    name that says neither gets compact above 100,000 chunk references, and says why. A
+    --format the name contradicts is refused before the scan."""
     path = tmp_path / "big.h5"
     with h5py.File(path, "w") as f:  # 100,001 chunk references: one more than JSON's limit
         f.create_dataset("x", data=np.arange(100_001, dtype="i2"), chunks=(1,))
@@ -132,18 +133,27 @@ def test_cli_index_chooses_the_form_by_size_and_convert_goes_both_ways(tmp_path)
     out = tmp_path / "m"
     result = _cli("index", path, "-o", out, "--inline-threshold", "0")
     assert result.returncode == 0, result.stderr
-    assert "compact form (100003 chunk references, more than 100,000)" in result.stdout
+    assert "compact form (100,003 chunk references, more than 100,000)" in result.stdout
     assert out.read_bytes().startswith(compact.MAGIC)
-    result = _cli("convert", out, tmp_path / "m.json", "--format", "json")
+    named = tmp_path / "m.json"
+    result = _cli("index", path, "-o", named, "--inline-threshold", "0")
     assert result.returncode == 0, result.stderr
-    result = _cli("convert", tmp_path / "m.json", tmp_path / "back", "--format", "compact")
-    assert result.returncode == 0, result.stderr
-    assert (tmp_path / "back").read_bytes() == out.read_bytes()
+    assert "json form, as the name says (100,003 chunk references: a .h5lens name" in result.stdout
+    assert named.read_bytes().lstrip().startswith(b"{")
+    result = _cli("convert", named, tmp_path / "back.h5lens")
+    assert result.returncode == 0 and "compact form" in result.stdout, result.stderr
+    assert (tmp_path / "back.h5lens").read_bytes() == out.read_bytes()
     with h5py.File(path) as f:
-        np.testing.assert_array_equal(h5lens.open_group(tmp_path / "m.json")["x"][-5:], f["x"][-5:])
+        np.testing.assert_array_equal(h5lens.open_group(named)["x"][-5:], f["x"][-5:])
     small = tmp_path / "small.h5"
     with h5py.File(small, "w") as f:
         f["x"] = np.arange(3)
-    result = _cli("index", small, "-o", tmp_path / "small.json")
+    result = _cli("index", small, "-o", tmp_path / "small")
     assert result.returncode == 0 and "json form (1 chunk references, no more than 100,000)" in result.stdout
     assert _cli("convert", out, tmp_path / "z", "--format", "yaml").returncode == 2
+    refused = _cli("index", small, "-o", tmp_path / "c.json", "--format", "compact")
+    assert refused.returncode == 2 and not (tmp_path / "c.json").exists()
+    assert refused.stderr.strip() == (
+        f"h5lens: error: {tmp_path / 'c.json'}: the name promises the json form; name the compact form "
+        f"{tmp_path / 'c.h5lens'} (or pass --format json)"
+    )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import subprocess
 import sys
 import uuid
 import warnings
@@ -26,6 +25,7 @@ icechunk = pytest.importorskip("icechunk", reason="icechunk is not installed (pi
 import zarr  # noqa: E402
 
 import h5lens  # noqa: E402
+from cli_runner import h5lens as run_cli  # noqa: E402
 from h5lens import icechunk as hic  # noqa: E402
 from h5lens.errors import (  # noqa: E402
     H5LensError,
@@ -37,7 +37,6 @@ from h5lens.errors import (  # noqa: E402
 )
 from h5lens.manifest.model import MISSING  # noqa: E402
 
-CLI = [sys.executable, "-m", "h5lens.cli"]
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
@@ -552,7 +551,7 @@ def test_unsupported_source_scheme_is_named(tmp_path):
 
 
 def h5lens_cli(*args, env=None):
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=120, env=env)
+    return run_cli(*args, env=env)
 
 
 def one_line_error(result) -> str:

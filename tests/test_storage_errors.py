@@ -16,7 +16,8 @@ import pytest
 
 import h5lens
 from h5lens.backend_errors import http_status, is_transient, storage_error
-from h5lens.destination import check_destination, same_location
+from h5lens.destination import check_destination
+from h5lens.locations import same_location
 from h5lens.testing.s3 import free_port
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import pickle
 
+import anndata
 import h5py
 import numpy as np
 import pytest
@@ -176,10 +178,10 @@ def test_missing_source_names_it(tmp_path):
         group["X/indices"][...]
 
 
-@pytest.mark.parametrize("change", ["grown", "shrunk", "touched", "older"])
+@pytest.mark.parametrize("change", ["grown", "shrunk", "rewritten at the start", "rewritten at the end"])
 def test_every_kind_of_change_to_a_local_source_is_named(tmp_path, change):
-    """A larger or smaller file, or one rewritten at the same size (a new mtime): each is
-    refused with what changed, as the file system reports it now."""
+    """A larger or smaller file, or one rewritten at the same size (another superblock, new
+    space at the end): each is refused with what changed, as the file is now."""
     import os
 
     path = tmp_path / "changing.h5ad"
@@ -191,19 +193,66 @@ def test_every_kind_of_change_to_a_local_source_is_named(tmp_path, change):
             f.write(b"\0" * 16)
     elif change == "shrunk":
         os.truncate(path, before.st_size - 16)
-    else:  # rewritten at the same size, or replaced by an older copy (cp -p)
-        shift = 5_000_000_000 if change == "touched" else -5_000_000_000
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + shift))
+    else:
+        with open(path, "r+b") as f:
+            f.seek(40 if change.endswith("start") else before.st_size - 3)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
     after = os.stat(path)
     with pytest.raises(h5lens.StaleSourceError) as raised:
         h5lens.open_group(manifest)
-    if change in ("touched", "older"):
-        assert raised.value.changes == (f"mtime {manifest.sources[0].mtime} → {after.st_mtime}",)
+    if change.startswith("rewritten"):
+        (only,) = raised.value.changes
+        assert only.startswith("content ") and " → " in only
     else:
         assert f"size {before.st_size} → {after.st_size}" in raised.value.changes
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    if change in ("touched", "older"):
-        h5lens.open_group(manifest)  # the same file again
+
+
+@pytest.mark.parametrize("how", ["touched", "copied without -p", "copied elsewhere"])
+def test_the_same_bytes_are_the_same_source(tmp_path, how):
+    """A manifest goes on working after its file is touched or copied (a new mtime, the same
+    bytes): local sources are identified by size and content, not by modification time."""
+    import os
+    import shutil
+
+    path = tmp_path / "data.h5ad"
+    write_sample(path)
+    manifest_path = tmp_path / "data.h5ad.json"
+    h5lens.index(path).to_json(manifest_path)
+    if how == "touched":
+        os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 5_000_000_000))
+        opened = manifest_path
+    else:
+        target = tmp_path / ("copy" if how == "copied elsewhere" else "same")
+        target.mkdir()
+        shutil.copy(path, target / path.name)  # a new mtime
+        shutil.copy(manifest_path, target / manifest_path.name)
+        if how == "copied elsewhere":
+            shutil.rmtree(tmp_path / "same", ignore_errors=True)
+        path.unlink()  # only the copy is left: the manifest recorded its source relative to itself
+        opened = target / manifest_path.name
+    assert json.loads(opened.read_text())["h5lens"]["sources"][0]["url"] == "data.h5ad"
+    group = h5lens.open_group(opened)
+    expected = anndata.read_h5ad(opened.parent / "data.h5ad")
+    np.testing.assert_array_equal(group["obs/_index"][...], expected.obs_names.to_numpy())
+
+
+def test_a_manifest_without_a_fingerprint_is_checked_by_mtime(tmp_path):
+    """Manifests written before fingerprints recorded the mtime: a touched file is refused."""
+    import os
+    from dataclasses import replace
+
+    path = tmp_path / "older.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(10)
+    manifest = h5lens.index(path)
+    manifest.sources[0] = replace(manifest.sources[0], fingerprint=None)
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    with pytest.raises(h5lens.StaleSourceError) as raised:
+        h5lens.open_group(manifest)
+    assert raised.value.changes == (f"mtime {manifest.sources[0].mtime} → {os.stat(path).st_mtime}",)
 
 
 def test_a_source_with_nothing_recorded_is_not_checked(tmp_path):
@@ -213,7 +262,7 @@ def test_a_source_with_nothing_recorded_is_not_checked(tmp_path):
     with h5py.File(path, "w") as f:
         f["x"] = np.arange(10)
     manifest = h5lens.index(path)
-    manifest.sources[0] = replace(manifest.sources[0], size=None, mtime=None, etag=None)
+    manifest.sources[0] = replace(manifest.sources[0], size=None, mtime=None, etag=None, fingerprint=None)
     with open(path, "ab") as f:
         f.write(b"\0" * 16)
     np.testing.assert_array_equal(h5lens.open_group(manifest)["x"][...], np.arange(10))
@@ -231,7 +280,7 @@ def test_a_source_with_its_size_only_recorded_is_checked_by_size(tmp_path):
         with h5py.File(name, "w") as f:
             f["x"] = np.arange(10)
     manifest = h5lens.index(path)
-    manifest.sources[0] = replace(manifest.sources[0], size=None, mtime=None, etag=None)
+    manifest.sources[0] = replace(manifest.sources[0], size=None, mtime=None, etag=None, fingerprint=None)
     manifest.sources.append(Source(str(other), size=other.stat().st_size))
     np.testing.assert_array_equal(h5lens.open_group(manifest)["x"][...], np.arange(10))
     with open(other, "ab") as f:

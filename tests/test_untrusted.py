@@ -23,7 +23,7 @@ def indexed(tmp_path) -> tuple[Path, dict]:
         f.create_dataset("a", data=np.arange(1000, dtype="i4"), chunks=(100,), compression="gzip")
         f.create_dataset("b", data=np.arange(10, dtype="i2"))
     out = tmp_path / "x.json"
-    h5lens.index(path, inline_threshold=0).to_json(out)
+    h5lens.index(path, inline_threshold=0).save(out, relative_sources=False)  # its source: an absolute path
     return path, json.loads(out.read_text())
 
 

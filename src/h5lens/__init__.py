@@ -44,6 +44,7 @@ _EXPORTS = {
             "ManifestFormatError",
             "ManifestLimitError",
             "MaterializeLimitError",
+            "NotAManifestError",
             "NotHDF5Error",
             "RefusedSourceError",
             "SourceNotFoundError",
@@ -71,6 +72,7 @@ __all__ = [
     "ManifestStore",
     "Problem",
     "MaterializeLimitError",
+    "NotAManifestError",
     "NotHDF5Error",
     "RefusedSourceError",
     "SourceNotFoundError",
@@ -100,6 +102,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
         ManifestFormatError,
         ManifestLimitError,
         MaterializeLimitError,
+        NotAManifestError,
         NotHDF5Error,
         RefusedSourceError,
         SourceNotFoundError,
@@ -108,9 +111,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
         StorageError,
         UnsupportedFeatureError,
     )
+    from h5lens.icechunk import to_icechunk
     from h5lens.manifest.limits import Limits
     from h5lens.manifest.model import Manifest
-    from h5lens.icechunk import to_icechunk
     from h5lens.many import FileRecord, IndexManyResult, index_many
     from h5lens.read.anndata import read_anndata, read_treedata
     from h5lens.read.navigate import Dataset, Group

@@ -10,6 +10,7 @@ from typing import Any
 
 from h5lens._version import __version__
 from h5lens.errors import NotHDF5Error
+from h5lens.locations import absolute
 from h5lens.manifest.model import Manifest
 from h5lens.read import navigate
 from h5lens.read.navigate import Group
@@ -18,6 +19,7 @@ from h5lens.scan.build import build_manifest
 from h5lens.scan.options import (
     DEFAULT_CONVENTION,
     DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_MATERIALIZE_LIMIT,
     DEFAULT_READ_BLOCK_SIZE,
     DEFAULT_SLAB_BYTES,
     ScanOptions,
@@ -35,7 +37,7 @@ def index(
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
     convention: str = DEFAULT_CONVENTION,
     slab_bytes: int = DEFAULT_SLAB_BYTES,
-    materialize_limit: int | None = None,
+    materialize_limit: int | None = DEFAULT_MATERIALIZE_LIMIT,
     url: str | None = None,
     progress: Callable[[ScanProgress], None] | None = None,
     read_block_size: int = DEFAULT_READ_BLOCK_SIZE,
@@ -53,8 +55,10 @@ def index(
     slab_bytes
         Target size of the virtual chunks big contiguous datasets are cut into.
     materialize_limit
-        Refuse (:class:`~h5lens.errors.MaterializeLimitError`) to copy more than this many
-        bytes of one dataset into the manifest; ``None`` copies whatever must be copied.
+        Refuse (:class:`~h5lens.errors.MaterializeLimitError`, naming the dataset and why)
+        to copy more than this many bytes of one dataset into the manifest (64 MiB by
+        default: data no zarr codec reads, such as a filter without a codec, is decoded
+        and copied); ``None`` copies whatever must be copied.
     url
         The URL to record for the source instead of ``source`` (e.g. a path relative to
         where the manifest will live, or the bucket a local copy came from).
@@ -68,11 +72,12 @@ def index(
         take fewer requests and fetch more bytes that are not metadata; see docs/cloud.md.
     """
     location = os.fspath(source)
+    options = ScanOptions(inline_threshold, convention, slab_bytes, materialize_limit)  # checked before any reading
     opened = open_source(location, storage_options=storage_options, read_block_size=read_block_size)
     try:
         manifest = build_manifest(
             opened,
-            ScanOptions(inline_threshold, convention, slab_bytes, materialize_limit),
+            options,
             writer=__version__,
             progress=progress,
         )
@@ -84,14 +89,8 @@ def index(
         raise failure from None
     finally:
         opened.close()
-    recorded = url if url is not None else _default_url(location)
+    recorded = url if url is not None else absolute(location)
     return replace(manifest, sources=[replace(manifest.sources[0], url=recorded)])
-
-
-def _default_url(location: str) -> str:
-    if "://" in location and not location.startswith("file://"):
-        return location
-    return os.path.abspath(location.removeprefix("file://"))
 
 
 def open(  # noqa: A001 - h5lens.open

@@ -124,9 +124,9 @@ def storage_error(error: BaseException, url: str, action: str = "reading", *, an
     status = http_status(error)
     for item in _chain(error):
         if _is(item, "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
-            return AccessDeniedError(
-                f"{url}: no credentials for {action} it ({detail}); configure credentials, "
-                "or pass --anon / storage_options={'anon': True} for public data"
+            said = f"{url}: no credentials for {action} it ({detail}); configure credentials, or pass"
+            return AccessDeniedError(f"{said} storage_options={{'anon': True}} for public data").at_cli(
+                f"{said} --anon for public data"
             )
     if isinstance(error, FileNotFoundError) or status == 404:
         what = "bucket" if error_code(error) == "NoSuchBucket" else "file or object"
@@ -157,6 +157,27 @@ def _first_line(error: BaseException) -> str:
         return error.strerror
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
+
+
+# The first request to a store (is the source there, can the destination be written) fails
+# within seconds, naming the cause, whatever the reason: botocore's defaults (a 60 s connect
+# timeout, five attempts) kept a user waiting 25 s to learn that an endpoint is down.
+PROBE_CONNECT_TIMEOUT = 5  # seconds
+PROBE_READ_TIMEOUT = 20
+PROBE_ATTEMPTS = 2
+
+
+def probe_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """``storage_options`` for a first request to ``url``: bounded connect and read timeouts
+    and attempts (s3 through botocore), unless the caller configured them."""
+    options = dict(storage_options or {})
+    if url.split("://", 1)[0].lower() in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", PROBE_CONNECT_TIMEOUT)
+        config.setdefault("read_timeout", PROBE_READ_TIMEOUT)
+        config.setdefault("retries", {"max_attempts": PROBE_ATTEMPTS, "mode": "standard"})
+        options["config_kwargs"] = config
+    return options
 
 
 def anon_requested(storage_options: dict[str, Any] | None) -> bool:

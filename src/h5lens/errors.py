@@ -9,7 +9,8 @@ They are grouped by what the caller can do about them::
     ├── UnsupportedFeatureError (ValueError)   the file uses what h5lens cannot represent
     │   └── MaterializeLimitError              ... within materialize_limit
     ├── ManifestFormatError (ValueError)       a manifest is malformed
-    │   └── ManifestLimitError                 ... or claims more than the limits allow
+    │   ├── ManifestLimitError                 ... or claims more than the limits allow
+    │   └── NotAManifestError                  ... or is another kind of file altogether
     ├── InvalidKeyError (ValueError)           an escaped key no writer can have produced
     ├── InvalidOptionError (ValueError)        an argument is out of range or refused
     ├── StaleSourceError (RuntimeError)        a source changed since indexing
@@ -22,6 +23,8 @@ They are grouped by what the caller can do about them::
 
 from __future__ import annotations
 
+from typing import Self
+
 __all__ = [
     "H5LensError",
     "NotHDF5Error",
@@ -29,6 +32,7 @@ __all__ = [
     "MaterializeLimitError",
     "ManifestFormatError",
     "ManifestLimitError",
+    "NotAManifestError",
     "StaleSourceError",
     "InvalidKeyError",
     "SourceReadError",
@@ -41,7 +45,18 @@ __all__ = [
 
 
 class H5LensError(Exception):
-    """Base class of every error h5lens raises on purpose."""
+    """Base class of every error h5lens raises on purpose.
+
+    A message that suggests an argument names it as Python spells it (``allow_local=[...]``);
+    where the command line spells it otherwise (``--allow-local PATH``), :attr:`cli_message`
+    holds the message in the command line's words, and the ``h5lens`` command prints that."""
+
+    cli_message: str | None = None
+
+    def at_cli(self, message: str) -> Self:
+        """Give the command line's wording of this error (returns the error, to raise it)."""
+        self.cli_message = message
+        return self
 
 
 class NotHDF5Error(H5LensError, ValueError):
@@ -61,6 +76,16 @@ class MaterializeLimitError(UnsupportedFeatureError):
 
 class ManifestFormatError(H5LensError, ValueError):
     """A manifest file is malformed or of a version this h5lens cannot read."""
+
+
+class NotAManifestError(ManifestFormatError):
+    """What was given as a manifest is another kind of file: ``kind`` says which
+    (``"hdf5"``: an HDF5 file, which the command line indexes on the fly where it reads;
+    ``"zarr v2"``: kerchunk's zarr v2 references; ``"other"``)."""
+
+    def __init__(self, message: str, *, kind: str = "other") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class ManifestLimitError(ManifestFormatError):

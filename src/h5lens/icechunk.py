@@ -126,9 +126,9 @@ def _source_uri(url: str) -> str:
 def source_uris(manifest: Manifest) -> list[str]:
     """The absolute URL of each of the manifest's sources (relative ones resolved against
     the manifest's location), as :func:`to_icechunk` records them."""
-    from h5lens.fetch.readers import resolve_url
+    from h5lens.locations import resolve
 
-    return [_source_uri(resolve_url(source.url, manifest.location)) for source in manifest.sources]
+    return [_source_uri(resolve(source.url, manifest.location)) for source in manifest.sources]
 
 
 def _prefix(uri: str) -> str:
@@ -293,18 +293,18 @@ def check_location(
 
     refuse_sources(location, sources)
     if location.startswith("s3://"):
-        from h5lens.backend_errors import anon_requested, storage_error
+        from h5lens.backend_errors import anon_requested, probe_options, storage_error
+        from h5lens.destination import check_bucket
 
-        bucket = location.removeprefix("s3://").split("/", 1)[0]
         try:
             import fsspec
 
-            fs, _ = fsspec.core.url_to_fs(location, **(storage_options or {}))
-            exists = fs.exists(bucket)
+            fs, path = fsspec.core.url_to_fs(location, **probe_options(location, storage_options))
+            check_bucket(location, fs, path)
+        except H5LensError:
+            raise
         except Exception as e:  # noqa: BLE001 - every backend failure, named with the URL
             raise storage_error(e, location, "checking the destination", anon=anon_requested(storage_options)) from e
-        if not exists:
-            raise StorageError(f"{location}: the bucket {bucket!r} does not exist")
         return
     path = os.path.abspath(location.removeprefix("file://"))
     if os.path.isdir(path):
@@ -344,7 +344,10 @@ def open_repository(
     With ``manifest``, the virtual chunk containers its sources need are added to the
     repository's configuration (and saved there; a container already covering a source
     is kept) and authorised for this process with the same storage options, so the
-    repository returned can both write the manifest and read it back."""
+    repository returned can both write the manifest and read it back. Without, the
+    containers the repository declares are authorised (a repository on object storage
+    gets no access to local files), so that one written by ``h5lens index --to
+    icechunk://...`` reads back as it is."""
     _require_icechunk()
     import icechunk
 
@@ -360,10 +363,13 @@ def open_repository(
         added = [p for p in prefixes if not any(p.startswith(have) for have in declared)]
         for prefix in added:
             config.set_virtual_chunk_container(_container(prefix, options))
-        # authorise what the manifest's sources are read through, nothing else the repository declares
-        credentials: dict[str, AnyCredential | None] = {
-            have: _credential(have, options) for have in [*declared, *added] if any(p.startswith(have) for p in prefixes)
-        }
+        if manifest is not None:
+            # authorise what the manifest's sources are read through, nothing else the repository declares
+            wanted = [have for have in [*declared, *added] if any(p.startswith(have) for p in prefixes)]
+        else:  # what the repository declares; local files only for a repository that is local itself
+            remote = "://" in location and not location.startswith("file://")
+            wanted = [have for have in declared if not (remote and have.startswith("file://"))]
+        credentials: dict[str, AnyCredential | None] = {have: _credential(have, options) for have in wanted}
         if exists:
             repo = icechunk.Repository.open(storage, config=config, authorize_virtual_chunk_access=credentials)
             if added:

@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.destination import check_destination
+from h5lens.destination import check_destination, refuse_local_sources
 from h5lens.errors import H5LensError, InvalidOptionError, ManifestFormatError, SourceReadError, StorageError
+from h5lens.locations import absolute, is_remote
+from h5lens.manifest import io
 from h5lens.manifest.model import MISSING, Manifest, Source
 from h5lens.report import summarize
 
@@ -77,6 +79,7 @@ def publish(
     storage_options: dict[str, Any] | None = None,
     source_options: dict[str, Any] | None = None,
     format: str | None = None,  # noqa: A002 - as Manifest.save
+    force: bool = False,
     **index_options: Any,
 ) -> PublishReport:
     """Index ``source``, check that sampled chunks decode, then write ``destination`` atomically.
@@ -89,12 +92,16 @@ def publish(
     Nothing is written at ``destination`` unless every step succeeds: the destination is
     checked first (never one of the sources; its directory or bucket must exist), the
     manifest is written under a temporary name, read back and compared, and only then
-    moved into place.
+    moved into place. An existing file there that is not a manifest is replaced only with
+    ``force``; a manifest for object storage must not point at a local path (give ``url``).
+    Sources in the destination's directory or above it are recorded relative to it.
     """
     import h5lens
 
     options = source_options or storage_options
-    check_destination(destination, sources=[source, url], storage_options=storage_options)
+    check_destination(destination, sources=[source, url], storage_options=storage_options, force=force)
+    refuse_local_sources(destination, [url if url is not None else absolute(source)])
+    io.choose_format_for(destination, format)  # a form the name contradicts: refused before the scan
     manifest = h5lens.index(source, storage_options=options, **index_options)
     if url is not None:
         manifest = with_source_url(manifest, url)
@@ -111,16 +118,17 @@ def _identity_at(url: str, indexed: Source, options: dict[str, Any] | None) -> S
 
     reader = make_reader(url, options)
     try:
-        found = reader.stat()
+        found = reader.stat(fingerprint=not is_remote(url))
     except H5LensError as e:
-        raise type(e)(f"--url {url}: cannot be reached to record its identity ({e})") from None
+        raise type(e)(f"url={url}: cannot be reached to record its identity ({e})").at_cli(
+            f"--url {url}: cannot be reached to record its identity ({e})"
+        ) from None
     finally:
         reader.close()
     if found.get("size") is not None and indexed.size is not None and found["size"] != indexed.size:
-        raise InvalidOptionError(
-            f"--url {url}: holds {found['size']} bytes, the file indexed {indexed.size}: not the same file"
-        )
-    return Source(url, found.get("size"), found.get("mtime"), found.get("etag"))
+        said = f"{url}: holds {found['size']} bytes, the file indexed {indexed.size}: not the same file"
+        raise InvalidOptionError(f"url={said}").at_cli(f"--url {said}")
+    return Source(url, found.get("size"), found.get("mtime"), found.get("etag"), found.get("fingerprint"))
 
 
 def _write_checked(
@@ -129,18 +137,18 @@ def _write_checked(
     """Write under a temporary name beside the destination, read it back, compare, then
     move it into place; the temporary copy is removed whatever happens. Returns the form."""
     from h5lens.backend_errors import anon_requested, storage_error
-    from h5lens.manifest import io
     from h5lens.manifest.refs_json import write_bytes_atomic
 
-    form = io.choose_format(manifest, format)
-    payload = io.encode(manifest, form)
-    remote = "://" in destination and not destination.startswith("file://")
+    form = io.choose_format(manifest, format, destination)
+    payload = io.encode(io.relative_to(manifest, destination), form)
+    remote = is_remote(destination)
     staging = f"{destination}.{uuid.uuid4().hex[:12]}.h5lens-staging"
     fs = None
     try:
         write_bytes_atomic(staging, payload, storage_options=storage_options)
         written = io.read(staging, storage_options=storage_options)
-        if written.to_dict() != replace(manifest, location=written.location).to_dict():
+        expected = io.relative_to(manifest, destination)
+        if written.to_dict() != replace(expected, location=written.location).to_dict():
             raise StorageError(f"{destination}: the manifest read back differs from the one written")
         if remote:
             import fsspec

@@ -19,9 +19,9 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5lens.codecs import register as register_codecs
-from h5lens.errors import H5LensError, RefusedSourceError, SourceReadError, StaleSourceError
+from h5lens.errors import H5LensError, RefusedSourceError, SourceNotFoundError, SourceReadError, StaleSourceError
 from h5lens.fetch.plan import ChunkRead, ReadStats, SourceReads
-from h5lens.fetch.readers import is_remote_url, resolve_url
+from h5lens.locations import is_remote, resolve
 from h5lens.manifest.model import MISSING, Manifest
 from h5lens.manifest.refs_json import VLEN_ALONE, codec_names, dumps_document, vlen_count_problem
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key
@@ -168,31 +168,41 @@ class ManifestStore(Store):
             self._tree = {path: sorted(names) for path, names in below.items()}
         return self._tree
 
-    def source_url(self, index: int) -> str:
+    def remapped(self, index: int) -> str | None:
+        """Where the caller said to read source ``index`` from (``source_urls``, keyed by the
+        URL as recorded or as it resolves against the manifest), or None."""
         url = self.manifest.sources[index].url
-        url = self.source_urls.get(url, url)
-        return resolve_url(url, self.manifest.location)
+        found = self.source_urls.get(url)
+        if found is None:
+            found = self.source_urls.get(resolve(url, self.manifest.location))
+        return found
+
+    def source_url(self, index: int) -> str:
+        remapped = self.remapped(index)
+        if remapped is not None:
+            return remapped
+        return resolve(self.manifest.sources[index].url, self.manifest.location)
 
     def _check_local_sources(self) -> None:
         """A manifest read from a remote URL reaches only remote sources (or local files the
         caller allowed, or remapped with ``source_urls``): someone else's manifest must not
         make h5lens read this machine's files."""
         location = self.manifest.location
-        if location is None or not is_remote_url(location) or self.allow_local is True:
+        if location is None or not is_remote(location) or self.allow_local is True:
             return
-        for index, source in enumerate(self.manifest.sources):
-            if source.url in self.source_urls:
+        for index in range(len(self.manifest.sources)):
+            if self.remapped(index) is not None:
                 continue  # the caller chose where this source is read from
             url = self.source_url(index)
-            if is_remote_url(url):
+            if is_remote(url):
                 continue
             path = os.path.realpath(url.removeprefix("file://"))
             allowed = () if self.allow_local is False else self.allow_local
             if not any(path == os.path.realpath(p) or path.startswith(os.path.realpath(p).rstrip("/") + "/") for p in allowed):
+                said = f"{location} points at the local file {url}: a manifest read from a remote URL may not read local files"
                 raise RefusedSourceError(
-                    f"{location} points at the local file {url}: a manifest read from a remote URL may not read "
-                    "local files; pass allow_local=[...] (or remap the source with source_urls) to allow it"
-                )
+                    f"{said}; pass allow_local=[...] (or remap the source with source_urls) to allow it"
+                ).at_cli(f"{said}; pass --allow-local DIR (or remap the source with --source-url OLD=NEW) to allow it")
 
     def describe_key(self, key: str) -> str:
         """Where a chunk key's bytes are, for messages: the chunk key, its array, and the source
@@ -256,25 +266,31 @@ class ManifestStore(Store):
 
     # -- sources ----------------------------------------------------------------
     def verify_sources(self) -> None:
-        """Check once that every source is the file that was indexed (size, ETag or mtime)."""
+        """Check once that every source is the file that was indexed (:mod:`h5lens.identity`:
+        size and ETag, content fingerprint or mtime)."""
+        from h5lens import identity
+
         for index, recorded in enumerate(self.manifest.sources):
-            if recorded.size is None and recorded.etag is None and recorded.mtime is None:
+            if recorded.size is None and recorded.etag is None and recorded.mtime is None and recorded.fingerprint is None:
                 continue
-            found = self.reads.stat(index)
-            changes = []
-            if recorded.size is not None and found.get("size") is not None and found["size"] != recorded.size:
-                changes.append(f"size {recorded.size} → {found['size']}")
-            if recorded.etag is not None and found.get("etag") and found["etag"] != recorded.etag:
-                changes.append(f"ETag {recorded.etag} → {found['etag']}")
-            if recorded.mtime is not None and found.get("mtime") is not None and found["mtime"] != recorded.mtime:
-                changes.append(f"mtime {recorded.mtime} → {found['mtime']}")
+            try:
+                found = self.reads.stat(index, fingerprint=identity.wants_fingerprint(recorded))
+            except SourceNotFoundError as e:
+                url = self.source_url(index)
+                said = f"{url}: the source of this manifest is not there ({e})"
+                if self.remapped(index) is not None:
+                    raise
+                raise SourceNotFoundError(
+                    f"{said}; if it moved, pass source_urls={{{recorded.url!r}: NEW}}"
+                ).at_cli(f"{said}; if it moved, pass --source-url {recorded.url}=NEW") from None
+            changes = identity.compare(recorded, found).changes
             if changes:
+                said = f"{self.source_url(index)}: changed since the manifest was written ({'; '.join(changes)})"
                 raise StaleSourceError(
-                    f"{self.source_url(index)}: changed since the manifest was written ({'; '.join(changes)}); "
-                    "index it again, or open with verify=False to read it anyway",
+                    f"{said}; index it again, or open with verify=False to read it anyway",
                     url=self.source_url(index),
                     changes=tuple(changes),
-                )
+                ).at_cli(f"{said}; index it again, or pass --no-verify to read it anyway")
 
     def prefetch_all(self, budget: int | None = None) -> int:
         """Start fetching every referenced chunk of remote sources, in file order, up to

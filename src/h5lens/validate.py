@@ -1,9 +1,11 @@
-"""Check a manifest against the unified zarr v3 convention and its own chunk table.
+"""Check a manifest against the unified zarr v3 convention, its own chunk table and its sources.
 
 :func:`validate` returns a list of :class:`Problem` (empty when the manifest is
-sound). It never reads the source files: values are checked only where the
-manifest holds them inline (reference datasets and compounds with reference
-fields always are, in manifests h5lens writes).
+sound). It reads no source file's data unless asked (``deep``): values are checked
+only where the manifest holds them inline (reference datasets and compounds with
+reference fields always are, in manifests h5lens writes). It does look at each
+source (unless ``verify=False``): that it is there and is the file that was indexed
+(:mod:`h5lens.identity`: its size, and its ETag or content fingerprint).
 
 Checked:
 
@@ -72,13 +74,26 @@ _ELSEWHERE = "\x00elsewhere"  # a path that leaves the file through an external 
 
 @dataclass(frozen=True)
 class Problem:
-    """One finding: the node (``"/"``-prefixed zarr path) and what is wrong there."""
+    """One finding: the node (``"/"``-prefixed zarr path) and what is wrong there
+    (``cli_message``: the same in the command line's words, where they differ)."""
 
     path: str
     message: str
+    cli_message: str | None = None
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
+
+    @classmethod
+    def of(cls, path: str, error: BaseException) -> Problem:
+        """The problem an h5lens error reports at ``path`` (its first line)."""
+
+        def first(text: str) -> str:
+            lines = text.strip().splitlines()
+            return lines[0] if lines else type(error).__name__
+
+        said = getattr(error, "cli_message", None)
+        return cls(path, first(str(error)), first(said) if said else None)
 
 
 def validate(
@@ -86,25 +101,54 @@ def validate(
     *,
     storage_options: dict[str, Any] | None = None,
     deep: bool = False,
+    verify: bool = True,
     source_options: dict[str, Any] | None = None,
     source_urls: dict[str, str] | None = None,
     allow_local: Iterable[str] | bool = (),
 ) -> list[Problem]:
     """All problems of ``manifest`` (an object, or a manifest path/URL), in node order.
 
-    Without reading the sources: the convention, the metadata, and each array's chunk
-    table against what the writer recorded (a chunk reference deleted or edited since
-    reads as fill values or garbage, and is found here). With ``deep``, every chunk is
-    also fetched from its source and decoded (the sources are checked unchanged first);
-    ``source_options`` / ``source_urls`` / ``allow_local`` are as for :func:`h5lens.open_group`.
+    The convention, the metadata, and each array's chunk table against what the writer
+    recorded (a chunk reference deleted or edited since reads as fill values or garbage,
+    and is found here); with ``verify``, that each source is there and unchanged since
+    indexing (a stat, and for local files two small reads). With ``deep``, every chunk is
+    also fetched from its source and decoded; ``source_options`` / ``source_urls`` /
+    ``allow_local`` are as for :func:`h5lens.open_group`.
     """
     if not isinstance(manifest, Manifest):
         manifest = Manifest.load(os.fspath(manifest), storage_options=storage_options)
+    if "" not in manifest.nodes:
+        return [Problem("/", "no root group (the key zarr.json is missing)")]
     problems = list(_Validator(manifest).run())
+    options = source_options if source_options is not None else storage_options
     if deep:
-        options = source_options if source_options is not None else storage_options
-        problems += _decode_every_chunk(manifest, options, source_urls, allow_local)
+        problems += _decode_every_chunk(manifest, options, source_urls, allow_local, verify)
+    elif verify and manifest.sources:
+        problems += _check_sources(manifest, options, source_urls, allow_local)
     return problems
+
+
+def _check_sources(
+    manifest: Manifest,
+    source_options: dict[str, Any] | None,
+    source_urls: dict[str, str] | None,
+    allow_local: Iterable[str] | bool,
+) -> list[Problem]:
+    """That each source is reachable and unchanged since indexing (no data read)."""
+    from h5lens.errors import H5LensError
+    from h5lens.store import ManifestStore
+
+    try:
+        store = ManifestStore(manifest, source_options=source_options, source_urls=source_urls, allow_local=allow_local)
+    except H5LensError as e:
+        return [Problem.of("/", e)]
+    try:
+        store.verify_sources()
+    except H5LensError as e:
+        return [Problem.of("/", e)]
+    finally:
+        store.close()
+    return []
 
 
 def _decode_every_chunk(
@@ -112,6 +156,7 @@ def _decode_every_chunk(
     source_options: dict[str, Any] | None,
     source_urls: dict[str, str] | None,
     allow_local: Iterable[str] | bool,
+    verify: bool = True,
 ) -> list[Problem]:
     """Fetch and decode every chunk of every array; one problem per array that fails."""
     import zarr
@@ -126,18 +171,19 @@ def _decode_every_chunk(
             manifest, source_options=source_options, source_urls=source_urls, allow_local=allow_local
         )
     except H5LensError as e:  # a source this manifest may not reach
-        return [Problem("/", str(e).strip().splitlines()[0])]
+        return [Problem.of("/", e)]
     try:
-        store.verify_sources()
+        if verify:
+            store.verify_sources()
         for path in sorted(manifest.chunks):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     check_array(zarr.open_array(store, path=path, mode="r", zarr_format=3))
             except H5LensError as e:
-                problems.append(Problem("/" + path, str(e).strip().splitlines()[0]))
+                problems.append(Problem.of("/" + path, e))
     except H5LensError as e:  # a source missing or changed: nothing can be decoded
-        problems.append(Problem("/", str(e).strip().splitlines()[0]))
+        problems.append(Problem.of("/", e))
     finally:
         store.close()
     return problems

@@ -114,9 +114,9 @@ def _uri(url: str) -> str:
 
 
 def _source_uris(manifest: Manifest) -> list[str]:
-    from h5lens.fetch.readers import resolve_url
+    from h5lens.locations import resolve
 
-    return [_uri(resolve_url(source.url, manifest.location)) for source in manifest.sources]
+    return [_uri(resolve(source.url, manifest.location)) for source in manifest.sources]
 
 
 def manifest_store(

@@ -1,8 +1,6 @@
 """``python -m h5lens.cli``: the ``h5lens`` command."""
 
-import sys
-
 from h5lens.cli import main
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()  # the process's own arguments (sys.argv[1:])

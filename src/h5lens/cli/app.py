@@ -8,6 +8,7 @@ mapped by :func:`h5lens.backend_errors.storage_error`); Ctrl-C exits 130 with
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import traceback
@@ -130,7 +131,7 @@ def message(error: BaseException, *, stale_hint: str) -> str:
         return f"{error.url}: changed since the manifest was written{changes}; {stale_hint}"
     if isinstance(error, ModuleNotFoundError):
         return f"this needs the Python package {error.name!r}, which is not installed"
-    text = str(error).strip()
+    text = (getattr(error, "cli_message", None) or str(error)).strip()  # the CLI's words for its options
     first = text.splitlines()[0] if text else type(error).__name__
     notes = [str(n).strip() for n in getattr(error, "__notes__", ()) if str(n).strip() and str(n) not in first]
     return "; ".join([first, *notes])
@@ -168,6 +169,10 @@ def _run(argv: list[str] | None) -> int:
     except typer.Abort:
         return EXIT_INTERRUPTED if state["interrupted"] else 1
     except Exception as e:
+        if state["interrupted"]:
+            # Ctrl-C inside a library callback (libhdf5 iterating a group) can come out as
+            # another exception (h5py's lock reports a SystemError around it)
+            return EXIT_INTERRUPTED
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's usage errors
             return _usage_error(e)
         url, action, anon, stale_hint = state["target"]
@@ -194,7 +199,13 @@ def _usage_error(error: Any) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point."""
+    """Console entry point (``argv``: the arguments; None: the process's own, as the
+    ``h5lens`` command and ``python -m h5lens.cli`` run it).
+
+    Run as the process's command, an interrupted command ends the process at once after
+    saying so (nothing has been written; what is half done is cleaned up by then): the
+    interpreter's own shutdown, with libhdf5 or an event loop interrupted mid-call, may
+    otherwise hang or report the interrupt as a signal death."""
     import threading
 
     from h5lens.cli import _interrupted_while_starting
@@ -214,5 +225,9 @@ def main(argv: list[str] | None = None) -> None:
             signal.signal(signal.SIGINT, previous)
     if state["interrupted"] or code == EXIT_INTERRUPTED:
         typer.echo("h5lens: interrupted", err=True)
+        if argv is None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
         code = EXIT_INTERRUPTED
     sys.exit(code)

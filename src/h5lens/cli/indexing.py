@@ -1,4 +1,9 @@
-"""Commands that write manifests: ``index``, ``publish``, ``index-many``, ``convert``."""
+"""Commands that write manifests: ``index``, ``publish``, ``index-many``, ``convert``.
+
+Each checks its destination before any work: never a source, never an existing file that
+is not a manifest (unless --force), never a manifest for object storage that points at a
+local path; and the form the destination's name promises (``.json``, ``.h5lens``).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,13 @@ import typer
 from h5lens.cli.app import Command, app, fail, reporting
 from h5lens.cli.options import (
     DEFAULT_BLOCK,
-    DEFAULT_CONVENTION,
-    DEFAULT_INLINE_THRESHOLD,
-    DEFAULT_SLAB_BYTES,
+    DEFAULT_INLINE,
+    DEFAULT_LIMIT,
+    DEFAULT_SLAB,
     Anon,
     Convention,
     EndpointUrl,
+    Force,
     Form,
     InlineThreshold,
     Manifest,
@@ -22,24 +28,32 @@ from h5lens.cli.options import (
     ReadBlockSize,
     SlabBytes,
     StorageOption,
-    byte_size,
-    check_convention,
     check_form,
     form_note,
+    scan_settings,
     storage_options,
 )
 from h5lens.cli.progress import FileProgressBar, ScanProgressBar
+from h5lens.scan.options import DEFAULT_CONVENTION
 
 if TYPE_CHECKING:
     from h5lens.many import IndexManyResult
 
 
-def check_destination(destination: str, source: str, url: str | None, options: dict[str, Any]) -> None:
-    """Refuse a destination that is the source or cannot be written, before a long scan."""
+def check_destination(
+    destination: str, source: str | None, url: str | None, options: dict[str, Any], *, force: bool, form: str | None
+) -> None:
+    """Everything about the destination that can fail, before a long scan (one line each)."""
     with reporting(destination, "checking the destination", anon=bool(options.get("anon"))):
-        from h5lens.destination import check_destination
+        from h5lens.destination import check_destination as check
+        from h5lens.destination import refuse_local_sources
+        from h5lens.locations import absolute
+        from h5lens.manifest.io import choose_format_for
 
-        check_destination(destination, sources=[source, url], storage_options=options or None)
+        choose_format_for(destination, form)
+        check(destination, sources=[source, url], storage_options=options or None, force=force)
+        if source is not None:
+            refuse_local_sources(destination, [url if url is not None else absolute(source)])
 
 
 # -- commands -------------------------------------------------------------------------------
@@ -57,33 +71,45 @@ def index(
             "-o",
             "--to",
             metavar="OUT",
-            help="Where to write the manifest (path or URL), or icechunk://PATH to commit it to an Icechunk repository.",
+            help="Where to write the manifest (path or URL): NAME.json (JSON) or NAME.h5lens (compact); "
+            "or icechunk://PATH to commit it to an Icechunk repository.",
         ),
     ],
-    inline_threshold: InlineThreshold = DEFAULT_INLINE_THRESHOLD,
+    inline_threshold: InlineThreshold = DEFAULT_INLINE,
     convention: Convention = DEFAULT_CONVENTION,
-    slab_bytes: SlabBytes = DEFAULT_SLAB_BYTES,
-    materialize_limit: MaterializeLimit = None,
+    slab_bytes: SlabBytes = DEFAULT_SLAB,
+    materialize_limit: MaterializeLimit = DEFAULT_LIMIT,
     url: Annotated[
         str | None,
-        typer.Option(metavar="URL", help="URL to record for the source (default: the absolute source path)."),
+        typer.Option(
+            metavar="URL",
+            help="URL to record for the source (default: its path, relative to OUT when OUT is in the "
+            "source's directory or below it, else absolute).",
+        ),
     ] = None,
     read_block_size: ReadBlockSize = DEFAULT_BLOCK,
     form: Form = None,
+    force: Force = False,
     storage_option: StorageOption = [],  # noqa: B006 - typer needs a literal default
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
 ) -> None:
     """Index SOURCE into a manifest written to OUTPUT.
 
-    OUTPUT is checked first (not the source; its directory or bucket exists), then SOURCE
-    is scanned and the manifest written atomically. OUTPUT icechunk://PATH (a local
-    directory or icechunk://s3://BUCKET/PREFIX) commits it to an Icechunk repository.
+    OUTPUT is checked first (not the source, not a file that is not a manifest; its
+    directory or bucket exists), then SOURCE is scanned and the manifest written
+    atomically. OUTPUT icechunk://PATH (a local directory or icechunk://s3://BUCKET/PREFIX)
+    commits it to an Icechunk repository.
     """
     options = storage_options(storage_option, anon, endpoint_url)
-    check_convention(convention)
+    settings = scan_settings(
+        inline_threshold=inline_threshold,
+        convention=convention,
+        slab_bytes=slab_bytes,
+        materialize_limit=materialize_limit,
+        read_block_size=read_block_size,
+    )
     check_form(form)
-    block_size = byte_size("--read-block-size", read_block_size)
     to_icechunk = output.startswith("icechunk://")  # a repository: h5lens.icechunk writes it
     if to_icechunk:
         if form is not None:
@@ -95,21 +121,13 @@ def index(
             quiet_logs()
             check_repository(output, sources=[source, url], storage_options=options or None)
     else:
-        check_destination(output, source, url, options)
+        check_destination(output, source, url, options, force=force, form=form)
     with reporting(source, "indexing", anon=anon):
         import h5lens
 
         with ScanProgressBar(f"indexing {source}") as progress:
             manifest = h5lens.index(
-                source,
-                progress=progress,
-                storage_options=options or None,
-                inline_threshold=inline_threshold,
-                convention=convention,
-                slab_bytes=slab_bytes,
-                materialize_limit=materialize_limit,
-                url=url,
-                read_block_size=block_size,
+                source, progress=progress, storage_options=options or None, url=url, **settings.index_arguments()
             )
     with reporting(output, "writing", anon=anon):
         if to_icechunk:
@@ -118,8 +136,8 @@ def index(
             snapshot, committed = write_destination(output, manifest, storage_options=options or None)
             note = f"committed snapshot {snapshot}" if committed else f"unchanged at snapshot {snapshot}, nothing committed"
         else:
-            written = manifest.save(output, format=form, storage_options=options or None)
-            note = form_note(written, form, manifest)
+            written = manifest.save(output, format=form, storage_options=options or None, force=force)
+            note = form_note(written, form, manifest, output)
     from h5lens.report import summarize
 
     summary = summarize(manifest)
@@ -134,16 +152,19 @@ def index(
 def publish(
     source: Annotated[str, typer.Argument(metavar="SOURCE", help="HDF5 file: local path or fsspec URL.")],
     destination: Annotated[
-        str, typer.Argument(metavar="DEST", help="Where to write the manifest (path or URL).")
+        str, typer.Argument(metavar="DEST", help="Where to write the manifest (path or URL): NAME.json or NAME.h5lens.")
     ],
     url: Annotated[
         str | None,
         typer.Option(metavar="URL", help="URL to record for the source, e.g. the bucket a local copy came from."),
     ] = None,
-    inline_threshold: InlineThreshold = DEFAULT_INLINE_THRESHOLD,
+    inline_threshold: InlineThreshold = DEFAULT_INLINE,
     convention: Convention = DEFAULT_CONVENTION,
+    slab_bytes: SlabBytes = DEFAULT_SLAB,
+    materialize_limit: MaterializeLimit = DEFAULT_LIMIT,
     read_block_size: ReadBlockSize = DEFAULT_BLOCK,
     form: Form = None,
+    force: Force = False,
     storage_option: StorageOption = [],  # noqa: B006
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
@@ -154,10 +175,15 @@ def publish(
     read back from DEST. Nothing is written at DEST unless every step succeeds.
     """
     options = storage_options(storage_option, anon, endpoint_url)
-    check_convention(convention)
+    settings = scan_settings(
+        inline_threshold=inline_threshold,
+        convention=convention,
+        slab_bytes=slab_bytes,
+        materialize_limit=materialize_limit,
+        read_block_size=read_block_size,
+    )
     check_form(form)
-    block_size = byte_size("--read-block-size", read_block_size)
-    check_destination(destination, source, url, options)
+    check_destination(destination, source, url, options, force=force, form=form)
     with reporting(source, "publishing", anon=anon):
         from h5lens.publish import publish as run_publish
 
@@ -168,10 +194,9 @@ def publish(
                 progress=progress,
                 url=url,
                 storage_options=options or None,
-                inline_threshold=inline_threshold,
-                convention=convention,
-                read_block_size=block_size,
                 format=form,
+                force=force,
+                **settings.index_arguments(),
             )
     s = report.summary
     typer.echo(
@@ -180,7 +205,6 @@ def publish(
         f"inline {s['inline_chunks']} chunks ({s['inline_bytes']} bytes); "
         f"{report.checked_chunks} sampled chunks decoded; {report.form} form"
     )
-
 
 
 @app.command("index-many", cls=Command)
@@ -206,15 +230,20 @@ def index_many(
         typer.Option("--workers", metavar="N", min=1, help="LocalCluster worker processes (default: one per core)."),
     ] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Index every file again, even where its manifest is current.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Index every file again, even where its manifest is current, and replace files at the manifests' "
+            "names that are not manifests.",
+        ),
     ] = False,
     report: Annotated[
         str | None, typer.Option("--report", metavar="FILE", help="Also write one JSON record per file there.")
     ] = None,
-    inline_threshold: InlineThreshold = DEFAULT_INLINE_THRESHOLD,
+    inline_threshold: InlineThreshold = DEFAULT_INLINE,
     convention: Convention = DEFAULT_CONVENTION,
-    slab_bytes: SlabBytes = DEFAULT_SLAB_BYTES,
-    materialize_limit: MaterializeLimit = None,
+    slab_bytes: SlabBytes = DEFAULT_SLAB,
+    materialize_limit: MaterializeLimit = DEFAULT_LIMIT,
     read_block_size: ReadBlockSize = DEFAULT_BLOCK,
     form: Form = None,
     storage_option: StorageOption = [],  # noqa: B006 - typer needs a literal default
@@ -223,14 +252,20 @@ def index_many(
 ) -> None:
     """Index every file of SOURCES into DEST, one dask task per file.
 
-    Each manifest is written atomically to DEST/<name>.json. A file whose manifest is
-    current (same size and ETag/mtime) is skipped unless --force. A file that fails is
-    reported and the others go on; the exit status is 2 if any failed.
+    Each manifest is written atomically to DEST/<name>.json (DEST/<name>.h5lens with
+    --format compact). A file whose manifest is current (same size and ETag or content) is
+    skipped unless --force. A file that fails is reported and the others go on; the exit
+    status is 2 if any failed.
     """
     options = storage_options(storage_option, anon, endpoint_url)
-    check_convention(convention)
+    settings = scan_settings(
+        inline_threshold=inline_threshold,
+        convention=convention,
+        slab_bytes=slab_bytes,
+        materialize_limit=materialize_limit,
+        read_block_size=read_block_size,
+    )
     check_form(form)
-    block_size = byte_size("--read-block-size", read_block_size)
     with reporting(out_dir, "indexing into", anon=anon):
         from h5lens.many import index_many as run
 
@@ -243,13 +278,9 @@ def index_many(
                 force=force,
                 report=report,
                 storage_options=options or None,
-                inline_threshold=inline_threshold,
-                convention=convention,
-                slab_bytes=slab_bytes,
-                materialize_limit=materialize_limit,
-                read_block_size=block_size,
                 format=form,
                 progress=progress,
+                **settings.index_arguments(),
             )
     _print_summary(result)
     if not result.ok:
@@ -298,25 +329,22 @@ def _size(n: int) -> str:
 @app.command(cls=Command)
 def convert(
     manifest: Manifest,
-    output: Annotated[str, typer.Argument(metavar="OUT", help="Where to write it (path or URL).")],
-    form: Annotated[
-        str, typer.Option("--format", metavar="FORM", help="'json' or 'compact'.")
-    ],
+    output: Annotated[str, typer.Argument(metavar="OUT", help="Where to write it (path or URL): NAME.json or NAME.h5lens.")],
+    form: Form = None,
+    force: Force = False,
     storage_option: StorageOption = [],  # noqa: B006
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
 ) -> None:
-    """Write MANIFEST in another form: the JSON references any fsspec reader opens, or the
-    compact columns that open in milliseconds at millions of chunks. Exact both ways."""
+    """Write MANIFEST in another form: the JSON references any fsspec reader opens (OUT.json),
+    or the compact columns that open in milliseconds at millions of chunks (OUT.h5lens).
+    Exact both ways; the form is OUT's, or --format's."""
     from h5lens.cli.reading import open_manifest
 
     check_form(form)
     options = storage_options(storage_option, anon, endpoint_url)
+    check_destination(output, None, None, options, force=force, form=form)
     loaded = open_manifest(manifest, options)
-    from h5lens.destination import check_destination
-
     with reporting(output, "writing", anon=anon):
-        check_destination(output, storage_options=options or None)  # (writing never goes over a source)
-        loaded.save(output, format=form, storage_options=options or None)
-    typer.echo(f"{output}: {form} form, {len(loaded.nodes)} nodes, {loaded.n_chunks} chunks")
-
+        written = loaded.save(output, format=form, storage_options=options or None, force=force)
+    typer.echo(f"{output}: {written} form, {len(loaded.nodes)} nodes, {loaded.n_chunks} chunks")

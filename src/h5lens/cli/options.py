@@ -3,6 +3,7 @@ definition each) and how their values are parsed and checked. Cheap to import.""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -10,13 +11,23 @@ import typer
 from h5lens.cli.app import fail
 from h5lens.scan.options import (
     CONVENTIONS,
-    DEFAULT_CONVENTION,
     DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_MATERIALIZE_LIMIT,
     DEFAULT_READ_BLOCK_SIZE,
     DEFAULT_SLAB_BYTES,
+    MIN_READ_BLOCK_SIZE,
 )
 
-DEFAULT_BLOCK = f"{DEFAULT_READ_BLOCK_SIZE >> 10}KiB"  # KiB: any default of whole KiB prints exactly
+
+def _size_text(n: int) -> str:
+    """A default size as the help shows it (whole KiB / MiB where it is one)."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+DEFAULT_BLOCK = _size_text(DEFAULT_READ_BLOCK_SIZE)
 
 def _pairs(option: str, pairs: list[str]) -> list[tuple[str, str]]:
     out = []
@@ -93,18 +104,22 @@ ReadBlockSize = Annotated[
         "Larger: fewer requests, more bytes fetched.",
     ),
 ]
-Manifest = Annotated[str, typer.Argument(metavar="MANIFEST", help="Manifest JSON (path or URL).")]
+Manifest = Annotated[str, typer.Argument(metavar="MANIFEST", help="Manifest (path or URL; NAME.json or NAME.h5lens).")]
 
 Form = Annotated[
     str | None,
     typer.Option(
         "--format",
         metavar="FORM",
-        help="'json' (kerchunk references, any fsspec reader) or 'compact' (columns, for millions of chunks). "
-        "Default: compact above 100,000 chunk references.",
+        help="'json' (kerchunk references, any fsspec reader; NAME.json) or 'compact' (columns, for millions "
+        "of chunks; NAME.h5lens). Default: the form the output's name says; for other names, compact above "
+        "100,000 chunk references.",
     ),
 ]
 FORMS = ("json", "compact")
+Force = Annotated[
+    bool, typer.Option("--force", help="Replace an existing file at the destination even if it is not a manifest.")
+]
 
 
 def check_form(form: str | None) -> None:
@@ -112,36 +127,97 @@ def check_form(form: str | None) -> None:
         fail(f"--format must be 'json' or 'compact', got {form!r}")
 
 
-def form_note(written: str, asked: str | None, manifest: Any) -> str:
-    """Which form was written, and why when h5lens chose it."""
+def form_note(written: str, asked: str | None, manifest: Any, output: str) -> str:
+    """Which form was written, and why."""
+    from h5lens.manifest.io import COMPACT_ABOVE, COMPACT_SUFFIX, named_format
+
     if asked is not None:
         return f"{written} form"
+    if named_format(output) is not None:
+        if written == "json" and manifest.n_chunks > COMPACT_ABOVE:
+            return (
+                f"json form, as the name says ({manifest.n_chunks:,} chunk references: a {COMPACT_SUFFIX} "
+                "name would get the compact form, which opens faster)"
+            )
+        return f"{written} form, as the name says"
     side = "more" if written == "compact" else "no more"
-    return f"{written} form ({manifest.n_chunks} chunk references, {side} than 100,000)"
+    return f"{written} form ({manifest.n_chunks:,} chunk references, {side} than {COMPACT_ABOVE:,})"
 
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
           "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
 
 
-def byte_size(option: str, text: str) -> int:
-    """'64KiB' → 65536; a bad size exits with one line naming the option."""
+def byte_size(option: str, text: str, *, at_least: int = 0) -> int:
+    """'64KiB' → 65536; a bad or too small size exits with one line naming the option."""
     import re
 
     match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS:
         fail(f"{option}: expected a size like 65536, 64KiB or 4MiB, got {text!r}")
-    return int(match.group(1)) * _UNITS[unit]
+    value = int(match.group(1)) * _UNITS[unit]
+    if value < at_least:
+        fail(f"{option}: at least {_size_text(at_least)}, got {text!r}")
+    return value
 
 
-# -- the scan's options: index and index-many ---------------------------------------------------
+# -- the scan's options: index, publish and index-many --------------------------------------------
 
 InlineThreshold = Annotated[
-    int, typer.Option(metavar="N", help="Copy arrays of at most this many stored bytes into the manifest.")
+    str,
+    typer.Option(metavar="SIZE", help="Copy arrays of at most this many stored bytes into the manifest (0: none)."),
 ]
 Convention = Annotated[str, typer.Option(metavar="NAME", help="'released' (what convention readers ship) or 'proposal'.")]
-SlabBytes = Annotated[int, typer.Option(metavar="N", help="Virtual chunk size for big contiguous datasets.")]
+SlabBytes = Annotated[str, typer.Option(metavar="SIZE", help="Virtual chunk size for big contiguous datasets.")]
 MaterializeLimit = Annotated[
-    int | None, typer.Option(metavar="N", help="Refuse to copy more than this many bytes of one dataset.")
+    str,
+    typer.Option(
+        metavar="SIZE",
+        help="Stop, naming the dataset, rather than copy more than this into the manifest for one dataset "
+        "(data no zarr codec reads is decoded and copied); 'none': no limit.",
+    ),
 ]
+DEFAULT_INLINE = str(DEFAULT_INLINE_THRESHOLD)
+DEFAULT_SLAB = _size_text(DEFAULT_SLAB_BYTES)
+DEFAULT_LIMIT = _size_text(DEFAULT_MATERIALIZE_LIMIT)
+
+
+@dataclass(frozen=True)
+class ScanSettings:
+    """The scan's options as parsed and checked at the command line (in its own words)."""
+
+    inline_threshold: int
+    convention: str
+    slab_bytes: int
+    materialize_limit: int | None
+    read_block_size: int
+
+    def index_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`h5lens.index` these settings stand for."""
+        return {
+            "inline_threshold": self.inline_threshold,
+            "convention": self.convention,
+            "slab_bytes": self.slab_bytes,
+            "materialize_limit": self.materialize_limit,
+            "read_block_size": self.read_block_size,
+        }
+
+
+def scan_settings(
+    *,
+    inline_threshold: str = DEFAULT_INLINE,
+    convention: str,
+    slab_bytes: str = DEFAULT_SLAB,
+    materialize_limit: str = DEFAULT_LIMIT,
+    read_block_size: str,
+) -> ScanSettings:
+    check_convention(convention)
+    limit = None if materialize_limit.strip().lower() == "none" else byte_size("--materialize-limit", materialize_limit)
+    return ScanSettings(
+        inline_threshold=byte_size("--inline-threshold", inline_threshold),
+        convention=convention,
+        slab_bytes=byte_size("--slab-bytes", slab_bytes, at_least=1),
+        materialize_limit=limit,
+        read_block_size=byte_size("--read-block-size", read_block_size, at_least=MIN_READ_BLOCK_SIZE),
+    )

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from h5lens.cli.app import Command, app, fail, reporting, state
+from h5lens.cli.progress import ScanProgressBar
 from h5lens.cli.options import (
     AllowLocal,
     Anon,
@@ -23,10 +24,16 @@ if TYPE_CHECKING:
     from h5lens.manifest.model import Manifest as Loaded
 
 
-def open_manifest(manifest: str, options: dict[str, Any]) -> Loaded:
-    """The manifest, or one line saying why not (not found: said once, naming it once)."""
-    from h5lens.errors import SourceNotFoundError
+def open_manifest(manifest: str, options: dict[str, Any], *, index_hdf5: bool = False) -> Loaded:
+    """The manifest, or one line saying why not (not found: said once, naming it once).
+    With ``index_hdf5``, an HDF5 file given instead is indexed in memory (nothing written)."""
+    from h5lens.errors import NotAManifestError, SourceNotFoundError
 
+    if manifest.startswith("icechunk://"):
+        fail(
+            f"{manifest}: an Icechunk repository, not a manifest; read it with "
+            "h5lens.icechunk.open_repository (or icechunk and zarr) in Python"
+        )
     with reporting(manifest, "reading the manifest", anon=bool(options.get("anon"))):
         from h5lens.manifest.model import Manifest as Loaded
 
@@ -34,6 +41,14 @@ def open_manifest(manifest: str, options: dict[str, Any]) -> Loaded:
             return Loaded.from_json(manifest, storage_options=options or None)
         except SourceNotFoundError as e:
             fail(f"{manifest}: manifest not found", e)
+        except NotAManifestError as e:
+            if e.kind != "hdf5" or not index_hdf5:
+                raise
+    with reporting(manifest, "indexing", anon=bool(options.get("anon"))):
+        import h5lens
+
+        with ScanProgressBar(f"indexing {manifest} (in memory)") as progress:
+            return h5lens.index(manifest, storage_options=options or None, progress=progress)
 
 
 def node_of(loaded: Loaded, manifest: str, key: str, path: str) -> dict[str, Any]:
@@ -60,7 +75,7 @@ def inspect(
     Encodings, shapes, data types, codecs, and per array the chunks and bytes
     referenced vs inline.
     """
-    loaded = open_manifest(manifest, storage_options(storage_option, anon, endpoint_url))
+    loaded = open_manifest(manifest, storage_options(storage_option, anon, endpoint_url), index_hdf5=True)
     from h5lens.report import print_tree
 
     print_tree(loaded)
@@ -78,7 +93,7 @@ def ls(
 
     Groups end in /, links in @; anndata elements show their encoding and size.
     """
-    loaded = open_manifest(manifest, storage_options(storage_option, anon, endpoint_url))
+    loaded = open_manifest(manifest, storage_options(storage_option, anon, endpoint_url), index_hdf5=True)
     key = path.strip("/")
     doc = node_of(loaded, manifest, key, path)
     from h5lens.describe import describe_array, list_members
@@ -116,7 +131,7 @@ def cat(
     """
     options = storage_options(storage_option, anon, endpoint_url)
     urls = source_urls(source_url)
-    loaded = open_manifest(manifest, options)
+    loaded = open_manifest(manifest, options, index_hdf5=True)
     with reporting(manifest, "reading", anon=anon):
         from h5lens.describe import split_selection
 
@@ -151,16 +166,18 @@ def validate(
     deep: Annotated[
         bool, typer.Option("--deep", help="Also read and decode every chunk from the sources (slow: reads everything).")
     ] = False,
+    verify: Verify = True,
     storage_option: StorageOption = [],  # noqa: B006
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
     source_url: SourceUrl = [],  # noqa: B006
     allow_local: AllowLocal = [],  # noqa: B006
 ) -> None:
-    """Check a manifest against the convention.
+    """Check a manifest against the convention, its chunk tables and its sources.
 
-    Lists each problem and exits 1 if there is any. --deep also decodes every chunk
-    from the sources.
+    Lists each problem and exits 1 if there is any. Each source must be there and
+    unchanged since indexing (--no-verify: not looked at); --deep also decodes every
+    chunk from the sources.
     """
     options = storage_options(storage_option, anon, endpoint_url)
     urls = source_urls(source_url)
@@ -169,13 +186,18 @@ def validate(
         import h5lens
 
         problems = h5lens.validate(
-            loaded, storage_options=options or None, deep=deep, source_urls=urls or None, allow_local=allow_local
+            loaded,
+            storage_options=options or None,
+            deep=deep,
+            verify=verify,
+            source_urls=urls or None,
+            allow_local=allow_local,
         )
     for problem in problems:
-        typer.echo(str(problem))
+        typer.echo(f"{problem.path}: {problem.cli_message or problem.message}")
     if problems:
         typer.echo(f"{manifest}: {len(problems)} problem(s)", err=True)
         raise typer.Exit(1)
-    checked = ", every chunk decoded" if deep else ""
+    checked = ", every chunk decoded" if deep else ", sources unchanged" if verify and loaded.sources else ""
     typer.echo(f"{manifest}: valid ({len(loaded.nodes)} nodes, convention {loaded.convention}{checked})")
 

@@ -8,7 +8,7 @@
 
 from h5lens.fetch.blocks import MAX_GAP, MAX_SPAN, ChunkFetcher, merge_plan
 from h5lens.fetch.plan import ChunkRead, ReadStats, SourceReads
-from h5lens.fetch.readers import FsspecReader, LocalReader, is_remote_url, make_reader, resolve_url
+from h5lens.fetch.readers import FsspecReader, LocalReader, make_reader
 
 __all__ = [
     "MAX_GAP",
@@ -19,8 +19,6 @@ __all__ = [
     "LocalReader",
     "ReadStats",
     "SourceReads",
-    "is_remote_url",
     "make_reader",
     "merge_plan",
-    "resolve_url",
 ]

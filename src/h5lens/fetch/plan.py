@@ -205,8 +205,8 @@ class SourceReads:
 
         return requested, start
 
-    def stat(self, source: int) -> dict[str, Any]:
-        return self.reader(source).stat()
+    def stat(self, source: int, *, fingerprint: bool = False) -> dict[str, Any]:
+        return self.reader(source).stat(fingerprint=fingerprint)
 
 
 def _adjacent(table: ChunkTable, source: int, flat: int, begin: int, stop: int) -> list[tuple[int, int]]:

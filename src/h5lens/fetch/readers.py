@@ -10,33 +10,18 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
-import posixpath
 import weakref
 from typing import Any
 
 from h5lens.backend_errors import anon_requested, http_status, is_transient, storage_error
 from h5lens.errors import SourceNotFoundError, SourceReadError, StorageError
+from h5lens.locations import is_remote
 
 # fsspec backends (s3fs, botocore) retry throttling and 5xx themselves; these retries
 # cover what they give up on, and connection resets between them (decided by exception
 # type and HTTP status: backend_errors.is_transient).
 RETRIES = 2
 RETRY_BASE_SECONDS = 0.2
-
-
-def is_remote_url(url: str) -> bool:
-    return "://" in url and not url.startswith("file://")
-
-
-def resolve_url(url: str, location: str | None) -> str:
-    """Resolve a source URL written relative to the manifest at ``location``."""
-    if "://" in url or os.path.isabs(url) or location is None:
-        return url
-    if is_remote_url(location):
-        scheme, rest = location.split("://", 1)
-        return f"{scheme}://" + posixpath.normpath(posixpath.join(posixpath.dirname(rest), url))
-    base = os.path.dirname(location.removeprefix("file://"))
-    return os.path.normpath(os.path.join(base, url))
 
 
 class _Tasks:
@@ -100,14 +85,20 @@ class LocalReader(_Tasks):
         # A page-cache read of one chunk takes microseconds; a thread hop costs more than it.
         return self.read_sync(offset, length)
 
-    def stat(self) -> dict[str, Any]:
+    def stat(self, *, fingerprint: bool = False) -> dict[str, Any]:
+        """Size and mtime; with ``fingerprint``, also the content fingerprint (two preads)."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             raise SourceNotFoundError(f"{self.path}: source file not found") from None
         except OSError as e:
             raise storage_error(e, self.path, "checking") from None
-        return {"size": st.st_size, "mtime": st.st_mtime}
+        found: dict[str, Any] = {"size": st.st_size, "mtime": st.st_mtime}
+        if fingerprint:
+            from h5lens.identity import fingerprint as content
+
+            found["fingerprint"] = content(self.read_sync, st.st_size)
+        return found
 
     def close(self) -> None:
         self._cancel_tasks()
@@ -197,7 +188,8 @@ class FsspecReader(_Tasks):
             return SourceReadError(f"{found}{tries}")
         return found
 
-    def stat(self) -> dict[str, Any]:
+    def stat(self, *, fingerprint: bool = False) -> dict[str, Any]:
+        """Size and ETag (object storage identifies versions by ETag: no fingerprint)."""
         fs, path = self._sync_filesystem()
         try:
             info = fs.info(path)
@@ -262,7 +254,7 @@ def _close_live_readers() -> None:
 
 
 def make_reader(url: str, storage_options: dict[str, Any] | None = None) -> LocalReader | FsspecReader:
-    if not is_remote_url(url):
+    if not is_remote(url):
         return LocalReader(url)
     return FsspecReader(url, storage_options)
 

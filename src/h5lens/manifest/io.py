@@ -7,9 +7,12 @@ conveniences come here. Two forms:
 * ``json``: kerchunk reference JSON version 1 with zarr v3 keys
   (:mod:`h5lens.manifest.refs_json`), what any fsspec ``ReferenceFileSystem`` reads;
 * ``compact``: chunk tables as compressed columns, loaded when first used
-  (:mod:`h5lens.manifest.compact`), for manifests with millions of chunks.
+  (:mod:`h5lens.manifest.compact`), for manifests with millions of chunks. A binary
+  file: its name ends in ``.h5lens``, never ``.json``.
 
-Reading detects the form from the file's first bytes.
+Reading detects the form from the file's first bytes. Writing takes the form from the
+name where it says one (``.json``, ``.h5lens``); a form asked for that contradicts the
+name is refused.
 """
 
 from __future__ import annotations
@@ -17,26 +20,61 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from h5lens.errors import InvalidOptionError, ManifestFormatError, ManifestLimitError
+from h5lens.errors import InvalidOptionError, ManifestFormatError, ManifestLimitError, NotAManifestError
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:
     from h5lens.manifest.model import Manifest
 
 FORMATS = ("json", "compact")
-# Without a chosen form, manifests with more chunk references than this are written compact:
-# JSON costs ~36 bytes per reference and seconds to parse at a million.
+JSON_SUFFIX = ".json"
+COMPACT_SUFFIX = ".h5lens"
+SUFFIXES = {"json": JSON_SUFFIX, "compact": COMPACT_SUFFIX}
+# Under a name that says no form, manifests with more chunk references than this are written
+# compact: JSON costs ~36 bytes per reference and seconds to parse at a million.
 COMPACT_ABOVE = 100_000
 _FIRST_READ = 1 << 20
 
 
-def choose_format(manifest: Manifest, format: str | None = None) -> str:  # noqa: A002 - the documented name
-    """``format`` if given (checked), else ``compact`` above :data:`COMPACT_ABOVE` chunk references."""
+def named_format(path: str | os.PathLike[str] | None) -> str | None:
+    """The form a file name promises: ``json`` for ``.json``, ``compact`` for ``.h5lens``."""
+    if path is None:
+        return None
+    name = os.fspath(path).rstrip("/").lower()
+    return next((form for form, suffix in SUFFIXES.items() if name.endswith(suffix)), None)
+
+
+def choose_format(
+    manifest: Manifest,
+    format: str | None = None,  # noqa: A002 - the documented name
+    path: str | os.PathLike[str] | None = None,
+) -> str:
+    """The form to write: ``format`` if given (checked against what ``path``'s name
+    promises), else the form the name says, else ``compact`` above :data:`COMPACT_ABOVE`
+    chunk references."""
+    named = named_format(path)
     if format is None:
+        if named is not None:
+            return named
         return "compact" if manifest.n_chunks > COMPACT_ABOVE else "json"
     if format not in FORMATS:
         raise InvalidOptionError(f"format must be one of {FORMATS}. Got {format!r}")
+    if named is not None and named != format and path is not None:
+        where = os.fspath(path)
+        said = f"{where}: the name promises the {named} form; name the {format} form"
+        stem = where[: len(where) - len(SUFFIXES[named])]
+        raise InvalidOptionError(f"{said} {stem}{SUFFIXES[format]} (or pass format={named!r})").at_cli(
+            f"{said} {stem}{SUFFIXES[format]} (or pass --format {named})"
+        )
     return format
+
+
+def choose_format_for(path: str | os.PathLike[str], format: str | None) -> None:  # noqa: A002
+    """Check, before any work, that ``format`` does not contradict ``path``'s name."""
+    if format is not None:
+        from h5lens.manifest.model import Manifest
+
+        choose_format(Manifest(nodes={}, chunks={}, sources=[]), format, path)
 
 
 def to_dict(manifest: Manifest) -> dict[str, Any]:
@@ -68,19 +106,43 @@ def write(
     path: str | os.PathLike[str],
     *,
     storage_options: dict[str, Any] | None = None,
-    format: str | None = "json",  # noqa: A002
+    format: str | None = None,  # noqa: A002
+    force: bool = False,
+    relative_sources: bool = True,
 ) -> str:
     """Write ``manifest`` at ``path`` (local or fsspec URL) atomically, never over one of its
-    sources; ``format=None`` chooses by size (:func:`choose_format`). Returns the form written."""
-    from h5lens.destination import refuse_sources
-    from h5lens.fetch.readers import resolve_url
+    sources, nor (unless ``force``) over an existing file that is not a manifest. The form:
+    :func:`choose_format`. With ``relative_sources``, a source in the manifest's directory
+    or above it is recorded relative to the manifest (``atlas.h5ad``, ``../atlas.h5ad``), so
+    that the two can be copied together. Returns the form written."""
+    from h5lens.destination import existing_head, refuse_overwrite, refuse_sources
+    from h5lens.locations import resolve
     from h5lens.manifest.refs_json import write_bytes_atomic
 
     target = os.fspath(path)
-    chosen = choose_format(manifest, format)
-    refuse_sources(target, [resolve_url(s.url, target) for s in manifest.sources])
+    chosen = choose_format(manifest, format, target)
+    refuse_sources(target, [resolve(s.url, manifest.location or target) for s in manifest.sources])
+    if not force:
+        refuse_overwrite(target, existing_head(target, storage_options))
+    if relative_sources:
+        manifest = relative_to(manifest, target)
     write_bytes_atomic(target, encode(manifest, chosen), storage_options=storage_options)
     return chosen
+
+
+def relative_to(manifest: Manifest, target: str) -> Manifest:
+    """``manifest`` with each source that lies in ``target``'s directory or above it recorded
+    relative to ``target`` (absolute paths and URLs of the same store only)."""
+    from dataclasses import replace
+
+    from h5lens.locations import relative_to_manifest, resolve
+
+    sources = []
+    for source in manifest.sources:
+        where = resolve(source.url, manifest.location)
+        relative = None if "://" not in where and not os.path.isabs(where) else relative_to_manifest(where, target)
+        sources.append(source if relative is None else replace(source, url=relative))
+    return manifest if sources == manifest.sources else replace(manifest, sources=sources)
 
 
 def read(
@@ -99,10 +161,25 @@ def read(
     head = ranges(0, _FIRST_READ)
     if compact.is_compact(head):
         return compact.decode(ranges, location=resolved, head=head, limits=limits)
+    if _is_hdf5(head):
+        raise NotAManifestError(
+            f"{location}: an HDF5 file, not a manifest; index it first (h5lens.index)", kind="hdf5"
+        ).at_cli(f"{location}: an HDF5 file, not a manifest; index it first (h5lens index {location} -o ...)")
     from h5lens.manifest.refs_json import parse_json
 
     whole = head if len(head) < _FIRST_READ else ranges.whole(limits.manifest_bytes)
     return parse_json(whole, resolved, limits=limits)
+
+
+def _is_hdf5(head: bytes) -> bool:
+    """The HDF5 signature at 0 or at a user block's end (512, 1024, ... bytes)."""
+    signature = b"\x89HDF\r\n\x1a\n"
+    offset = 0
+    while offset + 8 <= len(head):
+        if head[offset : offset + 8] == signature:
+            return True
+        offset = 512 if offset == 0 else offset * 2
+    return False
 
 
 class FileRanges:

@@ -87,6 +87,15 @@ def children_index(nodes: dict[str, Any]) -> dict[str, list[str]]:
     return index
 
 
+FINGERPRINT_PREFIX = "sha256:"
+
+
+def is_fingerprint(value: object) -> bool:
+    """A source fingerprint as :mod:`h5lens.identity` writes it: ``sha256:`` and 64 hex digits."""
+    digits = value[len(FINGERPRINT_PREFIX) :] if isinstance(value, str) and value.startswith(FINGERPRINT_PREFIX) else ""
+    return len(digits) == 64 and all(c in "0123456789abcdef" for c in digits)
+
+
 @dataclass(frozen=True)
 class Source:
     """One file that chunk references point into, with what identifies its version."""
@@ -95,6 +104,7 @@ class Source:
     size: int | None = None
     mtime: float | None = None
     etag: str | None = None
+    fingerprint: str | None = None  # local files: see h5lens.identity
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"url": self.url, "size": self.size}
@@ -102,6 +112,8 @@ class Source:
             out["mtime"] = self.mtime
         if self.etag is not None:
             out["etag"] = self.etag
+        if self.fingerprint is not None:
+            out["fingerprint"] = self.fingerprint
         return out
 
     @classmethod
@@ -109,13 +121,16 @@ class Source:
         if not isinstance(data, dict) or not isinstance(data.get("url"), str):
             raise ManifestFormatError(f"Expected a source object with a 'url'. Got {data!r}")
         url, size, mtime, etag = data["url"], data.get("size"), data.get("mtime"), data.get("etag")
+        found = data.get("fingerprint")
+        if found is not None and not is_fingerprint(found):
+            raise ManifestFormatError(f"source {url}: 'fingerprint' must be 'sha256:' and 64 hex digits. Got {found!r}")
         if size is not None and not (type(size) is int and 0 <= size < 2**63):
             raise ManifestFormatError(f"source {url}: 'size' must be a byte count. Got {size!r}")
         if mtime is not None and not (type(mtime) in (int, float) and math.isfinite(mtime)):
             raise ManifestFormatError(f"source {url}: 'mtime' must be a number. Got {mtime!r}")
         if etag is not None and not isinstance(etag, str):
             raise ManifestFormatError(f"source {url}: 'etag' must be a string. Got {etag!r}")
-        return cls(url, size, mtime, etag)
+        return cls(url, size, mtime, etag, found)
 
 
 @dataclass(frozen=True, eq=False)
@@ -382,11 +397,13 @@ class Manifest:
 
         return io.to_dict(self)
 
-    def to_json(self, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> None:
-        """Write the manifest to ``path`` (local or fsspec URL) atomically."""
+    def to_json(
+        self, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, force: bool = False
+    ) -> None:
+        """Write the manifest to ``path`` (local or fsspec URL) atomically, as JSON."""
         from h5lens.manifest import io
 
-        io.write(self, path, storage_options=storage_options)
+        io.write(self, path, storage_options=storage_options, format="json", force=force)
 
     def save(
         self,
@@ -394,12 +411,20 @@ class Manifest:
         *,
         format: str | None = None,  # noqa: A002 - the documented name
         storage_options: dict[str, Any] | None = None,
+        force: bool = False,
+        relative_sources: bool = True,
     ) -> str:
-        """Write the manifest to ``path`` atomically in ``format`` (``"json"`` or ``"compact"``;
-        ``None`` chooses compact above 100,000 chunk references). Returns the form written."""
+        """Write the manifest to ``path`` atomically. ``format``: ``"json"`` or ``"compact"``;
+        ``None`` takes the form the name says (``.json``, ``.h5lens``), else compact above
+        100,000 chunk references. An existing file that is not a manifest is replaced only
+        with ``force``. With ``relative_sources``, a source in the manifest's directory or
+        above it is recorded relative to it (the two then travel together). Returns the form
+        written."""
         from h5lens.manifest import io
 
-        return io.write(self, path, storage_options=storage_options, format=format)
+        return io.write(
+            self, path, storage_options=storage_options, format=format, force=force, relative_sources=relative_sources
+        )
 
     @classmethod
     def load(

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from h5lens.errors import H5LensError, ManifestFormatError, RefusedSourceError
+from h5lens.errors import H5LensError, ManifestFormatError, NotAManifestError, RefusedSourceError
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 from h5lens.manifest.model import INLINE, MISSING, ChunkTable, ChunkTableBuilder, Manifest, Source
@@ -98,14 +98,18 @@ def _chunk_refs(table: ChunkTable, path: str, encoding: KeyEncoding, names: list
     return dict(zip(keys, values, strict=True))
 
 
+_ZARR_V2_KEYS = frozenset({".zgroup", ".zarray", ".zattrs", ".zmetadata"})
+
+
 def manifest_from_refs(
     data: dict[str, Any], *, location: str | None = None, limits: Limits = DEFAULT_LIMITS
 ) -> Manifest:
     """A manifest from kerchunk reference JSON (a parsed dict). The input is untrusted: keys
     outside zarr's grammar, references to sources the manifest does not declare, byte ranges
     past a source's recorded size and claims beyond ``limits`` are refused, naming the key."""
+    where = location or "manifest"
     if not isinstance(data, dict):
-        raise ManifestFormatError(f"Expected a JSON object. Got {type(data).__name__}")
+        raise NotAManifestError(f"{where}: not a manifest (JSON {type(data).__name__}, not an object)")
     version = data.get("version")
     refs: object
     if version is None:
@@ -115,7 +119,14 @@ def manifest_from_refs(
     else:
         raise ManifestFormatError(f"Expected reference format version 1. Got {version!r}")
     if not isinstance(refs, dict):
-        raise ManifestFormatError("Expected a 'refs' object")
+        raise ManifestFormatError(f"{where}: Expected a 'refs' object")
+    if any(str(key).rsplit("/", 1)[-1] in _ZARR_V2_KEYS for key in refs):
+        raise NotAManifestError(
+            f"{where}: zarr v2 references (kerchunk's); h5lens reads zarr v3 manifests: index the HDF5 file with h5lens",
+            kind="zarr v2",
+        )
+    if "zarr.json" not in refs:
+        raise NotAManifestError(f"{where}: not a manifest (no root group: the key zarr.json is missing)")
     templates = data.get("templates") or {} if version == 1 else {}
     info = data.get(FORMAT_KEY) or {}
     if not isinstance(templates, dict) or not all(isinstance(v, str) for v in templates.values()):

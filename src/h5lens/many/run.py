@@ -10,12 +10,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from h5lens.locations import absolute
+from h5lens.manifest.io import SUFFIXES
 from h5lens.many.sources import Job, plan_jobs, prepare_out_dir
 from h5lens.many.task import FAILED, INDEXED, SKIPPED, FileRecord, IndexSettings, index_one, one_line
 from h5lens.scan.options import (
-    CONVENTIONS,
     DEFAULT_CONVENTION,
     DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_MATERIALIZE_LIMIT,
     DEFAULT_READ_BLOCK_SIZE,
     DEFAULT_SLAB_BYTES,
     MIN_READ_BLOCK_SIZE,
@@ -85,7 +87,7 @@ def index_many(
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
     convention: str = DEFAULT_CONVENTION,
     slab_bytes: int = DEFAULT_SLAB_BYTES,
-    materialize_limit: int | None = None,
+    materialize_limit: int | None = DEFAULT_MATERIALIZE_LIMIT,
     read_block_size: int = DEFAULT_READ_BLOCK_SIZE,
     format: str | None = None,
     progress: Callable[[FileRecord, int, int], None] | None = None,
@@ -94,19 +96,23 @@ def index_many(
 
     ``sources``: paths, globs or prefixes (``s3://bucket/atlas/``, ``data/*.h5ad``), local or
     any fsspec URL; ``out_dir`` may be remote. Each file's manifest is written atomically to
-    ``out_dir/<name>.json`` (``format`` as for :meth:`Manifest.save`). A file whose manifest
-    there records its current size and ETag/mtime is skipped unless ``force``. A file that
-    fails is recorded with its one-line error; the others go on. ``scheduler``: a
+    ``out_dir/<name>.json`` (``out_dir/<name>.h5lens`` with ``format="compact"``). A file
+    whose manifest there records its current size and ETag (or content) is skipped unless
+    ``force``; ``force`` also lets a manifest replace a file there that is not one. Local
+    files indexed into object storage are refused: the manifests would point at paths its
+    readers cannot reach. A file that fails is recorded with its one-line error; the
+    others go on. ``scheduler``: a
     ``distributed.Client`` or a scheduler address; None starts a LocalCluster of ``workers``
     processes and closes it after. ``report``: also write the result as JSON there.
     ``progress(record, done, total)`` is called on the client as each file finishes.
     The other options are those of :func:`h5lens.index`.
     """
+    from h5lens.destination import refuse_local_sources
     from h5lens.errors import InvalidOptionError
     from h5lens.manifest.io import FORMATS
+    from h5lens.scan.options import ScanOptions
 
-    if convention not in CONVENTIONS:
-        raise InvalidOptionError(f"convention must be one of {CONVENTIONS}. Got {convention!r}")
+    ScanOptions(inline_threshold, convention, slab_bytes, materialize_limit)  # checked: InvalidOptionError
     if format is not None and format not in FORMATS:
         raise InvalidOptionError(f"format must be one of {FORMATS}. Got {format!r}")
     if read_block_size < MIN_READ_BLOCK_SIZE:
@@ -120,7 +126,8 @@ def index_many(
 
         check_destination(os.fspath(report), storage_options=options or None)
     prepare_out_dir(dest, options)
-    jobs = plan_jobs(specs, dest, options)
+    jobs = plan_jobs(specs, dest, options, suffix=SUFFIXES.get(format or "json", ".json"))
+    refuse_local_sources(dest, [absolute(job.source) for job in jobs])
     settings = IndexSettings(
         options, inline_threshold, convention, slab_bytes, materialize_limit, read_block_size, format, force
     )

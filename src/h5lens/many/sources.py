@@ -13,9 +13,10 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from h5lens.backend_errors import anon_requested, storage_error
-from h5lens.destination import check_bucket, is_remote, same_location
+from h5lens.backend_errors import anon_requested, probe_options, storage_error
+from h5lens.destination import check_bucket
 from h5lens.errors import H5LensError, InvalidOptionError
+from h5lens.locations import is_remote, same_location
 
 # A prefix or directory holds more than HDF5 files (READMEs, manifests, checksums):
 # only these are taken from it. A glob or an explicit path takes what it names.
@@ -32,8 +33,11 @@ class Job:
     manifest: str
 
 
-def plan_jobs(sources: list[str], out_dir: str, storage_options: dict[str, Any] | None = None) -> list[Job]:
-    """One :class:`Job` per file named by ``sources``, in a stable order (duplicates once).
+def plan_jobs(
+    sources: list[str], out_dir: str, storage_options: dict[str, Any] | None = None, *, suffix: str = MANIFEST_SUFFIX
+) -> list[Job]:
+    """One :class:`Job` per file named by ``sources``, in a stable order (duplicates once);
+    each manifest's name is its file's, below DEST, plus ``suffix`` (the form's).
 
     An explicit path that does not exist is still a job: the run records it as failed
     ("no such file") instead of refusing the whole collection. A glob or prefix that
@@ -47,7 +51,7 @@ def plan_jobs(sources: list[str], out_dir: str, storage_options: dict[str, Any] 
     jobs: list[Job] = []
     by_manifest: dict[str, str] = {}
     for url, name in sorted(found.items()):
-        manifest = _join(out_dir, name + MANIFEST_SUFFIX)
+        manifest = _join(out_dir, name + suffix)
         other = by_manifest.setdefault(manifest, url)
         if other != url:
             raise InvalidOptionError(
@@ -151,7 +155,7 @@ def prepare_out_dir(out_dir: str, storage_options: dict[str, Any] | None = None)
     import fsspec
 
     try:
-        fs, path = fsspec.core.url_to_fs(out_dir, **(storage_options or {}))
+        fs, path = fsspec.core.url_to_fs(out_dir, **probe_options(out_dir, storage_options))
         check_bucket(out_dir, fs, path)
         if path.strip("/") and fs.isfile(path.rstrip("/")):
             raise InvalidOptionError(f"{out_dir}: an object (a file); --out-dir must be a prefix")

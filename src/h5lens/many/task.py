@@ -16,6 +16,7 @@ from h5lens.many.sources import Job
 from h5lens.scan.options import (
     DEFAULT_CONVENTION,
     DEFAULT_INLINE_THRESHOLD,
+    DEFAULT_MATERIALIZE_LIMIT,
     DEFAULT_READ_BLOCK_SIZE,
     DEFAULT_SLAB_BYTES,
 )
@@ -33,9 +34,9 @@ class IndexSettings:
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD
     convention: str = DEFAULT_CONVENTION
     slab_bytes: int = DEFAULT_SLAB_BYTES
-    materialize_limit: int | None = None
+    materialize_limit: int | None = DEFAULT_MATERIALIZE_LIMIT
     read_block_size: int = DEFAULT_READ_BLOCK_SIZE
-    format: str | None = None  # None: json, or compact above 100,000 chunk references
+    format: str | None = None  # None: the form the manifest's name says
     force: bool = False
 
 
@@ -92,7 +93,7 @@ def _index(job: Job, settings: IndexSettings, record: FileRecord) -> None:
     record.chunks, record.bytes = _referenced(manifest)
     try:
         ensure_parent(job.manifest)
-        record.form = manifest.save(job.manifest, format=settings.format, storage_options=options)
+        record.form = manifest.save(job.manifest, format=settings.format, storage_options=options, force=settings.force)
     except Exception as e:  # the file indexed; say that the write failed
         raise _Writing(one_line(e, job.manifest)) from e
 
@@ -114,34 +115,29 @@ def _current_manifest(job: Job, storage_options: dict[str, Any]) -> Any:
 
     A manifest that does not load (damaged, from an older format) is out of date: the
     file is indexed again and the manifest replaced."""
-    from h5lens.api import _default_url
+    from h5lens import identity
     from h5lens.errors import H5LensError
     from h5lens.fetch.readers import make_reader
+    from h5lens.locations import absolute, resolve
     from h5lens.manifest.model import Manifest
 
     try:
         existing = Manifest.load(job.manifest, storage_options=storage_options or None)
     except H5LensError:
         return None
-    if len(existing.sources) != 1 or existing.sources[0].url != _default_url(job.source):
+    if len(existing.sources) != 1 or resolve(existing.sources[0].url, existing.location) != absolute(job.source):
         return None
     recorded = existing.sources[0]
     reader = make_reader(job.source, storage_options or None)
-    try:
-        found = reader.stat()  # a vanished source raises: recorded as failed, as indexing would
+    try:  # a vanished source raises: recorded as failed, as indexing would
+        found = reader.stat(fingerprint=identity.wants_fingerprint(recorded))
     finally:
         reader.close()
     if recorded.size is None or found.get("size") != recorded.size:
         return None
-    compared = False
-    for key in ("etag", "mtime"):
-        was, now = getattr(recorded, key), found.get(key)
-        if was is not None and now is not None:
-            if was != now:
-                return None
-            compared = True
+    comparison = identity.compare(recorded, found)
     # size alone says too little: a rewrite of the same length would pass
-    return existing if compared else None
+    return existing if comparison.unchanged and comparison.identified else None
 
 
 def one_line(error: BaseException, url: str) -> str:

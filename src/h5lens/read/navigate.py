@@ -43,8 +43,8 @@ import zarr
 
 from h5lens import convention
 from h5lens.errors import InvalidOptionError, SourceNotFoundError
-from h5lens.fetch import resolve_url
 from h5lens.keys import unescape_key
+from h5lens.locations import resolve
 from h5lens.manifest.model import Manifest
 from h5lens.read.check import read_checked
 from h5lens.store import ManifestStore
@@ -106,7 +106,7 @@ def load_external(
     target = _external_url(manifest, source)
     candidates = []
     if manifest.location is not None:
-        candidates.append(resolve_url(source + ".json", manifest.location))
+        candidates.append(resolve(source + ".json", manifest.location))
     candidates.append(target + ".json")
     for candidate in dict.fromkeys(candidates):
         if _exists(candidate, storage_options):
@@ -139,8 +139,8 @@ def _load(
 
 def _external_url(manifest: Manifest, source: str) -> str:
     """``source`` resolved against the directory of the manifest's HDF5 file."""
-    base = resolve_url(manifest.sources[0].url, manifest.location) if manifest.sources else None
-    return resolve_url(source, base)
+    base = resolve(manifest.sources[0].url, manifest.location) if manifest.sources else None
+    return resolve(source, base)
 
 
 def _exists(url: str, storage_options: dict[str, Any] | None) -> bool:

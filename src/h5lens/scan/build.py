@@ -13,7 +13,6 @@ import numpy as np
 from h5lens import convention
 from h5lens.errors import (
     H5LensError,
-    InvalidOptionError,
     MaterializeLimitError,
     NotHDF5Error,
     UnsupportedFeatureError,
@@ -22,6 +21,7 @@ from h5lens.fetch.blocks import merge_plan
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.model import ChunkTable, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
+from h5lens.scan import index_walk
 from h5lens.scan.arrays import (
     bytes_codec,
     chunk_nbytes,
@@ -41,6 +41,7 @@ from h5lens.scan.codecs import (
     untranslatable,
 )
 from h5lens.scan.dtypes import BYTE_STRING_PLAN, TypePlan, plan_type
+from h5lens.scan.global_heap import HeapCheck
 from h5lens.scan.materialize import (
     ResolvePath,
     chunk_selection,
@@ -57,8 +58,6 @@ from h5lens.scan.options import (
     ScanProgress,
 )
 from h5lens.scan.profiles import ProfileContext
-from h5lens.scan import index_walk
-from h5lens.scan.global_heap import HeapCheck
 from h5lens.scan.registry import apply_profiles
 from h5lens.scan.source import OpenSource, TrackedFile
 from h5lens.scan.walk import DatasetRecord, GroupRecord, Walk, walk
@@ -102,8 +101,6 @@ def _build(
     writer: str,
     progress: Callable[[ScanProgress], None] | None = None,
 ) -> Manifest:
-    if options.convention not in CONVENTIONS:
-        raise InvalidOptionError(f"convention must be one of {CONVENTIONS}. Got {options.convention!r}")
     h5 = opened.h5
     found = walk(h5)
     resolve = _resolver(h5, found)
@@ -346,11 +343,12 @@ def _materialize_reason(
 
 
 def _check_limit(path: str, options: ScanOptions, nbytes: int, reason: str) -> None:
-    if options.materialize_limit is not None and nbytes > options.materialize_limit:
+    limit = options.materialize_limit
+    if limit is not None and nbytes > limit:
+        said = f"{path}: {reason}; its {nbytes:,} bytes would be copied into the manifest, more than"
         raise MaterializeLimitError(
-            f"{path}: {reason}; its {nbytes} bytes would be copied into the manifest, "
-            f"more than materialize_limit={options.materialize_limit}"
-        )
+            f"{said} materialize_limit={limit:,}; raise it (None: no limit) to copy them"
+        ).at_cli(f"{said} the limit of {limit:,} bytes; raise it with --materialize-limit SIZE (or none)")
 
 
 def _inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], threshold: int) -> None:

@@ -8,11 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from h5lens import convention
+from h5lens.errors import InvalidOptionError
 
 CONVENTIONS = convention.PROFILES
 DEFAULT_CONVENTION = convention.DEFAULT_PROFILE
 DEFAULT_INLINE_THRESHOLD = 1000  # bytes: arrays stored in at most this many bytes are copied inline
 DEFAULT_SLAB_BYTES = 4 << 20  # virtual chunk size for big contiguous datasets
+# A dataset no zarr codec can read as stored (a filter without a codec, variable-length
+# values) is decoded and copied into the manifest; beyond this many bytes of one dataset
+# indexing stops and says so: a manifest must stay a map of the data, not a copy of it.
+DEFAULT_MATERIALIZE_LIMIT = 64 << 20
 # Remote files: libhdf5 reaches metadata through many small dependent reads; a block cache
 # turns them into few requests. (Chunk indexes are read by h5lens's own walker, in batches.)
 DEFAULT_READ_BLOCK_SIZE = 1 << 20
@@ -35,8 +40,21 @@ class ScanProgress:
 
 @dataclass(frozen=True)
 class ScanOptions:
+    """What a scan is asked to do; checked once, here (the messages name the arguments of
+    :func:`h5lens.index`; the command line checks its options where it parses them)."""
+
     inline_threshold: int = DEFAULT_INLINE_THRESHOLD
     convention: str = DEFAULT_CONVENTION
     slab_bytes: int = DEFAULT_SLAB_BYTES
-    materialize_limit: int | None = None  # bytes; None: no limit
+    materialize_limit: int | None = DEFAULT_MATERIALIZE_LIMIT  # bytes of one dataset; None: no limit
     profiles: bool = True  # rewrite h5ad / h5td layouts into what their zarr readers expect
+
+    def __post_init__(self) -> None:
+        if self.convention not in CONVENTIONS:
+            raise InvalidOptionError(f"convention must be one of {CONVENTIONS}. Got {self.convention!r}")
+        for name, lowest in (("inline_threshold", 0), ("slab_bytes", 1), ("materialize_limit", 0)):
+            value = getattr(self, name)
+            if value is None and name == "materialize_limit":
+                continue
+            if type(value) is not int or value < lowest:
+                raise InvalidOptionError(f"{name} must be a whole number of bytes, at least {lowest}. Got {value!r}")

@@ -11,17 +11,14 @@ from typing import Any, BinaryIO
 
 import h5py
 
-from h5lens.backend_errors import anon_requested, storage_error
+from h5lens.backend_errors import anon_requested, probe_options, storage_error
 from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, SourceNotFoundError
+from h5lens.locations import is_remote
 from h5lens.manifest.model import Source
 from h5lens.scan.options import DEFAULT_READ_BLOCK_SIZE, MIN_READ_BLOCK_SIZE, READ_CACHE_BYTES, READ_UNIT
 from h5lens.scan.remote import RemoteRanges
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-
-
-def is_remote(url: str) -> bool:
-    return "://" in url and not url.startswith("file://")
 
 
 class TrackedFile:
@@ -300,7 +297,7 @@ def _open_remote(
     import fsspec
 
     try:
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        fs, path = fsspec.core.url_to_fs(url, **probe_options(url, storage_options))
         info = fs.info(path)
     except Exception as e:  # noqa: BLE001 - every backend failure becomes an h5lens error naming the URL
         raise storage_error(e, url, "opening", anon=anon_requested(storage_options)) from e
@@ -332,7 +329,11 @@ def _open_local(url: str) -> tuple[BinaryIO, Source]:
         raw = open(local, "rb")  # noqa: SIM115 - closed by OpenSource.close
     except OSError as e:
         raise storage_error(e, url, "opening") from None
-    return raw, Source(url, stat.st_size, stat.st_mtime, None)
+    from h5lens.identity import fingerprint
+
+    fd = raw.fileno()
+    content = fingerprint(lambda offset, length: os.pread(fd, length, offset), stat.st_size)
+    return raw, Source(url, stat.st_size, stat.st_mtime, None, content)
 
 
 def _first_line(error: BaseException) -> str:
