@@ -4,17 +4,18 @@ Used by ``h5lens ls``, ``cat`` and ``inspect``. Everything that describes a node
 works from the manifest's metadata alone; what prints values reads only what it
 prints:
 
-* a selection (``PATH[0:10, 2:4]`` or ``--slice 0:10``) is read as that basic
-  selection, and nothing else;
+* a selection (``PATH[0:10, 2:4]``, ``PATH[[1, 5], 0:3]`` or ``--slice 0:10``) is read
+  as that selection (numpy's basic indexing, and one list of integers), and nothing else;
 * without one (or when the selection is still too big to print whole) numpy's
   summarised form is printed, ``[0 1 2 ... 7 8 9]``, and only the leading and
   trailing values that appear in it are read (a block per corner), never the
   whole array;
 * groups with an anndata ``encoding-type`` are decoded: ``categorical`` (labels),
   ``nullable-integer``, ``nullable-boolean``, ``nullable-string-array`` (masked
-  values as ``<NA>``), ``dataframe`` (index and columns, sliced by rows);
-  sparse matrices and other groups are described with the command that reads
-  their parts.
+  values as ``<NA>``), ``dataframe`` (index and columns, sliced by rows),
+  ``csr_matrix`` / ``csc_matrix`` with a selection (dense if small, else the stored
+  values at their coordinates); without one, they and other groups are described
+  with the command that reads their parts.
 
 Reads go through :func:`h5lens.read.check.read_checked`, so a chunk that does not
 decode is named (key, source and byte range).
@@ -104,6 +105,25 @@ def _shape(shape: Sequence[int]) -> str:
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
+def dimension_names(doc: dict[str, Any]) -> list[str | None] | None:
+    """An array's ``dimension_names`` (netCDF's dimensions, as xarray names them), if it has any."""
+    names = doc.get("dimension_names")
+    shape = doc.get("shape", [])
+    if not isinstance(names, list) or len(names) != len(shape) or not any(isinstance(n, str) for n in names):
+        return None
+    return [n if isinstance(n, str) else None for n in names]
+
+
+def shape_text(doc: dict[str, Any]) -> str:
+    """An array's shape, ``(12, 73, 144)``, or with its dimension names ``(time: 12, lat: 73, lon: 144)``."""
+    shape = doc.get("shape", [])
+    names = dimension_names(doc)
+    if names is None:
+        return _shape(shape)
+    parts = (str(n) if name is None else f"{name}: {n}" for name, n in zip(names, shape, strict=True))
+    return "(" + ", ".join(parts) + ")"
+
+
 def data_type(doc: dict[str, Any]) -> str:
     kind = doc.get("data_type")
     if isinstance(kind, dict):
@@ -147,7 +167,7 @@ def summary(manifest: Manifest, path: str) -> str:
     kind = encoding(doc)
     attributes = doc.get("attributes", {})
     if doc.get("node_type") == "array":
-        text = f"{_shape(doc.get('shape', []))} {data_type(doc)}"
+        text = f"{shape_text(doc)} {data_type(doc)}"
         return text if kind in (None, "array") else f"{text}, {kind}"
     if kind in SPARSE:
         shape = attributes.get("shape", [])
@@ -191,6 +211,9 @@ def describe_array(manifest: Manifest, path: str) -> list[str]:
     table = manifest.chunks.get(path)
     lines = [f"{display(path)}: array"]
     lines.append(f"  shape     {_shape(doc.get('shape', []))}")
+    names = dimension_names(doc)
+    if names is not None:
+        lines.append(f"  dims      ({', '.join('?' if name is None else name for name in names)})")
     lines.append(f"  dtype     {data_type(doc)}")
     if table is not None:
         inline = len(table.inline)
@@ -215,21 +238,84 @@ def describe_array(manifest: Manifest, path: str) -> list[str]:
 
 # -- selections -----------------------------------------------------------------------------
 
-Item = int | slice | EllipsisType
+Item = int | slice | EllipsisType | list[int]  # a list: numpy's ``a[[1, 5, 7]]`` along its axis
+
+
+_SYNTAX = (
+    "expected integers, start:stop[:step] ranges, ... and one list of integers in brackets, separated by "
+    "commas, like 0:10 or 0:10, 2:4 or [1, 5, 7], 0:3"
+)
+
+
+def _parts(body: str) -> list[str]:
+    """``body`` split at the commas outside brackets (``ValueError`` if brackets do not pair up)."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(body):
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError
+        elif c == "," and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+    if depth != 0:
+        raise ValueError
+    parts.append(body[start:])
+    return parts
+
+
+def _index_list(part: str) -> list[int] | None:
+    """``"[1, 5, 7]"`` → ``[1, 5, 7]``; ``None`` if ``part`` is not a bracketed list of integers."""
+    if not (part.startswith("[") and part.endswith("]")):
+        return None
+    inside = part[1:-1].strip()
+    try:
+        return [int(x) for x in inside.split(",")] if inside else []
+    except ValueError:
+        return None
+
+
+def _whole_group(body: str) -> bool:
+    """Whether ``body`` is one bracketed group, ``[...]`` (its first bracket closes at its end)."""
+    if not body.startswith("["):
+        return False
+    depth = 0
+    for i, c in enumerate(body):
+        depth += c == "["
+        depth -= c == "]"
+        if depth == 0:
+            return i == len(body) - 1
+    return False
 
 
 def parse_selection(text: str, *, what: str = "selection") -> tuple[Item, ...]:
-    """``"0:10, 2"`` → ``(slice(0, 10), 2)``; ints, ``start:stop:step`` (step > 0) and ``...``."""
+    """``"0:10, 2"`` → ``(slice(0, 10), 2)``: ints, ``start:stop:step`` (step > 0), ``...`` and
+    one list of ints, ``[1, 5, 7]`` (numpy's integer-array indexing along that axis).
+
+    Brackets around the whole selection are optional (``[0:10, 2:4]``), unless what they
+    hold is a list of integers: ``[1, 2]`` is the list, as in numpy's ``a[[1, 2]]``."""
     body = text.strip()
-    if body.startswith("[") and body.endswith("]"):
-        body = body[1:-1]
+    if _whole_group(body) and any(c in body[1:-1] for c in ":.…["):  # [0:10, 2:4], not a list
+        body = body[1:-1].strip()
+    try:
+        parts = _parts(body)
+    except ValueError:
+        raise InvalidOptionError(f"{what} {text!r}: brackets do not pair up; {_SYNTAX}") from None
     items: list[Item] = []
-    for part in body.split(","):
+    for part in parts:
         part = part.strip()
-        if not part and len(items) == 0 and body.strip() == "":
+        if not part and len(parts) == 1:
             break
         if part in ("...", "…"):
             items.append(Ellipsis)
+            continue
+        if part.startswith("["):
+            indices = _index_list(part)
+            if indices is None:
+                raise InvalidOptionError(f"{what} {text!r}: a list holds integers only, like [1, 5, 7]; {_SYNTAX}")
+            items.append(indices)
             continue
         pieces = part.split(":")
         try:
@@ -241,15 +327,17 @@ def parse_selection(text: str, *, what: str = "selection") -> tuple[Item, ...]:
             start, stop, *rest = (int(p) if p.strip() else None for p in pieces)
             step = rest[0] if rest else None
         except ValueError:
-            raise InvalidOptionError(
-                f"{what} {text!r}: expected integers and start:stop[:step] ranges separated by commas, "
-                "like 0:10 or 0:10, 2:4"
-            ) from None
+            raise InvalidOptionError(f"{what} {text!r}: {_SYNTAX}") from None
         if step is not None and step <= 0:
             raise InvalidOptionError(f"{what} {text!r}: the step must be positive")
         items.append(slice(start, stop, step))
     if sum(item is Ellipsis for item in items) > 1:
         raise InvalidOptionError(f"{what} {text!r}: at most one ...")
+    if sum(isinstance(item, list) for item in items) > 1:
+        raise InvalidOptionError(
+            f"{what} {text!r}: one list of integers at most (numpy's point-wise indexing with several lists "
+            "is not supported); select the others with ranges, like [1, 5], 0:3"
+        )
     return tuple(items)
 
 
@@ -276,13 +364,29 @@ class Plan:
     values are read (``pieces``) and placed either side of one hidden slot, so that
     numpy's summarised output of the small array is that of the full selection."""
 
-    pieces: tuple[tuple[tuple[slice, int], ...], ...]  # per axis: (source slice, offset in the output)
+    # per axis: (what to read: a slice or, for a list, the indices; offset in the output)
+    pieces: tuple[tuple[tuple[slice | np.ndarray, int], ...], ...]
     out_shape: tuple[int, ...]
     long_axes: tuple[int, ...]
     drop: tuple[int, ...]  # axes indexed by an integer: removed after reading
     size: int  # values selected
     summarized: bool
     edgeitems: int
+    front: int | None = None  # the output axis that numpy puts first (a list apart from the integers)
+
+
+def positions(item: int | slice | list[int], length: int, axis: int, where: str = "") -> range | np.ndarray:
+    """The indices along an axis of ``length`` that ``item`` selects (an int: a range of one)."""
+    if isinstance(item, slice):
+        return range(*item.indices(length))
+    indices = np.asarray(item if isinstance(item, list) else [item], dtype=np.int64)
+    bad = (indices < -length) | (indices >= length)
+    if bad.any():
+        raise InvalidOptionError(
+            f"{where}index {int(indices[bad][0])} is out of range for axis {axis} of length {length}"
+        )
+    indices = np.where(indices < 0, indices + length, indices)
+    return range(int(indices[0]), int(indices[0]) + 1) if isinstance(item, int) else indices
 
 
 def plan(
@@ -293,40 +397,45 @@ def plan(
     ``threshold`` is numpy's print option: a float, since ``np.inf`` means "never summarise"."""
     where = f"{name}: " if name else ""
     items = _expand(tuple(selection or ()), len(shape), where)
-    ranges: list[range] = []
+    ranges: list[range | np.ndarray] = []
     drop: list[int] = []
+    listed: list[int] = []
     for axis, (item, length) in enumerate(zip(items, shape, strict=True)):
-        if isinstance(item, slice):
-            ranges.append(range(*item.indices(length)))
-            continue
-        index = item + length if item < 0 else item
-        if not 0 <= index < length:
-            raise InvalidOptionError(f"{where}index {item} is out of range for axis {axis} of length {length}")
-        ranges.append(range(index, index + 1))
-        drop.append(axis)
+        ranges.append(positions(item, length, axis, where))
+        if isinstance(item, int):
+            drop.append(axis)
+        elif isinstance(item, list):
+            listed.append(axis)
     size = math.prod(len(r) for r in ranges)
     summarized = size > threshold
-    pieces: list[tuple[tuple[slice, int], ...]] = []
+    pieces: list[tuple[tuple[slice | np.ndarray, int], ...]] = []
     out_shape: list[int] = []
     long_axes: list[int] = []
     for axis, r in enumerate(ranges):
         if summarized and len(r) > 2 * edgeitems:
-            pieces.append(((_as_slice(r[:edgeitems]), 0), (_as_slice(r[-edgeitems:]), edgeitems + 1)))
+            pieces.append(((_reading(r[:edgeitems]), 0), (_reading(r[-edgeitems:]), edgeitems + 1)))
             out_shape.append(2 * edgeitems + 1)
             long_axes.append(axis)
         else:
-            pieces.append(((_as_slice(r), 0),))
+            pieces.append(((_reading(r), 0),))
             out_shape.append(len(r))
-    return Plan(tuple(pieces), tuple(out_shape), tuple(long_axes), tuple(drop), size, summarized, edgeitems)
+    # numpy: the integers and the list index together; if they are not neighbours, the
+    # list's axis comes first (a[0, :, [1, 2]] has shape (2, n))
+    front = None
+    if listed and drop:
+        joint = sorted([*listed, *drop])
+        if joint != list(range(joint[0], joint[-1] + 1)):
+            front = listed[0] - sum(axis < listed[0] for axis in drop)
+    return Plan(tuple(pieces), tuple(out_shape), tuple(long_axes), tuple(drop), size, summarized, edgeitems, front)
 
 
-def _expand(items: tuple[Item, ...], ndim: int, where: str) -> tuple[int | slice, ...]:
+def _expand(items: tuple[Item, ...], ndim: int, where: str) -> tuple[int | slice | list[int], ...]:
     explicit = sum(item is not Ellipsis for item in items)
     if explicit > ndim:
         raise InvalidOptionError(f"{where}too many indices: {explicit} for {ndim} dimension{'s' if ndim != 1 else ''}")
-    out: list[int | slice] = []
+    out: list[int | slice | list[int]] = []
     for item in items:
-        if item is Ellipsis:
+        if isinstance(item, EllipsisType):
             out.extend([slice(None)] * (ndim - explicit))
         else:
             out.append(item)
@@ -334,8 +443,11 @@ def _expand(items: tuple[Item, ...], ndim: int, where: str) -> tuple[int | slice
     return tuple(out)
 
 
-def _as_slice(r: range) -> slice:
-    return slice(r.start, r.stop, r.step)
+def _reading(r: range | np.ndarray) -> slice | np.ndarray:
+    """What zarr reads for these indices: a slice for a range (or an empty list), else the indices."""
+    if isinstance(r, range):
+        return slice(r.start, r.stop, r.step)
+    return r if len(r) else slice(0, 0)
 
 
 def read(array: Any, p: Plan) -> np.ndarray:
@@ -362,6 +474,8 @@ def read(array: Any, p: Plan) -> np.ndarray:
         out[tuple(index)] = out[tuple(source)]
     if p.drop:
         out = out[tuple(0 if axis in p.drop else slice(None) for axis in range(out.ndim))]
+    if p.front is not None:
+        out = np.moveaxis(out, p.front, 0)
     return out
 
 
@@ -481,6 +595,166 @@ def _dataframe(group: Any, manifest: Manifest, path: str, selection: tuple[Item,
     return "\n".join(lines)
 
 
+# -- sparse matrices ----------------------------------------------------------------------------
+
+SPARSE_SHOWN = 25  # stored values listed before and after "...", as scipy prints (maxprint 50)
+SPARSE_SCAN = 1_000_000  # stored values whose indices may be read to select along the minor axis
+
+
+def _sparse_shape(group: Any, where: str) -> tuple[int, int]:
+    shape = group.attrs.get("shape")
+    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(n, int) and n >= 0 for n in shape)):
+        raise ManifestFormatError(f"{where}: a sparse matrix whose shape attribute is {shape!r}")
+    return shape[0], shape[1]
+
+
+def _read_at(array: Any, at: np.ndarray) -> np.ndarray:
+    """``array[at]`` for sorted indices ``at`` of a 1-d array: one range when they are
+    contiguous, else only the chunks they fall in."""
+    from h5lens.read.check import read_checked
+
+    if not len(at):
+        return np.asarray(read_checked(array, (slice(0, 0),)))
+    if int(at[-1]) - int(at[0]) + 1 == len(at):
+        return np.asarray(read_checked(array, (slice(int(at[0]), int(at[-1]) + 1),)))
+    return np.asarray(read_checked(array, (at,)))
+
+
+def _read_positions(array: Any, at: np.ndarray) -> np.ndarray:
+    """``array[at]`` for any indices ``at`` (each distinct one read once)."""
+    unique, inverse = np.unique(at, return_inverse=True)
+    return _read_at(array, unique)[inverse.reshape(-1)]
+
+
+def _spans(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions in ``data`` of the stored values of each line, concatenated, and the
+    line (index into ``starts``) of each."""
+    line = np.repeat(np.arange(len(starts)), counts)
+    offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    return starts[line] + offsets, line
+
+
+def _first(starts: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_spans` of only the first ``n`` stored values."""
+    through = int(np.searchsorted(np.cumsum(counts), n)) + 1  # the lines holding them
+    found, line = _spans(starts[:through], counts[:through])
+    return found[:n], line[:n]
+
+
+def _last(starts: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_spans` of only the last ``n`` stored values."""
+    since = max(len(starts) - int(np.searchsorted(np.cumsum(counts[::-1]), n)) - 1, 0)
+    found, line = _spans(starts[since:], counts[since:])
+    return found[-n:], line[-n:] + since
+
+
+def _sparse(group: Any, path: str, kind: str, selection: tuple[Item, ...], *, threshold: float) -> str:
+    """A selection of a ``csr_matrix`` / ``csc_matrix`` group: the dense values if numpy
+    would print them whole, else the stored values (first and last ``SPARSE_SHOWN``) with
+    their (row, column) in the matrix.
+
+    Only what is needed is read: ``indptr`` of the selected rows (csr) or columns (csc),
+    then the stored values shown. Selecting along the other axis (columns of a csr,
+    rows of a csc) also reads the ``indices`` of every selected row (column), refused
+    beyond ``SPARSE_SCAN`` stored values."""
+    where = display(path)
+    shape = _sparse_shape(group, where)
+    items = _expand(selection, 2, f"{where}: ")
+    chosen = [positions(item, n, axis, f"{where}: ") for axis, (item, n) in enumerate(zip(items, shape, strict=True))]
+    major_axis = 0 if kind == "csr_matrix" else 1
+    major, minor = chosen[major_axis], chosen[1 - major_axis]
+    n_minor = shape[1 - major_axis]
+    lines_of = ("row", "column") if major_axis == 0 else ("column", "row")
+    every_minor = isinstance(minor, range) and minor == range(n_minor)
+    try:
+        indptr, indices, data = group["indptr"], group["indices"], group["data"]
+    except KeyError:
+        raise ManifestFormatError(f"{where}: a {kind} without its data, indices and indptr arrays") from None
+    nnz = int(data.shape[0])
+    if indptr.shape != (shape[major_axis] + 1,) or indices.shape != (nnz,):
+        raise ManifestFormatError(
+            f"{where}: a {kind} of shape {_shape(shape)} with indptr {_shape(indptr.shape)}, "
+            f"indices {_shape(indices.shape)} and data {_shape(data.shape)}"
+        )
+    wanted = np.asarray(major, dtype=np.int64)
+    if len(wanted):
+        ends_at = _read_positions(indptr, np.concatenate([wanted, wanted + 1])).astype(np.int64)
+        starts, ends = ends_at[: len(wanted)], ends_at[len(wanted) :]
+    else:
+        starts = ends = np.zeros(0, dtype=np.int64)
+    counts = ends - starts
+    if (counts < 0).any() or (len(ends) and (int(ends.max()) > nnz or int(starts.min()) < 0)):
+        raise ManifestFormatError(f"{where}: indptr does not fit its {nnz} stored values")
+    # the stored values selected: all of the selected lines, or those in the minor selection
+    found = line = minor_of = None
+    if not every_minor:
+        scanned = int(counts.sum())
+        if scanned > SPARSE_SCAN:
+            example = f"{path}[0:100, 0:5]" if major_axis == 0 else f"{path}[0:5, 0:100]"
+            raise InvalidOptionError(
+                f"{where} is a {kind}: selecting {lines_of[1]}s reads the {lines_of[1]} of every stored value "
+                f"in the selected {lines_of[0]}s, {scanned} here (at most {SPARSE_SCAN}); select fewer {lines_of[0]}s, like {example}"
+            )
+        found, line = _spans(starts, counts)
+        minor_of = _read_positions(indices, found).astype(np.int64)
+        keep = np.isin(minor_of, np.asarray(minor))
+        found, line, minor_of = found[keep], line[keep], minor_of[keep]
+        n_found = len(found)
+    else:
+        n_found = int(counts.sum())
+    out_shape = [len(chosen[axis]) for axis in (0, 1) if not isinstance(items[axis], int)]
+    head = f"selected: {_shape(out_shape)}, {n_found} stored value{'s' if n_found != 1 else ''}"
+    if len(chosen[0]) * len(chosen[1]) <= threshold:  # printed whole: the dense values
+        if found is None:
+            found, line = _spans(starts, counts)
+            minor_of = _read_positions(indices, found).astype(np.int64)
+        assert line is not None and minor_of is not None
+        if len(minor_of) and (int(minor_of.min()) < 0 or int(minor_of.max()) >= n_minor):
+            raise ManifestFormatError(f"{where}: a stored value's {lines_of[1]} is outside 0:{n_minor}")
+        values = _read_positions(data, found)
+        dense = np.zeros((len(major), len(minor)), dtype=values.dtype)
+        column: dict[int, list[int]] = {}
+        for at, index in enumerate(np.asarray(minor).tolist()):
+            column.setdefault(index, []).append(at)
+        for i, j, value in zip(line.tolist(), minor_of.tolist(), values, strict=True):
+            for at in column.get(j, ()):
+                dense[i, at] += value  # duplicates add up, as scipy adds them
+        if major_axis == 1:
+            dense = dense.T
+        dense = dense[tuple(0 if isinstance(items[axis], int) else slice(None) for axis in (0, 1))]
+        return f"{head}\n{dense!s}"
+    if not n_found:
+        return head
+    # the stored values, first and last ones, at their (row, column) in the matrix
+    shown: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []  # (positions, line, minor or None)
+    if n_found > 2 * SPARSE_SHOWN:
+        if found is None:
+            shown = [(*_first(starts, counts, SPARSE_SHOWN), None), (*_last(starts, counts, SPARSE_SHOWN), None)]
+        else:
+            assert line is not None and minor_of is not None
+            shown = [
+                (found[:SPARSE_SHOWN], line[:SPARSE_SHOWN], minor_of[:SPARSE_SHOWN]),
+                (found[-SPARSE_SHOWN:], line[-SPARSE_SHOWN:], minor_of[-SPARSE_SHOWN:]),
+            ]
+    elif found is None:
+        shown = [(*_spans(starts, counts), None)]
+    else:
+        assert line is not None
+        shown = [(found, line, minor_of)]
+    every = np.concatenate([at for at, _, _ in shown])
+    values = _read_positions(data, every)
+    minors = np.concatenate([m if m is not None else _read_positions(indices, at) for at, _, m in shown])
+    majors = np.concatenate([wanted[i] for _, i, _ in shown])
+    pairs = zip(majors.tolist(), minors.tolist(), strict=True)
+    coordinates = [f"({a}, {b})" if major_axis == 0 else f"({b}, {a})" for a, b in pairs]
+    width = max(map(len, coordinates), default=0)
+    listed = [f"  {c:<{width}}  {v!s}" for c, v in zip(coordinates, values, strict=True)]
+    if len(shown) == 2:
+        listed.insert(SPARSE_SHOWN, "  ...")
+    which = f"the first and last {SPARSE_SHOWN}, " if len(shown) == 2 else ""
+    return "\n".join([f"{head}; {which}at their (row, column) in {where}:", *listed])
+
+
 def show(group: Any, manifest: Manifest, path: str, selection: tuple[Item, ...] | None, *, manifest_name: str) -> str:
     """What ``h5lens cat`` prints for the node at ``path`` (``group`` is the manifest's root)."""
     doc = manifest.nodes[path]
@@ -501,16 +775,19 @@ def show(group: Any, manifest: Manifest, path: str, selection: tuple[Item, ...] 
         return f"{where}: {summary(manifest, path)}\n{to_text(values_of(node, p), p)}"
     if kind in SPARSE:
         if selection is not None:
-            raise InvalidOptionError(
-                f"{where} is a {kind}: slice its parts, e.g. h5lens cat {manifest_name} {child(path, 'data')} --slice 0:10"
-            )
+            text = _sparse(node, path, kind, selection, threshold=options["threshold"])
+            return f"{where}: {summary(manifest, path)}\n{text}"
         major = "row" if kind == "csr_matrix" else "column"
         minor = "column" if kind == "csr_matrix" else "row"
+        example = f"{path}[0:10]" if kind == "csr_matrix" else f"{path}[:, 0:10]"
         return "\n".join(
             [
                 f"{where}: {summary(manifest, path)}",
-                f"  {child(path, 'data')}: the stored values; {child(path, 'indices')}: the {minor} of each; "
-                f"{child(path, 'indptr')}: where each {major} starts in data",
+                f"  print {major}s with: h5lens cat {manifest_name} '{example}'",
+                (
+                    f"  {child(path, 'data')}: the stored values; {child(path, 'indices')}: the {minor} of each; "
+                    f"{child(path, 'indptr')}: where each {major} starts in data"
+                ),
                 f"  read them with e.g.: h5lens cat {manifest_name} {child(path, 'data')} --slice 0:10",
             ]
         )

@@ -48,6 +48,8 @@ def print_tree(manifest: Manifest) -> None:
     from rich.console import Console
     from rich.tree import Tree
 
+    from h5lens.describe import dimension_names, shape_text
+
     def label(path: str) -> str:
         doc = manifest.nodes[path]
         name = escape(path.rsplit("/", 1)[-1]) if path else ""
@@ -57,6 +59,8 @@ def print_tree(manifest: Manifest) -> None:
             return f"[bold]{name}/[/bold]{_encoding_label(doc)}{extra}"
         table = manifest.chunks[path]
         shape = "×".join(map(str, doc["shape"])) or "scalar"
+        if dimension_names(doc) is not None:  # netCDF: (time: 12, lat: 73, lon: 144), as xarray shows them
+            shape = escape(shape_text(doc))
         inline = len(table.inline)
         return (
             f"{name} [cyan]{shape}[/cyan] {escape(_dtype_label(doc['data_type']))}{_encoding_label(doc)} "
