@@ -7,7 +7,7 @@ in files of every kind: every format bound, user blocks, 4-byte sizes. Each file
 indexed, and every dataset and attribute reads back through the manifest as h5py reads
 it from the file; a file h5py cannot read back is no example.
 
-Bounded for the test command (``H5LENS_RANDOM_TREES`` examples, 300 by default).
+Bounded for the test command (``H5LENS_RANDOM_TREES`` examples, 200 by default).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from h5lens.convention import RESERVED_ATTRIBUTES
 from test_feature_matrix import FileKind
 from test_file_kinds import h5py_reads_everything
 
-EXAMPLES = int(os.environ.get("H5LENS_RANDOM_TREES", "300"))
+EXAMPLES = int(os.environ.get("H5LENS_RANDOM_TREES", "200"))
 
 # Names HDF5 accepts: no "/", no NUL, not "." (and not empty). The sampled ones are those
 # zarr or anndata's escaped keys treat specially.
