@@ -141,7 +141,7 @@ def test_destination_errors_name_the_cause(s3, plain, tmp_path, no_aws_env):
     )
     dest = f"s3://bucket/{uuid.uuid4().hex}/m.json"
     line = cli("index", plain, "-o", dest, "--url", "https://example.org/plain.h5", *endpoint).error_line()
-    assert line.startswith(f"{dest}: no credentials for checking the destination it") and line.endswith(
+    assert line.startswith(f"{dest}: no credentials while checking the destination") and line.endswith(
         "configure credentials, or pass --anon for public data"
     )
     down = [*creds, "--endpoint-url", f"http://127.0.0.1:{free_port()}"]
@@ -314,3 +314,49 @@ def test_the_materialize_limit_names_the_dataset_and_the_option(tmp_path):
         h5lens.index(path, materialize_limit=100 << 10)
     with h5py.File(path) as f:
         np.testing.assert_array_equal(h5lens.open_group(h5lens.index(path))["x"][...], f["x"][...])
+
+
+def test_index_many_replaces_its_own_report_but_nothing_else(plain, tmp_path):
+    out_dir, report = tmp_path / "out", tmp_path / "report.json"
+    out_dir.mkdir()
+    for _ in range(2):  # the same command twice: the second run replaces the first's report
+        assert cli("index-many", plain, "--out-dir", out_dir, "--report", report, "--workers", "1").status == 0
+    assert json.loads(report.read_text())["skipped"] == 1
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    line = cli("index-many", plain, "--out-dir", out_dir, "--report", notes, "--workers", "1").error_line()
+    assert line.startswith(f"{notes}: an existing file that is not a report") and notes.read_text() == "mine"
+
+
+def test_python_refuses_a_manifest_for_object_storage_that_points_at_a_local_file(s3, plain):
+    manifest = h5lens.index(plain)
+    dest = f"s3://bucket/{uuid.uuid4().hex}/plain.json"
+    with pytest.raises(h5lens.InvalidOptionError, match="say where the file is served from with url="):
+        manifest.save(dest, storage_options=s3.storage_options())
+    served = dest.replace(".json", ".h5")
+    s3.filesystem().put(str(plain), served[5:])
+    h5lens.index(plain, url=served).save(dest, storage_options=s3.storage_options())
+    with h5py.File(plain) as f:
+        np.testing.assert_array_equal(h5lens.open_group(dest, storage_options=s3.storage_options())["x"][...], f["x"][...])
+
+
+def test_a_url_elsewhere_records_only_the_size(plain):
+    """What identifies the local file indexed (its mtime, its fingerprint) says nothing of
+    the copy at --url: only the size is recorded (publish reads the identity at the URL)."""
+    source = h5lens.index(plain, url="https://example.org/plain.h5").sources[0]
+    assert (source.url, source.size, source.mtime, source.fingerprint, source.etag) == (
+        "https://example.org/plain.h5", plain.stat().st_size, None, None, None
+    )
+    assert h5lens.index(plain, url=str(plain)).sources[0].fingerprint is not None
+
+
+def test_the_default_limit_lets_strings_through_an_explicit_one_does_not(tmp_path):
+    path = tmp_path / "names.h5"
+    names = np.array([f"cell_{i}" for i in range(20_000)], dtype=object)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("names", data=names, dtype=h5py.string_dtype())
+    small = h5lens.scan.options.DefaultLimit(1000)  # the default's kind of limit, small
+    assert list(h5lens.open_group(h5lens.index(path, materialize_limit=small))["names"][:3]) == ["cell_0", "cell_1", "cell_2"]
+    with pytest.raises(h5lens.MaterializeLimitError, match="/names: string values are not stored in the dataset.s chunks"):
+        h5lens.index(path, materialize_limit=1000)
+    assert "names" in cli("ls", path).stdout  # the CLI's default limit too

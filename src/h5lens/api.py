@@ -10,8 +10,8 @@ from typing import Any
 
 from h5lens._version import __version__
 from h5lens.errors import NotHDF5Error
-from h5lens.locations import absolute
-from h5lens.manifest.model import Manifest
+from h5lens.locations import absolute, same_location
+from h5lens.manifest.model import Manifest, Source
 from h5lens.read import navigate
 from h5lens.read.navigate import Group
 from h5lens.read.open import PathOrManifest, load_manifest, open_group, open_store
@@ -89,8 +89,14 @@ def index(
         raise failure from None
     finally:
         opened.close()
-    recorded = url if url is not None else absolute(location)
-    return replace(manifest, sources=[replace(manifest.sources[0], url=recorded)])
+    if url is None:
+        return replace(manifest, sources=[replace(manifest.sources[0], url=absolute(location))])
+    indexed = manifest.sources[0]
+    if "://" in url or os.path.isabs(url):
+        if not same_location(url, location):
+            # what identifies the file indexed says nothing of the one at ``url`` but its size
+            return replace(manifest, sources=[Source(url, indexed.size)])
+    return replace(manifest, sources=[replace(indexed, url=url)])
 
 
 def open(  # noqa: A001 - h5lens.open

@@ -124,7 +124,7 @@ def storage_error(error: BaseException, url: str, action: str = "reading", *, an
     status = http_status(error)
     for item in _chain(error):
         if _is(item, "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
-            said = f"{url}: no credentials for {action} it ({detail}); configure credentials, or pass"
+            said = f"{url}: no credentials while {action} ({detail}); configure credentials, or pass"
             return AccessDeniedError(f"{said} storage_options={{'anon': True}} for public data").at_cli(
                 f"{said} --anon for public data"
             )

@@ -24,6 +24,7 @@ _HEAD = 4096  # bytes of an existing file read to tell a manifest from data
 _COMPACT_MAGIC = b"H5LENS-COMPACT\x00"
 # A reference manifest's JSON opens with one of its own keys (h5lens's, or kerchunk's).
 _REFERENCE_JSON = re.compile(rb'\A\s*\{\s*"(h5lens|version|refs|templates)"\s*:')
+_REPORT_JSON = re.compile(rb'\A\s*\{\s*"indexed"\s*:')  # index-many's report: many.run.write_report
 
 
 def refuse_sources(destination: str, sources: Iterable[str | None]) -> None:
@@ -41,12 +42,18 @@ def is_manifest_head(head: bytes) -> bool:
     return not head.strip() or head.startswith(_COMPACT_MAGIC) or bool(_REFERENCE_JSON.match(head))
 
 
-def refuse_overwrite(destination: str, head: bytes | None) -> None:
+def is_report_head(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is an ``index-many`` report (or empty)."""
+    return not head.strip() or bool(_REPORT_JSON.match(head))
+
+
+def refuse_overwrite(destination: str, head: bytes | None, *, what: str = "a manifest") -> None:
     """Refuse to replace an existing file (``head``: its first bytes; None: there is none)
-    that is not a manifest."""
-    if head is None or is_manifest_head(head):
+    that is not ``what`` (a manifest, or an index-many report)."""
+    replaceable = is_report_head if what == "a report" else is_manifest_head
+    if head is None or replaceable(head):
         return
-    said = f"{destination}: an existing file that is not a manifest ({_looks_like(head)})"
+    said = f"{destination}: an existing file that is not {what} ({_looks_like(head)})"
     raise InvalidOptionError(f"{said}; pass force=True to replace it").at_cli(f"{said}; pass --force to replace it")
 
 
@@ -85,9 +92,10 @@ def check_destination(
     sources: Iterable[str | None] = (),
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
+    what: str = "a manifest",
 ) -> None:
     """Refuse a destination that is a source, that holds data, or that cannot be written,
-    before any work.
+    before any work (``what`` may replace what is there: a manifest, or a report).
 
     Local: its directory must exist and be writable, and it must not be a directory.
     Object storage: its bucket must exist and be reachable with these options (writing
@@ -95,7 +103,7 @@ def check_destination(
     that is not a manifest is replaced only with ``force``."""
     refuse_sources(destination, sources)
     if not is_remote(destination):
-        _check_local(destination, force)
+        _check_local(destination, force, what)
         return
     import fsspec
 
@@ -105,7 +113,7 @@ def check_destination(
         if fs.isdir(path):
             raise InvalidOptionError(f"{destination}: a directory (prefix); give the manifest a file name")
         if not force:
-            refuse_overwrite(destination, existing_head(destination, storage_options))
+            refuse_overwrite(destination, existing_head(destination, storage_options), what=what)
     except H5LensError:
         raise
     except Exception as e:  # noqa: BLE001 - every backend failure, named with the URL
@@ -128,23 +136,26 @@ def check_bucket(url: str, fs: Any, path: str) -> None:
         raise StorageError(f"{url}: the bucket {bucket!r} does not exist") from None
 
 
-def refuse_local_sources(destination: str, source_urls: Iterable[str]) -> None:
+def refuse_local_sources(destination: str, source_urls: Iterable[str], *, many: bool = False) -> None:
     """A manifest written to object storage must not point at a local path: whoever reads it
-    there cannot reach that file. Raise unless every source URL is remote or relative."""
+    there cannot reach that file. Raise unless every source URL is remote or relative
+    (``many``: for index-many, whose sources are files and globs, not one URL to give)."""
     if not is_remote(destination):
         return
     for url in source_urls:
         if not is_remote(url) and os.path.isabs(local_path(url)):
             said = (
                 f"{destination}: the manifest would point at the local file {url}, which readers of "
-                f"{destination} cannot reach; say where the file is served from with"
+                f"{destination} cannot reach;"
             )
-            raise InvalidOptionError(f"{said} url= (h5lens.index) or source_urls=").at_cli(
-                f"{said} --url URL (or index the uploaded copy)"
+            if many:
+                raise InvalidOptionError(f"{said} upload the files and index them where they are served from")
+            raise InvalidOptionError(f"{said} say where the file is served from with url=").at_cli(
+                f"{said} say where the file is served from with --url URL (or index the uploaded copy)"
             )
 
 
-def _check_local(destination: str, force: bool) -> None:
+def _check_local(destination: str, force: bool, what: str) -> None:
     path = os.path.abspath(local_path(destination))
     if os.path.isdir(path):
         raise InvalidOptionError(f"{destination}: a directory; give the manifest a file name")
@@ -155,4 +166,4 @@ def _check_local(destination: str, force: bool) -> None:
     if not os.access(parent, os.W_OK | os.X_OK) or (exists and not os.access(path, os.W_OK)):
         raise AccessDeniedError(f"{destination}: no permission to write there")
     if exists and not force:
-        refuse_overwrite(destination, existing_head(destination))
+        refuse_overwrite(destination, existing_head(destination), what=what)

@@ -284,7 +284,7 @@ def index_many(
             )
     _print_summary(result)
     if not result.ok:
-        first = next(r.error for r in result.records if r.error)
+        first = next(r.error_cli or r.error for r in result.records if r.error)
         where = f"; every file's record is in {report}" if report else ""
         fail(f"{result.failed} of {len(result.records)} files failed (the first: {first}){where}")
 
@@ -311,7 +311,7 @@ def _print_summary(result: IndexManyResult) -> None:
     if failed:
         table = Table("failed", "error", title=None)
         for record in failed:
-            table.add_row(record.source, record.error or "")
+            table.add_row(record.source, record.error_cli or record.error or "")
         console.print(table)
 
 

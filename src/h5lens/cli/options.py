@@ -213,7 +213,13 @@ def scan_settings(
     read_block_size: str,
 ) -> ScanSettings:
     check_convention(convention)
-    limit = None if materialize_limit.strip().lower() == "none" else byte_size("--materialize-limit", materialize_limit)
+    limit: int | None
+    if materialize_limit.strip().lower() == "none":
+        limit = None
+    elif materialize_limit == DEFAULT_LIMIT:
+        limit = DEFAULT_MATERIALIZE_LIMIT  # the default: variable-length values pass it (DefaultLimit)
+    else:
+        limit = byte_size("--materialize-limit", materialize_limit)
     return ScanSettings(
         inline_threshold=byte_size("--inline-threshold", inline_threshold),
         convention=convention,

@@ -63,7 +63,7 @@ def choose_format(
         where = os.fspath(path)
         said = f"{where}: the name promises the {named} form; name the {format} form"
         stem = where[: len(where) - len(SUFFIXES[named])]
-        raise InvalidOptionError(f"{said} {stem}{SUFFIXES[format]} (or pass format={named!r})").at_cli(
+        raise InvalidOptionError(f"{said} {stem}{SUFFIXES[format]}").at_cli(
             f"{said} {stem}{SUFFIXES[format]} (or pass --format {named})"
         )
     return format
@@ -115,13 +115,14 @@ def write(
     :func:`choose_format`. With ``relative_sources``, a source in the manifest's directory
     or above it is recorded relative to the manifest (``atlas.h5ad``, ``../atlas.h5ad``), so
     that the two can be copied together. Returns the form written."""
-    from h5lens.destination import existing_head, refuse_overwrite, refuse_sources
+    from h5lens.destination import existing_head, refuse_local_sources, refuse_overwrite, refuse_sources
     from h5lens.locations import resolve
     from h5lens.manifest.refs_json import write_bytes_atomic
 
     target = os.fspath(path)
     chosen = choose_format(manifest, format, target)
     refuse_sources(target, [resolve(s.url, manifest.location or target) for s in manifest.sources])
+    refuse_local_sources(target, [resolve(s.url, manifest.location) for s in manifest.sources])
     if not force:
         refuse_overwrite(target, existing_head(target, storage_options))
     if relative_sources:

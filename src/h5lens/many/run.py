@@ -124,10 +124,10 @@ def index_many(
     if report is not None:  # a report that cannot be written fails now, not after the run
         from h5lens.destination import check_destination
 
-        check_destination(os.fspath(report), storage_options=options or None)
+        check_destination(os.fspath(report), storage_options=options or None, force=force, what="a report")
     prepare_out_dir(dest, options)
     jobs = plan_jobs(specs, dest, options, suffix=SUFFIXES.get(format or "json", ".json"))
-    refuse_local_sources(dest, [absolute(job.source) for job in jobs])
+    refuse_local_sources(dest, [absolute(job.source) for job in jobs], many=True)
     settings = IndexSettings(
         options, inline_threshold, convention, slab_bytes, materialize_limit, read_block_size, format, force
     )

@@ -48,6 +48,7 @@ class FileRecord:
     manifest: str
     status: str  # indexed | skipped | failed
     error: str | None = None
+    error_cli: str | None = None  # the error as the command line says it, where it says it otherwise
     chunks: int = 0  # chunk references (byte ranges of the source) in the manifest
     bytes: int = 0  # bytes those references cover
     seconds: float = 0.0
@@ -72,6 +73,8 @@ def index_one(job: Job, settings: IndexSettings) -> FileRecord:
     except Exception as e:  # noqa: BLE001 - any failure of this file is its record, not the run's end
         record.status = FAILED
         record.error = one_line(e, job.source)
+        cli = one_line(e, job.source, cli=True)
+        record.error_cli = cli if cli != record.error else None
     record.seconds = time.perf_counter() - started
     return record
 
@@ -95,11 +98,15 @@ def _index(job: Job, settings: IndexSettings, record: FileRecord) -> None:
         ensure_parent(job.manifest)
         record.form = manifest.save(job.manifest, format=settings.format, storage_options=options, force=settings.force)
     except Exception as e:  # the file indexed; say that the write failed
-        raise _Writing(one_line(e, job.manifest)) from e
+        raise _Writing(one_line(e, job.manifest), one_line(e, job.manifest, cli=True)) from e
 
 
 class _Writing(Exception):
     """Writing the manifest failed (the message names the manifest, not the source)."""
+
+    def __init__(self, text: str, cli_text: str) -> None:
+        super().__init__(text)
+        self.cli_text = cli_text
 
 
 def _referenced(manifest: Any) -> tuple[int, int]:
@@ -140,15 +147,16 @@ def _current_manifest(job: Job, storage_options: dict[str, Any]) -> Any:
     return existing if comparison.unchanged and comparison.identified else None
 
 
-def one_line(error: BaseException, url: str) -> str:
-    """One line for the report: what the user can act on, naming the file."""
+def one_line(error: BaseException, url: str, *, cli: bool = False) -> str:
+    """One line for the report: what the user can act on, naming the file (``cli``: in the
+    command line's words, see :attr:`h5lens.errors.H5LensError.cli_message`)."""
     from h5lens.backend_errors import storage_error
     from h5lens.errors import H5LensError
 
     if isinstance(error, _Writing):
-        return str(error)
+        return error.cli_text if cli else str(error)
     if isinstance(error, H5LensError):
-        text = str(error)
+        text = (error.cli_message or str(error)) if cli else str(error)
     elif isinstance(error, (OSError, ImportError)) or _from_storage_backend(error):
         text = str(storage_error(error, url, "indexing"))
     else:  # not something the file did: say what broke, so it can be reported

@@ -54,6 +54,7 @@ from h5lens.scan.materialize import (
 from h5lens.scan.options import (
     CONVENTIONS,
     DEFAULT_INLINE_THRESHOLD,
+    DefaultLimit,
     ScanOptions,
     ScanProgress,
 )
@@ -311,7 +312,7 @@ def _array(
     # Everything else is decoded by h5py and stored inline.
     reason = _materialize_reason(plan, layout, dcpl, filters, base_itemsize)
     estimate = int(np.prod(shape, dtype=np.int64)) * max(base_itemsize, 1)
-    _check_limit(path, options, estimate, reason)
+    _check_limit(path, options, estimate, reason, values=not plan.raw)
     if heaps is not None:
         heaps.check_dataset(ds, path)  # before h5py parses them: damage can make libhdf5 loop
     values = read_values(ds, plan, (), path, resolve)
@@ -342,8 +343,12 @@ def _materialize_reason(
     return f"filters with no zarr codec: {names}"
 
 
-def _check_limit(path: str, options: ScanOptions, nbytes: int, reason: str) -> None:
+def _check_limit(path: str, options: ScanOptions, nbytes: int, reason: str, *, values: bool = False) -> None:
+    """Refuse to copy more than the limit; ``values``: variable-length values, which the
+    default limit lets through (:class:`~h5lens.scan.options.DefaultLimit`)."""
     limit = options.materialize_limit
+    if values and isinstance(limit, DefaultLimit):
+        return
     if limit is not None and nbytes > limit:
         said = f"{path}: {reason}; its {nbytes:,} bytes would be copied into the manifest, more than"
         raise MaterializeLimitError(

@@ -14,10 +14,20 @@ CONVENTIONS = convention.PROFILES
 DEFAULT_CONVENTION = convention.DEFAULT_PROFILE
 DEFAULT_INLINE_THRESHOLD = 1000  # bytes: arrays stored in at most this many bytes are copied inline
 DEFAULT_SLAB_BYTES = 4 << 20  # virtual chunk size for big contiguous datasets
-# A dataset no zarr codec can read as stored (a filter without a codec, variable-length
-# values) is decoded and copied into the manifest; beyond this many bytes of one dataset
-# indexing stops and says so: a manifest must stay a map of the data, not a copy of it.
-DEFAULT_MATERIALIZE_LIMIT = 64 << 20
+
+
+class DefaultLimit(int):
+    """The default materialize limit: a number of bytes that knows it was not chosen.
+
+    A dataset no zarr codec can read as stored (a filter without a codec, compact or
+    external storage) is decoded and copied into the manifest; beyond this many bytes of
+    one dataset indexing stops and says so: a manifest must stay a map of the data, not a
+    copy of it. Variable-length values (strings, references) can only ever be copied, and
+    an atlas's cell names are what the manifest is read for: the default limit lets them
+    through, a limit given explicitly does not."""
+
+
+DEFAULT_MATERIALIZE_LIMIT = DefaultLimit(64 << 20)
 # Remote files: libhdf5 reaches metadata through many small dependent reads; a block cache
 # turns them into few requests. (Chunk indexes are read by h5lens's own walker, in batches.)
 DEFAULT_READ_BLOCK_SIZE = 1 << 20
@@ -56,5 +66,5 @@ class ScanOptions:
             value = getattr(self, name)
             if value is None and name == "materialize_limit":
                 continue
-            if type(value) is not int or value < lowest:
+            if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
                 raise InvalidOptionError(f"{name} must be a whole number of bytes, at least {lowest}. Got {value!r}")

@@ -247,6 +247,7 @@ def open_source(
     fewer requests and more bytes beyond the metadata."""
     if read_block_size < MIN_READ_BLOCK_SIZE:
         raise InvalidOptionError(f"read_block_size must be at least {MIN_READ_BLOCK_SIZE} bytes. Got {read_block_size}")
+    _register_filter_plugins()
     raw: BinaryIO | TrackedFile
     ranges: RemoteRanges | None = None
     if is_remote(url):
@@ -311,6 +312,16 @@ def _open_remote(
     raw = TrackedFile(ranges.fetch_sync, size, block_size)
     ranges.batched.cached = raw.cached
     return raw, Source(url, size, None, etag.strip('"') if etag else None), ranges
+
+
+def _register_filter_plugins() -> None:
+    """Where hdf5plugin is installed, its filters join libhdf5's (importing it registers
+    them): datasets written through them that no zarr codec reads are decoded by h5py and
+    copied, instead of refused."""
+    try:
+        import hdf5plugin  # noqa: F401
+    except ImportError:
+        pass
 
 
 def _open_local(url: str) -> tuple[BinaryIO, Source]:
