@@ -19,6 +19,8 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5lens.codecs import register as register_codecs
+from h5lens.pipeline import enable_for_stores
+from h5lens.read.bulk import ArrayCodec, array_codec
 from h5lens.errors import H5LensError, RefusedSourceError, SourceNotFoundError, SourceReadError, StaleSourceError
 from h5lens.fetch.plan import ChunkRead, ReadStats, SourceReads
 from h5lens.locations import is_remote, resolve
@@ -78,6 +80,8 @@ class ManifestStore(Store):
         self._grammar: KeyGrammar | None = None
         self._vlen_items: dict[str, int] | None = None
         self._tree: dict[str, list[str]] | None = None
+        self._codecs: dict[str, ArrayCodec | None] = {}
+        enable_for_stores()  # h5lens's codec pipeline for zarr arrays of h5lens stores (h5lens.pipeline)
 
     # -- identity and pickling -------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -103,7 +107,12 @@ class ManifestStore(Store):
         state["_grammar"] = None
         state["_vlen_items"] = None
         state["_tree"] = None
+        state["_codecs"] = {}
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        enable_for_stores()  # a store unpickled in a dask worker reads as fast as the original
 
     def with_read_only(self, read_only: bool = False) -> ManifestStore:
         if not read_only:
@@ -124,6 +133,7 @@ class ManifestStore(Store):
         self._grammar = None
         self._tree = None
         self._vlen_items = None
+        self._codecs = {}
 
     # -- lookups ------------------------------------------------------------
     @property
@@ -218,6 +228,99 @@ class ManifestStore(Store):
             return f"chunk {key!r} of /{path} (inline, {len(entry)} bytes)"
         source, offset, length = entry
         return f"chunk {key!r} of /{path} ({self.source_url(source)}, bytes {offset}-{offset + length})"
+
+    def describe_chunk(self, path: str, index: tuple[int, ...]) -> str:
+        return self.describe_key(chunk_key(path, index, self.grammar.arrays[path][0]))
+
+    # -- bulk reads (h5lens's codec pipeline: h5lens.pipeline, h5lens.read.bulk) -----
+    def array_codec(self, path: str) -> ArrayCodec | None:
+        """How array ``path``'s chunks decode, when h5lens decodes them itself (cached)."""
+        if path not in self._codecs:
+            doc = self.manifest.nodes.get(path)
+            self._codecs[path] = None if doc is None or path not in self.manifest.chunks else array_codec(path, doc)
+        return self._codecs[path]
+
+    def bulk_plan(self, keys: list[str]) -> tuple[ArrayCodec, np.ndarray] | None:
+        """The codec of the one array ``keys`` are chunks of, and their flat indices in its
+        grid; None if they are not all chunks of one array h5lens decodes itself."""
+        located = self.grammar.chunk(keys[0])
+        if located is None:
+            return None
+        path, _ = located
+        codec = self.array_codec(path)
+        if codec is None:
+            return None
+        # the default encoding's keys ("<path>/c/i/j") parse without the grammar
+        head = (f"{path}/c/" if path else "c/") if self.grammar.arrays[path][0] == DEFAULT_ENCODING else None
+        indices: list[tuple[int, ...]] = []
+        grid = self.manifest.chunks[path].grid_shape
+        if head is not None and len(grid) == 1:  # the common case, without a tuple per key
+            try:
+                parsed = np.fromiter((int(key[len(head) :]) for key in keys), np.int64, len(keys))
+            except ValueError:
+                parsed = None
+            if parsed is not None and all(key.startswith(head) for key in keys):
+                if parsed.size and (parsed.min() < 0 or parsed.max() >= grid[0]):
+                    return None
+                return codec, parsed
+        for key in keys:
+            if head is not None and key.startswith(head):
+                try:
+                    indices.append(tuple(int(part) for part in key[len(head) :].split("/")))
+                    continue
+                except ValueError:
+                    pass
+            found = self.grammar.chunk(key)
+            if found is None or found[0] != path:
+                return None
+            indices.append(found[1])
+        try:
+            array = np.asarray(indices, dtype=np.int64).reshape(len(indices), len(grid))
+            flats = np.ravel_multi_index(tuple(array.T), grid)
+        except ValueError:
+            return None  # a key outside the grid: zarr's own pipeline answers it
+        return codec, np.asarray(flats, dtype=np.int64)
+
+    async def read_region_async(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None:
+        """The values of array ``path`` in ``[start, stop)`` per axis (within its shape), read
+        in bulk; None if h5lens does not decode this array itself (read it through zarr)."""
+        from h5lens.read.bulk import assemble, region_chunks
+
+        codec = self.array_codec(path)
+        if codec is None:
+            return None
+        if any(stop <= start for start, stop in bounds):
+            return np.empty(tuple(max(0, stop - start) for start, stop in bounds), dtype=codec.dtype)
+        table = self.manifest.chunks[path]
+        lo, flats = region_chunks(codec, table.grid_shape, bounds)
+        payloads = await self.read_many_async(path, flats)
+
+        def describe(flat: int) -> str:
+            index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape))
+            return self.describe_chunk(path, index)
+
+        return await asyncio.to_thread(assemble, codec, bounds, lo, flats, payloads, describe)
+
+    def read_region(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None:
+        """:meth:`read_region_async` from synchronous code."""
+        from zarr.core.sync import sync
+
+        return sync(self.read_region_async(path, bounds))
+
+    async def read_many_async(self, path: str, flats: np.ndarray) -> dict[int, bytes | memoryview]:
+        """The stored bytes of the present chunks among ``flats`` of array ``path``; a failed
+        read names the chunk key and the bytes the manifest gave it."""
+        try:
+            return await self.reads.read_many(path, flats)
+        except H5LensError as e:
+            found = getattr(e, "chunk", None)
+            if found is not None:
+                flat, offset, length = found
+                grid = self.manifest.chunks[path].grid_shape
+                index = tuple(int(i) for i in np.unravel_index(flat, grid)) if grid else ()
+                key = chunk_key(path, index, self.grammar.arrays[path][0])
+                e.add_note(f"while reading chunk {key!r} (/{path}, bytes {offset}-{offset + length})")
+            raise
 
     def _resolve(self, key: str, byte_range: ByteRequest | None) -> bytes | ChunkRead | None:
         """What ``key`` holds: bytes in the manifest, a byte range of a source, or None."""

@@ -111,10 +111,17 @@ class H5LensBackendEntrypoint(BackendEntrypoint):
     ) -> Dataset:
         from xarray.backends.zarr import ZarrBackendEntrypoint
 
+        from h5lens.read.xarray_arrays import RegionZarrStore
+
         store = _open_store(filename_or_obj, storage_options, source_options, source_urls, verify, allow_local, limits)
         with _closing_on_error(store, filename_or_obj):
+            data_store = RegionZarrStore.open_group(
+                _as_given(store), group=_zarr_group(group), mode="r", consolidated=False, consolidate_on_close=False,
+                zarr_format=3,
+            )  # fmt: skip
             ds = ZarrBackendEntrypoint().open_dataset(
                 _as_given(store),
+                store=data_store,
                 mask_and_scale=mask_and_scale,
                 decode_times=decode_times,
                 concat_characters=concat_characters,
@@ -189,24 +196,33 @@ class H5LensBackendEntrypoint(BackendEntrypoint):
         allow_local: Iterable[str] | bool = (),
         limits: Limits | None = None,
     ) -> dict[str, Dataset]:
-        from xarray.backends.zarr import ZarrBackendEntrypoint
+        from xarray.backends.store import StoreBackendEntrypoint
+        from xarray.core.treenode import NodePath
+
+        from h5lens.read.xarray_arrays import RegionZarrStore
 
         store = _open_store(filename_or_obj, storage_options, source_options, source_urls, verify, allow_local, limits)
         with _closing_on_error(store, filename_or_obj):
-            groups = ZarrBackendEntrypoint().open_groups_as_dict(
-                _as_given(store),
-                mask_and_scale=mask_and_scale,
-                decode_times=decode_times,
-                concat_characters=concat_characters,
-                decode_coords=decode_coords,
-                drop_variables=drop_variables,
-                use_cftime=use_cftime,
-                decode_timedelta=decode_timedelta,
-                group=_zarr_group(group),
-                mode="r",
-                consolidated=False,
-                zarr_format=3,
+            # as xarray's zarr engine does it (open_groups_as_dict), with region reads
+            zarr_group = _zarr_group(group)
+            parent = str(NodePath("/") / NodePath(zarr_group)) if zarr_group else "/"
+            stores = RegionZarrStore.open_store(
+                _as_given(store), group=parent, mode="r", consolidated=False, consolidate_on_close=False, zarr_format=3
             )
+            groups = {}
+            for path_group, data_store in stores.items():
+                ds = StoreBackendEntrypoint().open_dataset(
+                    data_store,
+                    mask_and_scale=mask_and_scale,
+                    decode_times=decode_times,
+                    concat_characters=concat_characters,
+                    decode_coords=decode_coords,
+                    drop_variables=drop_variables,
+                    use_cftime=use_cftime,
+                    decode_timedelta=decode_timedelta,
+                )
+                name = str(NodePath(path_group).relative_to(parent)) if zarr_group else str(NodePath(path_group))
+                groups[name] = ds
         # the store is shared by every group: closed with the first (the root of the tree)
         first = next(iter(groups.values()), None)
         if first is not None:

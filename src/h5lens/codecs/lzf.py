@@ -129,9 +129,11 @@ def decoded_size(chunk_spec: ArraySpec) -> int | None:
     return math.prod(chunk_spec.shape) * native.itemsize
 
 
-def decode_hdf5_lzf(data: bytes, expected: int | None, backend: _Backend | None = None) -> bytes:
+def decode_hdf5_lzf(data: bytes | memoryview, expected: int | None, backend: _Backend | None = None) -> bytes:
     """Decode one HDF5-LZF chunk (see the module docstring for the rules)."""
     backend = backend or _backend()
+    if not isinstance(data, bytes):
+        data = bytes(data)  # python-lzf takes bytes only
     if expected is not None and len(data) == expected:
         return bytes(data)  # the optional filter was skipped: stored uncompressed
     if not data or expected == 0:

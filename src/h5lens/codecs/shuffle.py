@@ -38,7 +38,8 @@ def unshuffle(data: bytes | memoryview, elementsize: int) -> bytes:
     """Undo HDF5's shuffle: whole elements regrouped, the remainder kept as it is."""
     count = len(data) // elementsize
     body = np.frombuffer(data, dtype=np.uint8, count=count * elementsize)
-    return body.reshape(elementsize, count).T.tobytes() + bytes(data[count * elementsize :])
+    whole = body.reshape(elementsize, count).T.tobytes()
+    return whole if count * elementsize == len(data) else whole + bytes(data[count * elementsize :])
 
 
 def shuffle(data: bytes | memoryview, elementsize: int) -> bytes:

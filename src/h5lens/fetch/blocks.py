@@ -17,6 +17,9 @@ from h5lens.fetch.readers import FsspecReader, LocalReader
 
 MAX_GAP = 1 << 20  # merge ranges less than this apart: a request costs more than 1 MiB of transfer
 MAX_SPAN = 32 << 20  # but never into one request larger than this
+# A request longer than this is fetched as parts of this size on parallel connections: one
+# S3 connection streams ~100 MB/s, and they add up (as the AWS CRT and s5cmd split objects).
+PART = 8 << 20
 READAHEAD_CACHE_BYTES = 256 << 20
 SPENT_CACHE_BYTES = 4 << 20  # blocks already read, kept for reads of the same bytes soon after
 
@@ -217,9 +220,11 @@ class ChunkFetcher:
         if self.on_request is not None:
             self.on_request(block.end - block.start)
         try:
-            data = memoryview(await self.reader.read(block.start, block.end - block.start))
+            data = memoryview(await read_split(self.reader, block.start, block.end - block.start))
         except BaseException as e:
             self._drop(block)  # a later read tries again
+            if isinstance(e, Exception):
+                e.request = (block.start, block.end)  # type: ignore[attr-defined]  # which bytes (SourceReads._blame)
             if not block.future.done():
                 block.future.set_exception(e)
                 block.future.exception()  # read-ahead nobody claims must not warn
@@ -228,6 +233,16 @@ class ChunkFetcher:
             return
         if not block.future.done():
             block.future.set_result(data)
+
+
+async def read_split(reader: FsspecReader | LocalReader, start: int, length: int, part: int = PART) -> bytes:
+    """``length`` bytes from ``start``: one request, or parts of ``part`` bytes fetched
+    concurrently and joined when longer (a part that fails fails the whole)."""
+    if length <= part:
+        return await reader.read(start, length)
+    bounds = list(range(start, start + length, part))
+    parts = await asyncio.gather(*(reader.read(b, min(part, start + length - b)) for b in bounds))
+    return b"".join(parts)
 
 
 def _failed(block: _Block) -> bool:

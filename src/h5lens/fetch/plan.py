@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.fetch.blocks import MAX_GAP, MAX_SPAN, READAHEAD_CACHE_BYTES, ChunkFetcher
+from h5lens.fetch.blocks import MAX_GAP, MAX_SPAN, READAHEAD_CACHE_BYTES, ChunkFetcher, merge_plan
 from h5lens.fetch.readers import FsspecReader, LocalReader, make_reader
+from h5lens.errors import H5LensError
 from h5lens.manifest.model import INLINE, MISSING, ChunkTable
 
 MAX_READAHEAD_CHUNKS = 4096  # the window is bounded by MAX_SPAN bytes long before this
@@ -161,14 +162,49 @@ class SourceReads:
             offsets = table.offset.reshape(-1)[chosen].astype(np.int64)
             lengths = table.length.reshape(-1)[chosen].astype(np.int64)
             reader = self.reader(src)
-            if isinstance(reader, LocalReader):
-                self.stats.record(int(lengths.sum()))
-                payloads: list[Any] = [
-                    reader.read_sync(o, n) for o, n in zip(offsets.tolist(), lengths.tolist(), strict=True)
-                ]
-            else:
-                payloads = await self._fetcher(src).read_ranges(offsets, lengths)
+            try:
+                if isinstance(reader, LocalReader):
+                    payloads: list[Any] = self._read_local(reader, offsets, lengths)
+                else:
+                    payloads = await self._fetcher(src).read_ranges(offsets, lengths)
+            except H5LensError as e:
+                raise self._blame(e, reader, chosen, offsets, lengths) from e.__cause__
             out.update(zip(chosen.tolist(), payloads, strict=True))
+        return out
+
+    def _blame(
+        self, error: H5LensError, reader: Reader, flats: np.ndarray, offsets: np.ndarray, lengths: np.ndarray
+    ) -> H5LensError:
+        """The chunk a failed merged read is about, as ``error.chunk`` (flat index, offset,
+        length), for the caller to name: locally each range is read alone until one fails
+        (that one's error is the one raised); remotely the first chunk of the failed request."""
+        if isinstance(reader, LocalReader):
+            for flat, offset, length in zip(flats.tolist(), offsets.tolist(), lengths.tolist(), strict=True):
+                try:
+                    reader.read_sync(offset, length)
+                except H5LensError as alone:
+                    alone.chunk = (flat, offset, length)  # type: ignore[attr-defined]
+                    return alone
+        span = getattr(error, "request", None)
+        inside = np.ones(len(flats), bool) if span is None else (offsets >= span[0]) & (offsets + lengths <= span[1])
+        first = int(np.flatnonzero(inside)[0]) if inside.any() else 0
+        error.chunk = (int(flats[first]), int(offsets[first]), int(lengths[first]))  # type: ignore[attr-defined]
+        return error
+
+    def _read_local(self, reader: LocalReader, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview]:
+        """Many ranges of a local file: one pread per run of neighbours (the planner's
+        merged requests), sliced; each range a view of its run's buffer."""
+        order = np.argsort(offsets, kind="stable")
+        sorted_offsets, sorted_lengths = offsets[order], lengths[order]
+        out: list[memoryview] = [memoryview(b"")] * len(offsets)
+        order_list = order.tolist()
+        for lo, hi in merge_plan(sorted_offsets, sorted_lengths):
+            start = int(sorted_offsets[lo])
+            end = int((sorted_offsets[lo:hi] + sorted_lengths[lo:hi]).max())
+            block = memoryview(reader.read_sync(start, end - start))
+            self.stats.record(end - start)
+            for i, begin, n in zip(order_list[lo:hi], (sorted_offsets[lo:hi] - start).tolist(), sorted_lengths[lo:hi].tolist(), strict=True):
+                out[i] = block[begin : begin + n]
         return out
 
     def prefetch(self, budget: int = READAHEAD_CACHE_BYTES) -> tuple[int, Callable[[], Any] | None]:

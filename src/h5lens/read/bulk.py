@@ -1,0 +1,294 @@
+"""Many chunks of one array at once: fetched together, decoded in bulk, written in place.
+
+zarr's codec pipelines decode chunk by chunk, with a coroutine (or a thread hop) per chunk:
+a few hundred microseconds each, which dominates reads of arrays stored in tens of
+thousands of small chunks (libhdf5 pays tens of microseconds). Here a whole selection of
+one array is planned from the manifest's chunk table: every chunk's bytes are asked for at
+once (:meth:`h5lens.fetch.sources.SourceReads.read_many`: neighbouring ranges merged,
+remote spans fetched in parallel), then decoded with the filter table's plain functions
+(:mod:`h5lens.codecs.table`) and copied into the output array, on a few threads (zlib and
+the other decompressors release the GIL).
+
+Arrays whose codecs or data type this does not cover get no :class:`ArrayCodec` (None),
+and their callers read them through zarr's own pipeline: what is decoded here is decoded
+exactly as zarr would decode it, or not at all.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from h5lens import convention
+from h5lens.codecs.table import Decoder, decoder
+from h5lens.errors import SourceReadError
+
+# Below this many chunks a selection is decoded on the calling thread: a pool's hand-off
+# costs more than it saves.
+_PARALLEL_FROM = 64
+_THREADS = max(1, min(4, os.cpu_count() or 1))
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool, _pool_pid
+    if _pool is None or _pool_pid != os.getpid():  # a forked worker does not own its parent's threads
+        _pool = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="h5lens-decode")
+        _pool_pid = os.getpid()
+    return _pool
+
+
+@dataclass(frozen=True)
+class ArrayCodec:
+    """How one array's chunks decode: stored bytes → bytes→bytes decoders (last codec first)
+    → values of ``stored`` dtype (the bytes codec's byte order) → ``dtype``.
+
+    ``unshuffle``: when the last decoding step is a byte shuffle of whole elements (HDF5's
+    usual shuffle-then-deflate), its element size: that step is left out of ``decoders``
+    and done for many chunks at once (one numpy transpose instead of one per chunk)."""
+
+    path: str
+    dtype: np.dtype
+    stored: np.dtype
+    shape: tuple[int, ...]
+    chunk_shape: tuple[int, ...]
+    decoders: tuple[Decoder, ...]
+    fill: Any
+    unshuffle: int = 0
+
+    @property
+    def chunk_items(self) -> int:
+        return math.prod(self.chunk_shape)
+
+    @property
+    def chunk_nbytes(self) -> int:
+        return self.chunk_items * self.stored.itemsize
+
+    def decode_bytes(self, data: bytes | memoryview) -> bytes | memoryview:
+        """One chunk's bytes through ``decoders`` (not the bulk unshuffle)."""
+        for step in self.decoders:
+            data = step(data, self.chunk_nbytes)  # type: ignore[arg-type]  # the decoders take any buffer
+        return data
+
+    def values(self, raws: Sequence[bytes | memoryview]) -> np.ndarray:
+        """Chunks' bytes out of ``decode_bytes`` → their values, ``(n, *chunk_shape)``."""
+        n = len(raws)
+        joined: np.ndarray = np.frombuffer(b"".join(raws), dtype=np.uint8)
+        if joined.size != n * self.chunk_nbytes:
+            raise ValueError("a chunk did not decode to a whole chunk")
+        if self.unshuffle:
+            joined = joined.reshape(n, self.unshuffle, -1).transpose(0, 2, 1).copy()
+        return joined.view(self.stored).reshape(n, *self.chunk_shape)
+
+
+def array_codec(path: str, doc: dict[str, Any]) -> ArrayCodec | None:
+    """The :class:`ArrayCodec` of the array whose ``zarr.json`` is ``doc``; None if its data
+    type is not plain numbers, or one of its codecs is not in the filter table."""
+    if doc.get("node_type") != "array" or doc["attributes"].get(convention.SCALAR):
+        return None
+    data_type = doc.get("data_type")
+    if not isinstance(data_type, str):
+        return None
+    try:
+        dtype = np.dtype(data_type)
+    except TypeError:
+        return None
+    if dtype.kind not in "biufc" or not doc.get("shape"):  # 0-d arrays: one chunk, nothing to gain
+        return None
+    grid = doc.get("chunk_grid", {})
+    if grid.get("name") != "regular":
+        return None
+    codecs = doc.get("codecs") or []
+    if not codecs or codecs[0].get("name") != "bytes":
+        return None  # array→array codecs, or another array→bytes codec: zarr's own pipeline
+    endian = (codecs[0].get("configuration") or {}).get("endian")
+    stored = dtype.newbyteorder(">" if endian == "big" else "<") if dtype.itemsize > 1 else dtype
+    bytes_codecs = codecs[1:]
+    unshuffle = 0
+    if bytes_codecs and bytes_codecs[0].get("name") in _SHUFFLES:
+        size = (bytes_codecs[0].get("configuration") or {}).get("elementsize", dtype.itemsize)
+        if isinstance(size, int) and size == dtype.itemsize and size > 1:
+            unshuffle, bytes_codecs = size, bytes_codecs[1:]  # undone in bulk: ArrayCodec.values
+    decoders: list[Decoder] = []
+    for codec in bytes_codecs:
+        found = decoder(codec, dtype.itemsize)
+        if found is None:
+            return None
+        decoders.append(found)
+    return ArrayCodec(
+        path=path,
+        dtype=dtype,
+        stored=stored,
+        shape=tuple(doc["shape"]),
+        chunk_shape=tuple(grid["configuration"]["chunk_shape"]),
+        decoders=tuple(decoders[::-1]),
+        fill=_fill(doc, dtype),
+        unshuffle=unshuffle,
+    )
+
+
+# Byte shuffles of whole elements: numcodecs' and HDF5's (on a whole chunk they agree).
+_SHUFFLES = ("numcodecs.shuffle", "h5lens.shuffle")
+
+
+def _fill(doc: dict[str, Any], dtype: np.dtype) -> Any:
+    from zarr.core.dtype import get_data_type_from_native_dtype
+
+    return get_data_type_from_native_dtype(dtype).from_json_scalar(doc["fill_value"], zarr_format=3)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which part of each chunk goes where in the output, as zarr's indexers say it."""
+
+    chunk: Sequence[Any]  # per chunk: the selection within the chunk
+    out: Sequence[Any]  # per chunk: where it goes in the output
+    drop_axes: tuple[int, ...] = ()
+    complete: Sequence[bool] | None = None  # per chunk: the whole chunk is selected
+
+
+def scatter(
+    codec: ArrayCodec,
+    flats: np.ndarray,
+    payloads: dict[int, bytes | memoryview],
+    selection: Selection,
+    out: np.ndarray,
+    describe: Callable[[int], str],
+) -> list[bool]:
+    """Decode each chunk of ``flats`` and write its selected part into ``out``; a missing
+    chunk's part gets the fill value. Returns, per chunk, whether it was present. A chunk
+    that does not decode raises SourceReadError naming it (``describe(flat)``)."""
+    flat_list = flats.tolist()
+    present = [flat in payloads for flat in flat_list]
+    held = [i for i, p in enumerate(present) if p]
+    raws = _decode_all(codec, [payloads[flat_list[i]] for i in held], [flat_list[i] for i in held], describe)
+    try:
+        values = codec.values(raws) if raws else None
+    except ValueError:  # which chunk: decoded one by one, the first that fails is named
+        for i, raw in zip(held, raws, strict=True):
+            if len(raw) != codec.chunk_nbytes:
+                raise SourceReadError(
+                    f"{describe(flat_list[i])} does not decode (to {len(raw)} bytes; a chunk holds {codec.chunk_nbytes})"
+                ) from None
+        raise
+    if values is not None and len(held) == len(flat_list) and _contiguous_1d(codec, flats, selection):
+        first, last = selection.chunk[0][0], selection.chunk[-1][0]
+        begin = first.start
+        stop = (len(flat_list) - 1) * codec.chunk_shape[0] + last.stop
+        out[selection.out[0][0].start : selection.out[-1][0].stop] = values.reshape(-1)[begin:stop]
+        return present
+    row = 0
+    for i, flat in enumerate(flat_list):
+        where = selection.out[i]
+        if not present[i]:
+            out[where] = codec.fill
+            continue
+        assert values is not None
+        part = values[row][selection.chunk[i]]
+        row += 1
+        if selection.drop_axes:
+            part = part.squeeze(axis=selection.drop_axes)
+        out[where] = part
+    return present
+
+
+def _decode_all(
+    codec: ArrayCodec, datas: list[bytes | memoryview], flats: list[int], describe: Callable[[int], str]
+) -> list[bytes | memoryview]:
+    """Every chunk through the per-chunk decoders, on a few threads when there are many
+    (the decompressors release the GIL)."""
+    if not codec.decoders:
+        return datas
+
+    def work(lo: int, hi: int) -> list[bytes | memoryview]:
+        done = []
+        for i in range(lo, hi):
+            try:
+                done.append(codec.decode_bytes(datas[i]))
+            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+                raise SourceReadError(f"{describe(flats[i])} does not decode ({type(e).__name__}: {e})") from e
+        return done
+
+    n = len(datas)
+    if n < _PARALLEL_FROM or _THREADS == 1:
+        return work(0, n)
+    step = -(-n // _THREADS)
+    futures = [_executor().submit(work, lo, min(lo + step, n)) for lo in range(0, n, step)]
+    return [raw for future in futures for raw in future.result()]
+
+
+def _contiguous_1d(codec: ArrayCodec, flats: np.ndarray, selection: Selection) -> bool:
+    """A 1-d run of consecutive chunks, each whole but maybe the first and the last, into
+    a contiguous stretch of the output: one copy does it all."""
+    if len(codec.chunk_shape) != 1 or selection.drop_axes or selection.complete is None or len(flats) < 2:
+        return False
+    if int(flats[-1]) - int(flats[0]) != len(flats) - 1 or np.any(np.diff(flats) != 1):
+        return False
+    complete = selection.complete
+    if not all(complete[1:-1]):
+        return False
+    ends = (selection.chunk[0], selection.chunk[-1], selection.out[0], selection.out[-1])
+    if not all(isinstance(e, tuple) and len(e) == 1 and isinstance(e[0], slice) and e[0].step in (None, 1) for e in ends):
+        return False
+    first, last = selection.chunk[0][0], selection.chunk[-1][0]
+    return bool(first.stop == codec.chunk_shape[0] and last.start == 0)
+
+
+def region_chunks(codec: ArrayCodec, grid: tuple[int, ...], bounds: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The chunks a region (``[start, stop)`` per axis, non-empty, within the shape) covers:
+    their first grid position per axis and their flat indices, in C order."""
+    chunk = np.asarray(codec.chunk_shape, dtype=np.int64)
+    lo = np.asarray([b[0] for b in bounds], dtype=np.int64) // chunk
+    hi = (np.asarray([b[1] for b in bounds], dtype=np.int64) - 1) // chunk + 1
+    positions = np.indices(tuple((hi - lo).tolist())).reshape(len(bounds), -1) + lo[:, None]
+    return lo, np.ravel_multi_index(tuple(positions), grid).astype(np.int64)
+
+
+def assemble(
+    codec: ArrayCodec,
+    bounds: Sequence[tuple[int, int]],
+    lo: np.ndarray,
+    flats: np.ndarray,
+    payloads: dict[int, bytes | memoryview],
+    describe: Callable[[int], str],
+) -> np.ndarray:
+    """The values of a region from its chunks' stored bytes (missing chunks: the fill
+    value): decoded together, laid side by side with one transpose, then cropped. No
+    Python work per chunk beyond its decompression."""
+    nd = len(bounds)
+    counts = tuple(int(n) for n in (((np.asarray([b[1] for b in bounds]) - 1) // np.asarray(codec.chunk_shape)) + 1 - lo))
+    flat_list = flats.tolist()
+    held = [i for i, flat in enumerate(flat_list) if flat in payloads]
+    block = np.empty((len(flat_list), *codec.chunk_shape), dtype=codec.dtype)
+    if len(held) < len(flat_list):
+        block[...] = codec.fill
+    if held:
+        raws = _decode_all(codec, [payloads[flat_list[i]] for i in held], [flat_list[i] for i in held], describe)
+        try:
+            values = codec.values(raws)
+        except ValueError:
+            for i, raw in zip(held, raws, strict=True):
+                if len(raw) != codec.chunk_nbytes:
+                    raise SourceReadError(
+                        f"{describe(flat_list[i])} does not decode (to {len(raw)} bytes; a chunk holds {codec.chunk_nbytes})"
+                    ) from None
+            raise
+        if len(held) == len(flat_list):
+            block[...] = values
+        else:
+            block[held] = values
+    # (g0, g1, ..., c0, c1, ...) -> (g0, c0, g1, c1, ...) -> one array covering the chunks
+    laid = block.reshape(*counts, *codec.chunk_shape).transpose(*(k for axis in range(nd) for k in (axis, nd + axis)))
+    whole = laid.reshape(*(n * c for n, c in zip(counts, codec.chunk_shape, strict=True)))
+    origin = lo * np.asarray(codec.chunk_shape)
+    return whole[tuple(slice(b[0] - int(o), b[1] - int(o)) for b, o in zip(bounds, origin.tolist(), strict=True))]
+
+
+__all__ = ["ArrayCodec", "Selection", "array_codec", "assemble", "region_chunks", "scatter"]

@@ -1,0 +1,162 @@
+"""h5lens's zarr codec pipeline (h5lens.pipeline): every selection zarr can make reads what
+h5py reads, with the pipeline on and with zarr's own (the fallback); other stores are left
+to zarr's pipeline; turning it on and off behaves as documented."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import h5lens
+import h5lens.pipeline as pipeline
+
+FILTERS = {
+    "none": {},
+    "gzip": {"compression": "gzip"},
+    "gzip_shuffle": {"compression": "gzip", "shuffle": True},
+    "shuffle_fletcher32": {"shuffle": True, "fletcher32": True},
+    "lzf": {"compression": "lzf"},
+}
+
+
+@pytest.fixture(scope="module")
+def arrays(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, h5lens.Manifest]:
+    """Arrays of several ranks, byte orders and filters; edge chunks; never-written chunks
+    (the fill value); a dataset whose chunks are all missing."""
+    path = tmp_path_factory.mktemp("pipeline") / "arrays.h5"
+    rng = np.random.default_rng(5)
+    with h5py.File(path, "w") as f:
+        for name, options in FILTERS.items():
+            f.create_dataset(f"{name}/one", data=rng.random(1003).astype("<f4"), chunks=(10,), **options)
+            f.create_dataset(f"{name}/two", data=rng.integers(-9, 9, (37, 23)).astype(">i4"), chunks=(5, 4), **options)
+            f.create_dataset(f"{name}/three", data=rng.random((7, 9, 11)), chunks=(3, 4, 5), **options)
+        sparse = f.create_dataset("sparse", shape=(50, 40), chunks=(7, 6), dtype="<i2", fillvalue=-3)
+        sparse[10:20, 5:30] = 7
+        f.create_dataset("unwritten", shape=(30,), chunks=(4,), dtype="<f8", fillvalue=2.5)
+        f.create_dataset("bools", data=rng.random(101) > 0.5, chunks=(8,), compression="gzip")
+        f.create_dataset("one_chunk", data=np.arange(12.0), chunks=(12,))
+    return path, h5lens.index(path, inline_threshold=0)
+
+
+def expected_of(path: Path, name: str) -> np.ndarray:
+    with h5py.File(path) as f:
+        return f[name][()]
+
+
+NAMES = [f"{f}/{r}" for f in FILTERS for r in ("one", "two", "three")] + ["sparse", "unwritten", "bools", "one_chunk"]
+
+
+def _selections(shape: tuple[int, ...]) -> list[tuple[str, object]]:
+    """(kind, selection) pairs: basic, integer (dropping axes), orthogonal, vectorised, masks."""
+    out: list[tuple[str, object]] = [("basic", ...), ("basic", tuple(slice(1, -1) for _ in shape))]
+    out.append(("basic", tuple(slice(None, None, 3) for _ in shape)))
+    out.append(("basic", (shape[0] // 2,) + tuple(slice(None) for _ in shape[1:])))
+    out.append(("basic", tuple(min(2, n - 1) for n in shape)))
+    out.append(("oindex", tuple(np.array([n - 1, 0, n // 2, n // 2]) for n in shape)))
+    out.append(("vindex", tuple(np.array([0, n - 1, n // 3]) for n in shape)))
+    mask = np.zeros(shape, bool)
+    mask.flat[::7] = True
+    out.append(("vindex", mask))
+    return out
+
+
+def _read(array: zarr.Array, kind: str, selection: object) -> np.ndarray:
+    if kind == "oindex":
+        return np.asarray(array.oindex[selection])
+    if kind == "vindex":
+        return np.asarray(array.vindex[selection])
+    return np.asarray(array[selection])
+
+
+def _numpy(values: np.ndarray, kind: str, selection: object) -> np.ndarray:
+    if kind == "oindex":
+        return values[np.ix_(*selection)]  # type: ignore[misc]
+    return values[selection]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["h5lens pipeline", "zarr pipeline"])
+@pytest.mark.parametrize("name", NAMES)
+def test_every_selection_reads_as_h5py(arrays, name, on):
+    path, manifest = arrays
+    expected = expected_of(path, name)
+    with pipeline.fast_reads(on):
+        array = h5lens.open_group(manifest)[name]
+        assert pipeline.enabled() is on
+        for kind, selection in _selections(expected.shape):
+            got = _read(array, kind, selection)
+            want = _numpy(expected, kind, selection)
+            # zarr gives values in native byte order (h5py in the file's)
+            assert got.dtype == want.dtype.newbyteorder("=") and got.shape == want.shape, (name, kind, selection)
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} {kind} {selection!r}")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_slices_read_as_h5py(arrays, data):
+    path, manifest = arrays
+    name = data.draw(st.sampled_from(NAMES))
+    expected = expected_of(path, name)
+    selection = tuple(
+        slice(data.draw(st.integers(-n, n)), data.draw(st.integers(-n, n)), data.draw(st.sampled_from([None, 1, 2, 5])))
+        for n in expected.shape
+    )
+    with pipeline.fast_reads():
+        got = np.asarray(h5lens.open_group(manifest)[name][selection])
+    np.testing.assert_array_equal(got, expected[selection])
+
+
+def test_a_store_turns_it_on_and_fast_reads_false_keeps_it_off(arrays):
+    _, manifest = arrays
+    with pipeline.fast_reads(False):
+        h5lens.open_store(manifest)
+        assert not pipeline.enabled()  # declined: a new store does not turn it on
+    before = zarr.config.get("codec_pipeline.path")
+    with pipeline.fast_reads():
+        assert pipeline.enabled()
+    assert zarr.config.get("codec_pipeline.path") == before  # what was there comes back
+
+
+def test_other_stores_keep_zarrs_pipeline(arrays):
+    """While it is on, arrays of any other store are built with the pipeline configured
+    before it (here zarr's FusedCodecPipeline) and write and read as zarr does."""
+    with zarr.config.set({"codec_pipeline.path": "zarr.core.codec_pipeline.FusedCodecPipeline"}):
+        with pipeline.fast_reads():
+            array = zarr.create_array(zarr.storage.MemoryStore(), shape=(100,), chunks=(7,), dtype="f8")
+            assert type(array._async_array.codec_pipeline).__name__ == "FusedCodecPipeline"
+            array[:] = np.arange(100.0)
+            np.testing.assert_array_equal(array[::3], np.arange(100.0)[::3])
+            h5 = h5lens.open_group(arrays[1])["gzip/one"]
+            assert type(h5._async_array.codec_pipeline).__name__ == "H5LensCodecPipeline"
+            assert type(h5._async_array.codec_pipeline.inner).__name__ == "FusedCodecPipeline"
+
+
+def test_a_chunk_that_does_not_decode_is_named(tmp_path):
+    path = tmp_path / "damaged.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(1000.0), chunks=(100,), compression="gzip", shuffle=True)
+    manifest = h5lens.index(path, inline_threshold=0)
+    offset = int(manifest.chunks["x"].offset[4])
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(b"\x00" * 16)
+    with pipeline.fast_reads(), pytest.raises(h5lens.SourceReadError, match=r"chunk 'x/c/4' of /x .* does not decode"):
+        h5lens.open_group(manifest, verify=False)["x"][:]
+
+
+def test_reads_from_s3_through_the_pipeline(s3, arrays):
+    path, _ = arrays
+    key = f"bucket/{uuid.uuid4().hex}/arrays.h5"
+    s3.filesystem().put(str(path), key)
+    options = s3.storage_options()
+    manifest = h5lens.index(f"s3://{key}", storage_options=options, inline_threshold=0)
+    with pipeline.fast_reads():
+        group = h5lens.open_group(manifest, storage_options=options)
+        for name in ("gzip_shuffle/two", "sparse", "lzf/three"):
+            np.testing.assert_array_equal(group[name][...], expected_of(path, name))
