@@ -2,7 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test typecheck mutate bench bench-s3 bench-nodes bench-scale clean
+.PHONY: demo test typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $$(scripts/find-python) -m venv $(VENV)
@@ -33,6 +33,10 @@ bench-nodes: $(STAMP)
 
 bench-scale: $(STAMP)
 	$(VENV)/bin/python benchmarks/manifest_scale.py
+
+# Reads, locally and on a simulated S3 (benchmarks/README.md); `--quick` for a few minutes' version.
+bench-read: $(STAMP)
+	$(VENV)/bin/python benchmarks/read_bench.py
 
 # Mutation testing (docs/testing.md): occasional, not part of CI; results in .mutation/.
 mutate: $(STAMP)

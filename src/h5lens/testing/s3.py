@@ -1,6 +1,12 @@
 """A local S3 endpoint for tests, the demo and benchmarks: moto's server on 127.0.0.1,
 optionally behind a proxy that counts requests and injects latency or faults.
 
+The proxy can also play a realistic S3 for throughput measurements (opt-in): a fixed
+latency per request, each response streamed at a bandwidth of its own (one S3
+connection in-region serves about 100 MB/s; parallel streams each get their own rate),
+and objects served from a cache it keeps (stock moto re-reads the whole object on every
+GET, ~100 ms for a 1 KiB range of a 150 MiB object, which would swamp the simulation).
+
 Everything listens on the loopback interface only.
 """
 
@@ -8,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote
 
 if TYPE_CHECKING:
     import s3fs
@@ -76,10 +84,58 @@ class ProxyStats:
     bytes: int = 0  # response body bytes of GETs
     injected_faults: int = 0
     by_method: dict[str, int] = field(default_factory=dict)
+    cache_fills: int = 0  # whole objects fetched from the target into the cache (cache_objects=True)
 
     def reset(self) -> None:
-        self.requests = self.gets = self.heads = self.bytes = self.injected_faults = 0
+        self.requests = self.gets = self.heads = self.bytes = self.injected_faults = self.cache_fills = 0
         self.by_method = {}
+
+
+# Response headers of a whole-object GET kept with a cached object (and sent with every answer from
+# it), by lower-case name -> the spelling S3 sends (aiohttp's client reports "Etag").
+_CACHED_HEADERS = {
+    name.lower(): name
+    for name in ("ETag", "Last-Modified", "Content-Type", "Cache-Control", "Content-Disposition", "Content-Language",
+                 "Expires", "x-amz-version-id", "x-amz-storage-class", "x-amz-server-side-encryption")
+}
+STREAM_PIECE = 64 << 10  # bytes written at a time by a throttled response
+
+
+@dataclass(frozen=True)
+class _CachedObject:
+    body: bytes
+    headers: dict[str, str]  # the _CACHED_HEADERS the target sent (ETag, Last-Modified, ...)
+
+
+def _object_key(path: str) -> tuple[str, str] | None:
+    """(bucket, key) of a path-style object URL path (``/bucket/key``), else None."""
+    bucket, _, key = unquote(path).lstrip("/").partition("/")
+    return (bucket, key) if bucket and key else None
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None | Literal[False]:
+    """The byte range ``[start, stop)`` a ``Range`` header asks of an object of ``size``
+    bytes, as S3 reads it: None for the whole object (no header, a malformed one, several
+    ranges), False when the range is not satisfiable (416)."""
+    if not header:
+        return None
+    match = re.fullmatch(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*", header)
+    if match is None:
+        return None
+    first, last = match.groups()
+    if not first and not last:
+        return None
+    if not first:  # the last N bytes
+        suffix = int(last)
+        if suffix == 0 or size == 0:
+            return False
+        return max(0, size - suffix), size
+    start = int(first)
+    if last and int(last) < start:
+        return None  # invalid: S3 ignores it
+    if start >= size:
+        return False
+    return start, min(size, int(last) + 1) if last else size
 
 
 class CountingProxy:
@@ -88,12 +144,41 @@ class CountingProxy:
     It counts requests and GET bytes, and can add a fixed latency per request, answer a
     share of requests with 503 SlowDown (seeded, so runs repeat), or answer the next
     ``n`` GETs with 503 (:meth:`fail_next_gets`).
+
+    Opt-in, for a realistic S3 (e.g. ``latency_ms=20, bandwidth=100e6, cache_objects=True``):
+
+    ``bandwidth``
+        bytes/s of each GET response: the body streams at that rate (the last byte leaves
+        no sooner than ``size / bandwidth`` after the response starts), each response at its own rate.
+    ``cache_objects``
+        each object is fetched once from the target (one plain GET of the whole object,
+        kept with its ETag and Last-Modified) and GETs of it, ranged or whole, are answered
+        from the cache with S3's headers (206 and Content-Range for a range, 416 for a range
+        past the end, ETag, Accept-Ranges, If-Match / If-None-Match); a PUT, POST or DELETE
+        of the key that passes through the proxy drops it. HEAD, LIST, PUT and the rest go
+        to the target.
     """
 
-    def __init__(self, target: str, *, latency_ms: float = 0.0, fault_rate: float = 0.0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        latency_ms: float = 0.0,
+        fault_rate: float = 0.0,
+        seed: int = 0,
+        bandwidth: float | None = None,
+        cache_objects: bool = False,
+    ) -> None:
+        if bandwidth is not None and not bandwidth > 0:
+            raise ValueError(f"bandwidth must be a positive number of bytes/s. Got {bandwidth!r}")
         self.target = target.rstrip("/")
         self.latency_ms = latency_ms
         self.fault_rate = fault_rate
+        self.bandwidth = bandwidth
+        self.cache_objects = cache_objects
+        self._cache: dict[tuple[str, str], _CachedObject] = {}
+        self._filling: dict[tuple[str, str], asyncio.Future[_CachedObject | None]] = {}
+        self._generations: dict[tuple[str, str], int] = {}
         self._random = random.Random(seed)
         self.stats = ProxyStats()
         self.port = free_port()
@@ -150,7 +235,7 @@ class CountingProxy:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
         import aiohttp
         from aiohttp import web
 
@@ -175,12 +260,23 @@ class CountingProxy:
             return web.Response(status=503, body=body, content_type="application/xml")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
         body = await request.read()
+        key = _object_key(request.path) if self.cache_objects else None
         try:
+            if key is not None and request.method == "GET" and set(request.query) <= {"x-id"}:
+                cached = await self._cached(request, key, headers)
+                if cached is not None:
+                    return await self._answer_from(request, cached)
+            elif self.cache_objects and request.method not in ("GET", "HEAD"):
+                self._invalidate(request, key)
+                try:
+                    return await self._forward(request, headers, body)
+                finally:
+                    self._invalidate(request, key)  # and whatever a GET filled in the meantime
             return await self._forward(request, headers, body)
         except aiohttp.ClientError:  # the proxy is shutting down under a request still in flight
             return web.Response(status=502)
 
-    async def _forward(self, request: web.Request, headers: dict[str, str], body: bytes) -> web.Response:
+    async def _forward(self, request: web.Request, headers: dict[str, str], body: bytes) -> web.StreamResponse:
         from aiohttp import web
 
         async with self._session.request(
@@ -195,4 +291,115 @@ class CountingProxy:
             out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in dropped}
             if request.method == "HEAD":
                 return web.Response(status=upstream.status, headers=out_headers)
+            if self.bandwidth and request.method == "GET" and upstream.status in (200, 206) and payload:
+                return await self._stream(request, upstream.status, out_headers, payload)
             return web.Response(status=upstream.status, body=payload, headers=out_headers)
+
+    # -- a realistic S3: throttled responses, objects served from a cache -------------------
+
+    async def _stream(
+        self, request: web.Request, status: int, headers: dict[str, str], payload: bytes | memoryview
+    ) -> web.StreamResponse:
+        """Send ``payload`` at ``self.bandwidth`` bytes/s: each piece leaves when a stream of
+        that rate would have finished sending it (so the whole takes at least len/bandwidth)."""
+        from aiohttp import web
+
+        assert self.bandwidth is not None
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = len(payload)
+        await response.prepare(request)
+        view = memoryview(payload)
+        loop = asyncio.get_running_loop()
+        start, sent = loop.time(), 0
+        try:
+            while sent < len(view):
+                piece = view[sent : sent + STREAM_PIECE]
+                wait = start + (sent + len(piece)) / self.bandwidth - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                await response.write(piece)
+                sent += len(piece)
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):  # the client went away mid-stream
+            pass
+        return response
+
+    def _invalidate(self, request: web.Request, key: tuple[str, str] | None) -> None:
+        """Drop the cached copy of ``key`` (a write to it), or of every object of the bucket
+        for a bucket-level write (DeleteObjects, a deleted bucket)."""
+        if key is not None:
+            dropped = [key]
+        else:
+            bucket = unquote(request.path).strip("/").split("/", 1)[0]
+            dropped = [k for k in {*self._cache, *self._filling} if k[0] == bucket]
+        for k in dropped:
+            self._cache.pop(k, None)
+            self._generations[k] = self._generations.get(k, 0) + 1
+
+    async def _cached(
+        self, request: web.Request, key: tuple[str, str], headers: dict[str, str]
+    ) -> _CachedObject | web.StreamResponse | None:
+        """The cached object, fetched whole from the target on first use (one fetch at a
+        time per key). A target's refusal (403, 404, ...) is answered as the target gave it;
+        None: forward the request as it came (a fill that another request started failed)."""
+        from aiohttp import web
+
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        pending = self._filling.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        pending = asyncio.get_running_loop().create_future()
+        self._filling[key] = pending
+        generation = self._generations.get(key, 0)
+        plain = {k: v for k, v in headers.items() if k.lower() != "range" and not k.lower().startswith("if-")}
+        result: _CachedObject | None = None
+        try:
+            async with self._session.get(self.target + request.path_qs, headers=plain) as upstream:
+                payload = await upstream.read()
+                if upstream.status != 200:
+                    dropped = ("transfer-encoding", "connection", "content-encoding", "content-length")
+                    out = {k: v for k, v in upstream.headers.items() if k.lower() not in dropped}
+                    self.stats.bytes += len(payload)
+                    return web.Response(status=upstream.status, body=payload, headers=out)
+                kept = {_CACHED_HEADERS[k.lower()]: v for k, v in upstream.headers.items() if k.lower() in _CACHED_HEADERS}
+                result = _CachedObject(payload, kept)
+                self.stats.cache_fills += 1
+                if self._generations.get(key, 0) == generation:  # no write to the key meanwhile
+                    self._cache[key] = result
+                return result
+        finally:
+            del self._filling[key]
+            pending.set_result(result)
+
+    async def _answer_from(self, request: web.Request, cached: _CachedObject | web.StreamResponse) -> web.StreamResponse:
+        """A GET answered from the cache as S3 answers it."""
+        from aiohttp import web
+
+        if not isinstance(cached, _CachedObject):
+            return cached
+        size = len(cached.body)
+        headers = {**cached.headers, "Accept-Ranges": "bytes"}
+        etag = cached.headers.get("ETag")
+        if_match, if_none_match = request.headers.get("If-Match"), request.headers.get("If-None-Match")
+        if if_match is not None and etag is not None and if_match.strip() not in ("*", etag):
+            body = b"<Error><Code>PreconditionFailed</Code><Message>At least one of the pre-conditions you specified did not hold</Message></Error>"
+            return web.Response(status=412, body=body, content_type="application/xml")
+        if if_none_match is not None and etag is not None and if_none_match.strip() in ("*", etag):
+            return web.Response(status=304, headers={k: v for k, v in headers.items() if k.lower() != "content-type"})
+        wanted = parse_range(request.headers.get("Range"), size)
+        if wanted is False:
+            body = (
+                "<Error><Code>InvalidRange</Code><Message>The requested range is not satisfiable</Message>"
+                f"<RangeRequested>{request.headers.get('Range')}</RangeRequested><ActualObjectSize>{size}</ActualObjectSize></Error>"
+            ).encode()
+            return web.Response(status=416, body=body, content_type="application/xml", headers={"Content-Range": f"bytes */{size}"})
+        status, (start, stop) = (200, (0, size)) if wanted is None else (206, wanted)
+        if status == 206:
+            headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
+        payload = memoryview(cached.body)[start:stop]
+        self.stats.bytes += len(payload)
+        if self.bandwidth and payload:
+            return await self._stream(request, status, headers, payload)
+        return web.Response(status=status, body=bytes(payload), headers=headers)
