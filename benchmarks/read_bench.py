@@ -300,6 +300,7 @@ ROUTES = [
     Route("h5lens-zarr", ARRAYS, "h5lens.open_store, zarr's default pipeline", "arrays_h5lens", fast=False),
     Route("h5lens-fused", ARRAYS, "h5lens.open_store, zarr FusedCodecPipeline", "arrays_h5lens", pipeline="fused", fast=False),
     Route("h5lens-fast", ARRAYS, "h5lens.open_store, h5lens.fast_reads()", "arrays_h5lens", fast=True),
+    Route("h5lens-engine", ("nc",), "xr.open_dataset(manifest, engine='h5lens')", "arrays_h5lens_engine", fast=True),
     Route("virtualizarr", ARRAYS, "VirtualiZarr HDFParser -> ManifestStore", "arrays_virtualizarr", peer=True),
     Route("kerchunk", ARRAYS, "kerchunk refs -> ReferenceFileSystem -> FsspecStore (v2)", "arrays_kerchunk", peer=True),
     Route("native", ("anndata",), "anndata.read_h5ad", "anndata_native", native=True),
@@ -434,6 +435,19 @@ def _read_array(ctx: Ctx, store: Any, zarr_format: int | None) -> Any:
 def arrays_h5lens(ctx: Ctx) -> Callable[[], Any]:
     manifest = ctx.manifest_obj()
     return lambda: _read_array(ctx, ctx.store(manifest), None)  # as documented: zarr finds v3
+
+
+def arrays_h5lens_engine(ctx: Ctx) -> Callable[[], Any]:
+    """xarray's engine="h5lens" on the manifest object (netCDF rows): variables read in regions."""
+    import xarray as xr
+
+    manifest = ctx.manifest_obj()
+    options = ctx.options
+
+    def read() -> Any:
+        return xr.open_dataset(manifest, engine="h5lens", storage_options=options).load()[ctx.param]
+
+    return read
 
 
 def arrays_virtualizarr(ctx: Ctx) -> Callable[[], Any]:

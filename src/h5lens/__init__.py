@@ -34,6 +34,7 @@ _EXPORTS = {
     "validate": "h5lens.validate",
     "ManifestStore": "h5lens.store",
     "Limits": "h5lens.manifest.limits",
+    "fast_reads": "h5lens.pipeline",
     **{
         name: "h5lens.errors"
         for name in (
@@ -81,6 +82,7 @@ __all__ = [
     "ScanProgress",
     "StorageError",
     "UnsupportedFeatureError",
+    "fast_reads",
     "index",
     "index_many",
     "open",
@@ -114,6 +116,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
     from h5lens.icechunk import to_icechunk
     from h5lens.manifest.limits import Limits
     from h5lens.manifest.model import Manifest
+    from h5lens.pipeline import fast_reads
     from h5lens.many import FileRecord, IndexManyResult, index_many
     from h5lens.read.anndata import read_anndata, read_treedata
     from h5lens.read.navigate import Dataset, Group

@@ -32,6 +32,10 @@ from h5lens.errors import SourceReadError
 # Below this many chunks a selection is decoded on the calling thread: a pool's hand-off
 # costs more than it saves.
 _PARALLEL_FROM = 64
+# Chunks at least this big are decoded and placed one at a time, on every thread (each
+# decompression releases the GIL for long enough to run in parallel): joining them first
+# would cost a copy of everything for nothing.
+_BIG_CHUNK = 64 << 10
 _THREADS = max(1, min(4, os.cpu_count() or 1))
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
@@ -76,6 +80,15 @@ class ArrayCodec:
         for step in self.decoders:
             data = step(data, self.chunk_nbytes)  # type: ignore[arg-type]  # the decoders take any buffer
         return data
+
+    def chunk_values(self, raw: bytes | memoryview) -> np.ndarray:
+        """One chunk's bytes out of ``decode_bytes`` → its values, ``chunk_shape``."""
+        if len(raw) != self.chunk_nbytes:
+            raise ValueError(f"decoded to {len(raw)} bytes; a chunk holds {self.chunk_nbytes}")
+        body: np.ndarray = np.frombuffer(raw, dtype=np.uint8)
+        if self.unshuffle:
+            body = body.reshape(self.unshuffle, -1).T.copy()
+        return body.view(self.stored).reshape(self.chunk_shape)
 
     def values(self, raws: Sequence[bytes | memoryview]) -> np.ndarray:
         """Chunks' bytes out of ``decode_bytes`` → their values, ``(n, *chunk_shape)``."""
@@ -167,6 +180,9 @@ def scatter(
     that does not decode raises SourceReadError naming it (``describe(flat)``)."""
     flat_list = flats.tolist()
     present = [flat in payloads for flat in flat_list]
+    if codec.chunk_nbytes >= _BIG_CHUNK:
+        _place_each(codec, flat_list, payloads, selection, out, describe)
+        return present
     held = [i for i, p in enumerate(present) if p]
     raws = _decode_all(codec, [payloads[flat_list[i]] for i in held], [flat_list[i] for i in held], describe)
     try:
@@ -197,6 +213,43 @@ def scatter(
             part = part.squeeze(axis=selection.drop_axes)
         out[where] = part
     return present
+
+
+def _place_each(
+    codec: ArrayCodec,
+    flats: list[int],
+    payloads: dict[int, bytes | memoryview],
+    selection: Selection,
+    out: np.ndarray,
+    describe: Callable[[int], str],
+) -> None:
+    """Big chunks: each decoded and written into ``out`` by itself, the chunks shared out
+    between the threads (their output regions do not overlap)."""
+
+    def work(lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            flat = flats[i]
+            where = selection.out[i]
+            data = payloads.get(flat)
+            if data is None:
+                out[where] = codec.fill
+                continue
+            try:
+                values = codec.chunk_values(codec.decode_bytes(data))
+            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+                raise SourceReadError(f"{describe(flat)} does not decode ({type(e).__name__}: {e})") from e
+            part = values[selection.chunk[i]]
+            if selection.drop_axes:
+                part = part.squeeze(axis=selection.drop_axes)
+            out[where] = part
+
+    n = len(flats)
+    if n == 1 or _THREADS == 1:
+        work(0, n)
+        return
+    step = -(-n // _THREADS)
+    for future in [_executor().submit(work, lo, min(lo + step, n)) for lo in range(0, n, step)]:
+        future.result()
 
 
 def _decode_all(
@@ -265,6 +318,20 @@ def assemble(
     nd = len(bounds)
     counts = tuple(int(n) for n in (((np.asarray([b[1] for b in bounds]) - 1) // np.asarray(codec.chunk_shape)) + 1 - lo))
     flat_list = flats.tolist()
+    if codec.chunk_nbytes >= _BIG_CHUNK:  # each chunk straight into its place in the result
+        result = np.empty(tuple(stop - start for start, stop in bounds), dtype=codec.dtype)
+        positions = np.asarray(np.unravel_index(np.arange(len(flat_list)), counts)).T + lo
+        chunk_sel, out_sel = [], []
+        for position in positions.tolist():
+            within, into = [], []
+            for axis, (g, c) in enumerate(zip(position, codec.chunk_shape, strict=True)):
+                begin, end = max(bounds[axis][0], g * c), min(bounds[axis][1], (g + 1) * c)
+                within.append(slice(begin - g * c, end - g * c))
+                into.append(slice(begin - bounds[axis][0], end - bounds[axis][0]))
+            chunk_sel.append(tuple(within))
+            out_sel.append(tuple(into))
+        _place_each(codec, flat_list, payloads, Selection(chunk_sel, out_sel), result, describe)
+        return result
     held = [i for i, flat in enumerate(flat_list) if flat in payloads]
     block = np.empty((len(flat_list), *codec.chunk_shape), dtype=codec.dtype)
     if len(held) < len(flat_list):
