@@ -11,7 +11,7 @@ Files (generated once into ``--workdir`` and reused):
 Contenders (each run in a fresh process, imports done before the clock starts):
 
 * ``h5lens``: ``h5lens.index(url)`` at the defaults (obstore when installed);
-* ``h5lens-fsspec``: the same through s3fs (``H5LENS_SCAN_CLIENT=fsspec``);
+* ``h5lens-fsspec``: the same through s3fs (``H5LENS_CLIENT=fsspec``);
 * ``h5lens-256k`` / ``h5lens-64k``: ``read_block_size`` of 256 / 64 KiB (libhdf5's blocks);
 * ``kerchunk``: kerchunk 0.2.10 ``SingleHdf5ToZarr(fs.open(url)).translate()`` over s3fs
   at s3fs's defaults (50 MiB read-ahead), with the cyclic GC off (it deadlocks under zarr 3
@@ -363,7 +363,7 @@ def run_main(argv: list[str]) -> None:
     """Import, then time one scan; print one JSON line."""
     cmd = json.loads(argv[0])
     contender = CONTENDERS[cmd["contender"]]
-    os.environ["H5LENS_SCAN_CLIENT"] = contender.client
+    os.environ["H5LENS_CLIENT"] = contender.client
     warnings.simplefilter("ignore")
     import fsspec
     import h5py  # noqa: F401

@@ -1,7 +1,7 @@
 """ChunkFetcher: merged requests, blocks fetched ahead and claimed, failures not cached.
 
-The fetcher runs over a real file through LocalReader (its async read is the same
-interface the remote readers have); requests are counted by the fetcher's hook.
+The fetcher runs over a real file through LocalClient (its async get is the same
+interface the remote clients have); requests are counted by the fetcher's hook.
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ import pytest
 
 from h5lens.fetch import blocks as fetch
 from h5lens.errors import SourceNotFoundError
-from h5lens.fetch import MAX_GAP, MAX_SPAN, ChunkFetcher, LocalReader, merge_plan
+from h5lens.fetch import READS, ChunkFetcher, LocalClient
+
+MAX_GAP, MAX_SPAN = READS.gap, READS.span
+
+
+def merge_plan(offsets: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
+    return READS.runs(offsets, lengths)
 
 
 @pytest.fixture
@@ -27,7 +33,7 @@ def blob(tmp_path):
 
 def _fetcher(path: str) -> tuple[ChunkFetcher, list[int]]:
     requests: list[int] = []
-    return ChunkFetcher(LocalReader(path), on_request=requests.append), requests
+    return ChunkFetcher(LocalClient(path), on_request=requests.append), requests
 
 
 def _ranges(step: int, length: int, count: int, start: int = 0) -> tuple[np.ndarray, np.ndarray]:

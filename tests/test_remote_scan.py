@@ -30,7 +30,7 @@ from oracles import assert_chunk_tables_match_libhdf5
 from h5lens.scan import index_walk
 from h5lens.scan.build import build_manifest
 from h5lens.scan.options import ScanOptions
-from h5lens.scan.remote import CLIENT_ENV
+from h5lens.fetch.clients import CLIENT_ENV
 from h5lens.scan.source import TrackedFile, open_source
 from h5lens.testing.s3 import CountingProxy
 
@@ -382,11 +382,13 @@ def test_unlimited_last_dimension_needs_the_walker(s3, files, monkeypatch) -> No
 
 
 def test_requests_merge_only_where_it_costs_few_bytes() -> None:
-    from h5lens.scan.batch_reads import plan_requests
+    from dataclasses import replace
+
+    from h5lens.fetch.planner import SCAN
 
     def plan(ranges: list[tuple[int, int]], **kw: float) -> list[tuple[int, int]]:
         offsets, lengths = np.array([o for o, _ in ranges]), np.array([n for _, n in ranges])
-        return plan_requests(offsets, lengths, **kw)  # type: ignore[arg-type]
+        return replace(SCAN, **kw).requests(offsets, lengths)  # type: ignore[arg-type]
 
     # overlapping and touching ranges share a request, in any order
     assert plan([(100, 50), (0, 100), (120, 10)]) == [(0, 150)]
@@ -396,14 +398,14 @@ def test_requests_merge_only_where_it_costs_few_bytes() -> None:
     assert plan(spread) == [(o, o + n) for o, n in spread]
     # the smallest gaps first, within the byte budget (here: as many bytes again as asked)
     assert plan([(0, 1000), (1500, 1000), (4000, 1000)], extra_ratio=0.6) == [(0, 2500), (4000, 5000)]
-    # and never into a request longer than max_span
-    assert plan([(0, 1000), (1100, 1000)], max_span=1500) == [(0, 1000), (1100, 2100)]
+    # and never into a request longer than span
+    assert plan([(0, 1000), (1100, 1000)], span=1500) == [(0, 1000), (1100, 2100)]
 
 
 def test_fetched_spans_answer_every_range_they_hold() -> None:
     """Spans fetched level after level nest and overlap (a level's one request spanning the
     nodes fetched one by one before it): every range any of them holds is found."""
-    from h5lens.scan.batch_reads import _Fetched
+    from h5lens.fetch.batches import _Fetched
 
     data = bytes(range(256)) * 64
     fetched = _Fetched()

@@ -145,6 +145,56 @@ def test_faults_are_retried_without_corrupting(s3, chunky):
         assert flaky.stats.injected_faults > 0
 
 
+@pytest.mark.parametrize("client", ["obstore", "fsspec"])
+def test_every_kind_of_fault_is_survived_exactly(s3, chunky, client, monkeypatch):
+    """One request in five fails (503, 500, a body cut off halfway, a reset connection):
+    indexing through the faults and reading through them give libhdf5's values."""
+    from h5lens.fetch.clients import CLIENT_ENV
+    from h5lens.testing.s3 import FAULTS
+
+    monkeypatch.setenv(CLIENT_ENV, client)
+    url = _upload(s3, chunky, "chunky.h5ad")
+    with CountingProxy(s3.endpoint_url, fault_rate=0.2, faults=FAULTS, seed=11) as flaky:
+        options = s3.storage_options(flaky.endpoint_url)
+        manifest = h5lens.index(url, storage_options=options, inline_threshold=0)
+        assert_chunk_tables_match_libhdf5(manifest, chunky)
+        with h5py.File(chunky) as f:
+            expected = f["X"][...]
+        group = h5lens.open_group(manifest, storage_options=options)
+        np.testing.assert_array_equal(group["X"][...], expected)
+        for start in range(0, 800, 40):  # a fresh store each time: requests of their own
+            group = h5lens.open_group(manifest, storage_options=options)
+            np.testing.assert_array_equal(group["X"][start : start + 9], expected[start : start + 9])
+        assert flaky.stats.injected_faults >= 5, flaky.stats
+
+
+def test_a_total_outage_ends_in_one_line(s3, chunky, tmp_path, monkeypatch):
+    """Every request fails: the obstore client gives up after the retry policy's attempts
+    (and so does the fsspec client it falls back to), and the CLI says so in one line."""
+    from cli_runner import h5lens as run_cli
+
+    from h5lens.fetch import retry
+
+    monkeypatch.setattr(retry, "POLICY", retry.RetryPolicy(attempts=3, first_backoff=0.01))
+    url = _upload(s3, chunky, "chunky.h5ad")
+    manifest_path = tmp_path / "m.json"
+    h5lens.index(url, storage_options=s3.storage_options(), inline_threshold=0).to_json(manifest_path)
+    with CountingProxy(s3.endpoint_url, fault_rate=1.0, faults=("503", "reset")) as broken:
+        creds = ["-s", "key=testing", "-s", "secret=testing", "--endpoint-url", broken.endpoint_url]
+        done = run_cli("cat", manifest_path, "X", "--no-verify", *creds, env={**_env(), "AWS_MAX_ATTEMPTS": "1"})
+        line = done.error_line()
+        assert url in line
+        out = tmp_path / "again.json"
+        again = run_cli("index", url, "-o", out, *creds, env={**_env(), "AWS_MAX_ATTEMPTS": "1"})
+        assert url in again.error_line() and not out.exists()
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
 def test_a_request_that_keeps_failing_names_key_and_range(s3, chunky):
     url = _upload(s3, chunky, "chunky.h5ad")
     manifest = h5lens.index(url, storage_options=s3.storage_options(), inline_threshold=0)

@@ -114,17 +114,17 @@ def publish(
 
 def _identity_at(url: str, indexed: Source, options: dict[str, Any] | None) -> Source:
     """The source as found at ``url``: it must be there, and as big as the file indexed."""
-    from h5lens.fetch import make_reader
+    from h5lens.fetch import open_client
 
-    reader = make_reader(url, options)
+    client = open_client(url, options)
     try:
-        found = reader.stat(fingerprint=not is_remote(url))
+        found = client.stat(fingerprint=not is_remote(url), probe=True)
     except H5LensError as e:
         raise type(e)(f"url={url}: cannot be reached to record its identity ({e})").at_cli(
             f"--url {url}: cannot be reached to record its identity ({e})"
         ) from None
     finally:
-        reader.close()
+        client.close()
     if found.get("size") is not None and indexed.size is not None and found["size"] != indexed.size:
         said = f"{url}: holds {found['size']} bytes, the file indexed {indexed.size}: not the same file"
         raise InvalidOptionError(f"url={said}").at_cli(f"--url {said}")

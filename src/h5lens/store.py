@@ -3,7 +3,7 @@
 Metadata keys return the manifest's ``zarr.json`` documents, chunk keys the
 inline bytes or the referenced byte range of the source file. A key the
 manifest does not hold is ``None`` (never a parent's document). Every byte read
-from a source goes through one :class:`~h5lens.fetch.plan.SourceReads`.
+from a source goes through one :class:`~h5lens.fetch.sources.SourceReads`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from h5lens.codecs import register as register_codecs
 from h5lens.pipeline import enable_for_stores
 from h5lens.read.bulk import ArrayCodec, array_codec
 from h5lens.errors import H5LensError, RefusedSourceError, SourceNotFoundError, SourceReadError, StaleSourceError
-from h5lens.fetch.plan import ChunkRead, ReadStats, SourceReads
+from h5lens.fetch.sources import ChunkRead, ReadStats, SourceReads
 from h5lens.locations import is_remote, resolve
 from h5lens.manifest.model import MISSING, Manifest
 from h5lens.manifest.refs_json import VLEN_ALONE, codec_names, dumps_document, vlen_count_problem

@@ -1,24 +1,32 @@
-"""Reading the bytes a manifest points at.
+"""Reading the bytes of HDF5 files: one layer for scans and reads.
 
-* :mod:`~h5lens.fetch.readers`: local and fsspec readers (retries, errors, sessions);
-* :mod:`~h5lens.fetch.blocks`: merged, cached requests to one remote source;
-* :mod:`~h5lens.fetch.plan`: what to read and when (read-ahead, whole arrays, prefetch),
-  the one read planner every reader of a manifest goes through.
+* :mod:`~h5lens.fetch.clients`: byte clients (pread, obstore, fsspec): ``get(offset,
+  length)`` and ``stat()``, errors named with the URL and the bytes;
+* :mod:`~h5lens.fetch.retry`: the one retry policy of every request;
+* :mod:`~h5lens.fetch.planner`: which requests fetch a set of ranges (merged across
+  small gaps, long ones split into parallel parts);
+* :mod:`~h5lens.fetch.blocks`: merged, read-ahead, cached requests to one remote source;
+* :mod:`~h5lens.fetch.batches`: a scan's reads of one event-loop turn, fetched as one batch;
+* :mod:`~h5lens.fetch.sources`: what a store reads and when (read-ahead, whole arrays,
+  prefetch), the one read planner every reader of a manifest goes through.
 """
 
-from h5lens.fetch.blocks import MAX_GAP, MAX_SPAN, ChunkFetcher, merge_plan
-from h5lens.fetch.plan import ChunkRead, ReadStats, SourceReads
-from h5lens.fetch.readers import FsspecReader, LocalReader, make_reader
+from h5lens.fetch.blocks import ChunkFetcher
+from h5lens.fetch.clients import Client, FsspecClient, LocalClient, ObstoreClient, open_client
+from h5lens.fetch.planner import READS, SCAN, Planner
+from h5lens.fetch.sources import ChunkRead, ReadStats, SourceReads
 
 __all__ = [
-    "MAX_GAP",
-    "MAX_SPAN",
+    "READS",
+    "SCAN",
     "ChunkFetcher",
     "ChunkRead",
-    "FsspecReader",
-    "LocalReader",
+    "Client",
+    "FsspecClient",
+    "LocalClient",
+    "ObstoreClient",
+    "Planner",
     "ReadStats",
     "SourceReads",
-    "make_reader",
-    "merge_plan",
+    "open_client",
 ]

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from h5lens.fetch.readers import FsspecReader, LocalReader
+from h5lens.fetch.clients import Client
+from h5lens.fetch.planner import READS, Planner
 
-MAX_GAP = 1 << 20  # merge ranges less than this apart: a request costs more than 1 MiB of transfer
-MAX_SPAN = 32 << 20  # but never into one request larger than this
-# A request longer than this is fetched as parts of this size on parallel connections: one
-# S3 connection streams ~100 MB/s, and they add up (as the AWS CRT and s5cmd split objects).
-PART = 8 << 20
 READAHEAD_CACHE_BYTES = 256 << 20
 SPENT_CACHE_BYTES = 4 << 20  # blocks already read, kept for reads of the same bytes soon after
 
@@ -54,10 +52,13 @@ class ChunkFetcher:
     """
 
     def __init__(
-        self, reader: FsspecReader | LocalReader, *, on_request: Callable[[int], None] | None = None
+        self, client: Client, *, on_request: Callable[[int], None] | None = None, planner: Planner = READS
     ) -> None:
-        self.reader = reader
+        self.client = client
+        self.planner = planner
         self.on_request = on_request  # called with (nbytes) for each request sent
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
         self._starts: list[int] = []  # sorted block starts
         self._blocks: list[_Block] = []  # aligned with _starts
         self._age: OrderedDict[int, _Block] = OrderedDict()  # id -> block, oldest first
@@ -135,7 +136,7 @@ class ChunkFetcher:
         if missing.size:
             order = missing[np.argsort(offsets[missing], kind="stable")]
             sorted_offsets, sorted_lengths = offsets[order], lengths[order]
-            for lo, hi in merge_plan(sorted_offsets, sorted_lengths):
+            for lo, hi in self.planner.runs(sorted_offsets, sorted_lengths):
                 start = int(sorted_offsets[lo])
                 end = int((sorted_offsets[lo:hi] + sorted_lengths[lo:hi]).max())
                 unclaimed = 0 if claimed else int(sorted_lengths[lo:hi].sum())
@@ -155,8 +156,28 @@ class ChunkFetcher:
         if unclaimed <= 0:
             self._spend(block)
         self._evict()
-        self.reader.spawn(self._fetch(block))
+        self._spawn(self._fetch(block))
         return block
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def close(self) -> None:
+        """Cancel the fetches still in flight (read-ahead nobody waits for)."""
+        for task in list(self._tasks):
+            loop = task.get_loop()
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(task.cancel)
+        self._tasks.clear()
+
+    def _gate(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        gate = self._gates.get(loop)
+        if gate is None:
+            gate = self._gates[loop] = asyncio.Semaphore(self.client.concurrency)
+        return gate
 
     def _claim(self, block: _Block, length: int) -> None:
         block.unclaimed -= length
@@ -208,7 +229,7 @@ class ChunkFetcher:
         self._pending_offsets.clear()
         offsets = np.asarray([p.offset for p in pending], dtype=np.int64)
         lengths = np.asarray([p.length for p in pending], dtype=np.int64)
-        for lo, hi in merge_plan(offsets, lengths):
+        for lo, hi in self.planner.runs(offsets, lengths):
             items = pending[lo:hi]
             end = int((offsets[lo:hi] + lengths[lo:hi]).max())
             block = self._new_block(items[0].offset, end, sum(p.length for p in items if p.waiter is None))
@@ -220,7 +241,7 @@ class ChunkFetcher:
         if self.on_request is not None:
             self.on_request(block.end - block.start)
         try:
-            data = memoryview(await read_split(self.reader, block.start, block.end - block.start))
+            data = memoryview(await self.read_split(block.start, block.end))
         except BaseException as e:
             self._drop(block)  # a later read tries again
             if isinstance(e, Exception):
@@ -234,34 +255,23 @@ class ChunkFetcher:
         if not block.future.done():
             block.future.set_result(data)
 
+    async def read_split(self, start: int, end: int) -> bytes | memoryview:
+        """Bytes ``[start, end)``: one request, or the planner's parts fetched concurrently
+        and joined (a part that fails fails the whole)."""
+        parts = self.planner.parts(start, end)
+        if len(parts) == 1:
+            async with self._gate():
+                return await self.client.get(start, end - start)
 
-async def read_split(reader: FsspecReader | LocalReader, start: int, length: int, part: int = PART) -> bytes:
-    """``length`` bytes from ``start``: one request, or parts of ``part`` bytes fetched
-    concurrently and joined when longer (a part that fails fails the whole)."""
-    if length <= part:
-        return await reader.read(start, length)
-    bounds = list(range(start, start + length, part))
-    parts = await asyncio.gather(*(reader.read(b, min(part, start + length - b)) for b in bounds))
-    return b"".join(parts)
+        async def one(lo: int, hi: int) -> bytes | memoryview:
+            async with self._gate():
+                return await self.client.get(lo, hi - lo)
+
+        out = bytearray(end - start)
+        for (lo, _), data in zip(parts, await asyncio.gather(*(one(lo, hi) for lo, hi in parts)), strict=True):
+            out[lo - start : lo - start + len(data)] = data
+        return memoryview(out)
 
 
 def _failed(block: _Block) -> bool:
     return block.future.done() and (block.future.cancelled() or block.future.exception() is not None)
-
-
-def merge_plan(offsets: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
-    """``[lo, hi)`` runs of offset-sorted ranges to fetch as one request each: a range joins
-    the request before it when it starts within MAX_GAP of its end and the request stays
-    within MAX_SPAN bytes."""
-    if not len(offsets):
-        return []
-    reach = np.maximum.accumulate(offsets + lengths)
-    breaks = (np.flatnonzero(offsets[1:] - reach[:-1] > MAX_GAP) + 1).tolist()
-    plan: list[tuple[int, int]] = []
-    for lo, hi in zip([0, *breaks], [*breaks, len(offsets)], strict=True):
-        while lo < hi:  # split runs longer than MAX_SPAN
-            cut = lo + int(np.searchsorted(reach[lo:hi], int(offsets[lo]) + MAX_SPAN, side="right"))
-            cut = max(cut, lo + 1)
-            plan.append((lo, cut))
-            lo = cut
-    return plan

@@ -21,6 +21,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from h5lens.errors import InvalidOptionError, ManifestFormatError, ManifestLimitError, NotAManifestError
+from h5lens.locations import is_remote
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:
@@ -185,49 +186,52 @@ def _is_hdf5(head: bytes) -> bool:
 
 class FileRanges:
     """Byte ranges of one file, local or remote (picklable: a manifest's lazily loaded chunk
-    tables travel to dask workers with it)."""
+    tables travel to dask workers with it). Remote files are read through the byte client
+    of :func:`h5lens.fetch.open_client`, as sources are."""
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         self.url = url
         self.storage_options = dict(storage_options or {})
+        self._client: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "storage_options": self.storage_options, "_client": None}
 
     def _fail(self, error: BaseException) -> Exception:
         from h5lens.backend_errors import anon_requested, storage_error
 
         return storage_error(error, self.url, "reading the manifest", anon=anon_requested(self.storage_options))
 
-    def __call__(self, offset: int, length: int) -> bytes:
-        try:
-            if "://" not in self.url or self.url.startswith("file://"):
-                with open(self.url.removeprefix("file://"), "rb") as f:
-                    f.seek(offset)
-                    data = f.read(length)
-            else:
-                import fsspec
+    def _remote(self) -> Any:
+        if self._client is None:
+            from h5lens.fetch.clients import open_client
 
-                fs, path = fsspec.core.url_to_fs(self.url, **self.storage_options)
-                data = fs.cat_file(path, start=offset, end=offset + length)
-        except Exception as e:  # noqa: BLE001 - not found, denied, unreachable: named with the URL
-            raise self._fail(e) from (None if isinstance(e, OSError) else e)
-        return bytes(data)
+            self._client = open_client(self.url, self.storage_options)
+        return self._client
+
+    def __call__(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes from ``offset`` (fewer at the end of the file)."""
+        if is_remote(self.url):
+            return bytes(self._remote().get_sync(offset, length, exact=False))
+        try:
+            with open(self.url.removeprefix("file://"), "rb") as f:
+                f.seek(offset)
+                return f.read(length)
+        except OSError as e:  # not found, denied: named with the path
+            raise self._fail(e) from None
 
     def whole(self, limit: int) -> bytes:
         """The whole file, refused before reading if it is larger than ``limit`` bytes."""
-        try:
-            import fsspec
-
-            with fsspec.open(self.url, "rb", **self.storage_options) as f:
-                size = getattr(f, "size", None)
-                if size is None:
-                    size = f.seek(0, os.SEEK_END)
-                    f.seek(0)
-                if size > limit:
-                    raise ManifestLimitError(
-                        f"{self.url}: a manifest of {size:,} bytes exceeds the limit of {limit:,} "
-                        "(Limits.manifest_bytes); raise it with limits=Limits(...) if this manifest is trusted"
-                    )
-                return bytes(f.read())
-        except ManifestLimitError:
-            raise
-        except Exception as e:  # noqa: BLE001
-            raise self._fail(e) from (None if isinstance(e, OSError) else e)
+        if is_remote(self.url):
+            size = self._remote().stat(probe=True).get("size")
+        else:
+            try:
+                size = os.path.getsize(self.url.removeprefix("file://"))
+            except OSError as e:
+                raise self._fail(e) from None
+        if size is not None and size > limit:
+            raise ManifestLimitError(
+                f"{self.url}: a manifest of {size:,} bytes exceeds the limit of {limit:,} "
+                "(Limits.manifest_bytes); raise it with limits=Limits(...) if this manifest is trusted"
+            )
+        return self(0, limit + 1 if size is None else size)

@@ -124,7 +124,7 @@ def _current_manifest(job: Job, storage_options: dict[str, Any]) -> Any:
     file is indexed again and the manifest replaced."""
     from h5lens import identity
     from h5lens.errors import H5LensError
-    from h5lens.fetch.readers import make_reader
+    from h5lens.fetch.clients import open_client
     from h5lens.locations import absolute, resolve
     from h5lens.manifest.model import Manifest
 
@@ -135,11 +135,11 @@ def _current_manifest(job: Job, storage_options: dict[str, Any]) -> Any:
     if len(existing.sources) != 1 or resolve(existing.sources[0].url, existing.location) != absolute(job.source):
         return None
     recorded = existing.sources[0]
-    reader = make_reader(job.source, storage_options or None)
+    client = open_client(job.source, storage_options or None)
     try:  # a vanished source raises: recorded as failed, as indexing would
-        found = reader.stat(fingerprint=identity.wants_fingerprint(recorded))
+        found = client.stat(fingerprint=identity.wants_fingerprint(recorded))
     finally:
-        reader.close()
+        client.close()
     if recorded.size is None or found.get("size") != recorded.size:
         return None
     comparison = identity.compare(recorded, found)

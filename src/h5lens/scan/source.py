@@ -11,7 +11,7 @@ from typing import Any, BinaryIO
 
 import h5py
 
-from h5lens.backend_errors import anon_requested, probe_options, storage_error
+from h5lens.backend_errors import anon_requested, storage_error
 from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, SourceNotFoundError
 from h5lens.locations import is_remote
 from h5lens.manifest.model import Source
@@ -295,23 +295,18 @@ def _open_h5(raw: TrackedFile) -> h5py.File:
 def _open_remote(
     url: str, storage_options: dict[str, Any] | None, block_size: int
 ) -> tuple[TrackedFile, Source, RemoteRanges]:
-    import fsspec
-
-    try:
-        fs, path = fsspec.core.url_to_fs(url, **probe_options(url, storage_options))
-        info = fs.info(path)
-    except Exception as e:  # noqa: BLE001 - every backend failure becomes an h5lens error naming the URL
-        raise storage_error(e, url, "opening", anon=anon_requested(storage_options)) from e
-    if info.get("type") == "directory":
-        raise NotHDF5Error(f"{url}: a directory (a prefix of other objects), not a file")
-    etag = info.get("ETag") or info.get("etag")
-    size = int(info.get("size") or 0)
     # libhdf5's reads and h5lens's own go through one client; what libhdf5's blocks hold
     # is never fetched again for h5lens.
     ranges = RemoteRanges(url, storage_options)
+    try:
+        info = ranges.stat()
+    except BaseException:
+        ranges.close()
+        raise
+    size = int(info.get("size") or 0)
     raw = TrackedFile(ranges.fetch_sync, size, block_size)
     ranges.batched.cached = raw.cached
-    return raw, Source(url, size, None, etag.strip('"') if etag else None), ranges
+    return raw, Source(url, size, info.get("mtime") if info.get("etag") is None else None, info.get("etag")), ranges
 
 
 def _register_filter_plugins() -> None:

@@ -99,6 +99,23 @@ _CACHED_HEADERS = {
                  "Expires", "x-amz-version-id", "x-amz-storage-class", "x-amz-server-side-encryption")
 }
 STREAM_PIECE = 64 << 10  # bytes written at a time by a throttled response
+FAULTS = ("503", "500", "truncate", "reset")
+
+
+def _reset(request: web.Request) -> None:
+    """Drop the request's connection at once (a TCP reset: no linger)."""
+    import struct
+
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+    transport.abort()
 
 
 @dataclass(frozen=True)
@@ -141,9 +158,15 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None | Liter
 class CountingProxy:
     """An HTTP reverse proxy on 127.0.0.1 in front of an endpoint.
 
-    It counts requests and GET bytes, and can add a fixed latency per request, answer a
-    share of requests with 503 SlowDown (seeded, so runs repeat), or answer the next
-    ``n`` GETs with 503 (:meth:`fail_next_gets`).
+    It counts requests and GET bytes, and can add a fixed latency per request, fail a
+    share of requests (``fault_rate``, seeded so runs repeat) in the ways of ``faults``,
+    or answer the next ``n`` GETs with 503 (:meth:`fail_next_gets`). The faults:
+
+    ``"503"``       503 SlowDown (S3's throttling answer)
+    ``"500"``       500 InternalError
+    ``"truncate"``  a GET's headers promise the whole body; half of it comes, then the
+                    connection closes (a response cut off mid-stream)
+    ``"reset"``     the connection is reset before any answer
 
     Opt-in, for a realistic S3 (e.g. ``latency_ms=20, bandwidth=100e6, cache_objects=True``):
 
@@ -165,6 +188,7 @@ class CountingProxy:
         *,
         latency_ms: float = 0.0,
         fault_rate: float = 0.0,
+        faults: tuple[str, ...] = ("503",),
         seed: int = 0,
         bandwidth: float | None = None,
         cache_objects: bool = False,
@@ -174,6 +198,10 @@ class CountingProxy:
         self.target = target.rstrip("/")
         self.latency_ms = latency_ms
         self.fault_rate = fault_rate
+        unknown = set(faults) - set(FAULTS)
+        if not faults or unknown:
+            raise ValueError(f"faults must be some of {FAULTS}. Got {faults!r}")
+        self.faults = tuple(faults)
         self.bandwidth = bandwidth
         self.cache_objects = cache_objects
         self._cache: dict[tuple[str, str], _CachedObject] = {}
@@ -250,14 +278,27 @@ class CountingProxy:
         failing_get = request.method == "GET" and self._failing_gets > 0
         if failing_get:
             self._failing_gets -= 1
-        if failing_get or (self.fault_rate and self._random.random() < self.fault_rate):
+        fault = None
+        if failing_get:
+            fault = "unavailable"
+        elif self.fault_rate and self._random.random() < self.fault_rate:
+            fault = self._random.choice(self.faults)
+            if fault == "truncate" and request.method != "GET":
+                fault = "503"
+        if fault is not None:
             self.stats.injected_faults += 1
-            body = (
-                b"<Error><Code>ServiceUnavailable</Code><Message>Unavailable.</Message></Error>"
-                if failing_get
-                else b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
-            )
-            return web.Response(status=503, body=body, content_type="application/xml")
+        if fault in ("unavailable", "503", "500"):
+            body = {
+                "unavailable": b"<Error><Code>ServiceUnavailable</Code><Message>Unavailable.</Message></Error>",
+                "503": b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>",
+                "500": b"<Error><Code>InternalError</Code><Message>We encountered an internal error.</Message></Error>",
+            }[fault]
+            return web.Response(status=500 if fault == "500" else 503, body=body, content_type="application/xml")
+        if fault == "reset":
+            _reset(request)
+            return web.Response(status=500)  # never sent: the connection is gone
+        if fault == "truncate":
+            request["h5lens_truncate"] = True
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
         body = await request.read()
         key = _object_key(request.path) if self.cache_objects else None
@@ -291,7 +332,7 @@ class CountingProxy:
             out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in dropped}
             if request.method == "HEAD":
                 return web.Response(status=upstream.status, headers=out_headers)
-            if self.bandwidth and request.method == "GET" and upstream.status in (200, 206) and payload:
+            if request.method == "GET" and upstream.status in (200, 206) and payload:
                 return await self._stream(request, upstream.status, out_headers, payload)
             return web.Response(status=upstream.status, body=payload, headers=out_headers)
 
@@ -300,25 +341,31 @@ class CountingProxy:
     async def _stream(
         self, request: web.Request, status: int, headers: dict[str, str], payload: bytes | memoryview
     ) -> web.StreamResponse:
-        """Send ``payload`` at ``self.bandwidth`` bytes/s: each piece leaves when a stream of
-        that rate would have finished sending it (so the whole takes at least len/bandwidth)."""
+        """Send ``payload`` (at ``self.bandwidth`` bytes/s if set: each piece leaves when a
+        stream of that rate would have finished sending it, so the whole takes at least
+        len/bandwidth). A response chosen to be truncated stops halfway and drops the connection."""
         from aiohttp import web
 
-        assert self.bandwidth is not None
         response = web.StreamResponse(status=status, headers=headers)
         response.content_length = len(payload)
         await response.prepare(request)
         view = memoryview(payload)
+        if request.get("h5lens_truncate"):
+            view = view[: len(view) // 2]
         loop = asyncio.get_running_loop()
         start, sent = loop.time(), 0
         try:
             while sent < len(view):
                 piece = view[sent : sent + STREAM_PIECE]
-                wait = start + (sent + len(piece)) / self.bandwidth - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
+                if self.bandwidth:
+                    wait = start + (sent + len(piece)) / self.bandwidth - loop.time()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
                 await response.write(piece)
                 sent += len(piece)
+            if request.get("h5lens_truncate"):
+                _reset(request)
+                return response
             await response.write_eof()
         except (ConnectionError, RuntimeError):  # the client went away mid-stream
             pass
@@ -400,6 +447,6 @@ class CountingProxy:
             headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
         payload = memoryview(cached.body)[start:stop]
         self.stats.bytes += len(payload)
-        if self.bandwidth and payload:
+        if payload:
             return await self._stream(request, status, headers, payload)
         return web.Response(status=status, body=bytes(payload), headers=headers)

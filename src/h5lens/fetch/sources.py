@@ -1,7 +1,7 @@
 """Every byte a store reads, planned in one place: per-chunk reads with read-ahead,
 whole-array reads in one batch, and a prefetch of everything an eager read will touch.
 
-:class:`SourceReads` owns one reader per source and one :class:`ChunkFetcher` per
+:class:`SourceReads` owns one byte client per source and one :class:`ChunkFetcher` per
 remote source (merged requests), so bytes fetched for one purpose serve every other
 (a prefetch serves the chunk reads that follow it; nothing is fetched twice).
 """
@@ -14,17 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.fetch.blocks import MAX_GAP, MAX_SPAN, READAHEAD_CACHE_BYTES, ChunkFetcher, merge_plan
-from h5lens.fetch.readers import FsspecReader, LocalReader, make_reader
 from h5lens.errors import H5LensError
+from h5lens.fetch.blocks import READAHEAD_CACHE_BYTES, ChunkFetcher
+from h5lens.fetch.clients import Client, LocalClient, open_client
+from h5lens.fetch import planner as planners
+from h5lens.fetch.planner import Planner
 from h5lens.manifest.model import INLINE, MISSING, ChunkTable
 
 MAX_READAHEAD_CHUNKS = 4096  # the window is bounded by MAX_SPAN bytes long before this
 # zarr fetches up to async.concurrency chunks at once: reads may arrive a little out of order.
 _REORDER = 16
-
-Reader = LocalReader | FsspecReader
-
 
 @dataclass
 class ReadStats:
@@ -60,10 +59,10 @@ class ChunkRead:
 
 
 class SourceReads:
-    """The readers of a manifest's sources and the plans that read them.
+    """The clients of a manifest's sources and the plans that read them.
 
     ``urls[i]`` is where source ``i`` is read from (after remapping and resolving relative
-    URLs); ``tables`` maps array paths to chunk tables. Readers are opened on first use.
+    URLs); ``tables`` maps array paths to chunk tables. Clients are made on first use.
     """
 
     def __init__(self, urls: list[str], tables: Mapping[str, ChunkTable], options: dict[str, Any]) -> None:
@@ -71,40 +70,45 @@ class SourceReads:
         self.tables = tables
         self.options = options
         self.stats = ReadStats()
-        self._readers: list[Reader] | None = None
+        self.planner: Planner = planners.READS  # read when the store opens: settable for measurements
+        self._clients: list[Client] | None = None
         self._fetchers: dict[int, ChunkFetcher] = {}
         self._streaks: dict[str, tuple[int, int, int]] = {}  # array -> (last chunk read, read-ahead end, window)
 
-    # -- readers ------------------------------------------------------------------
-    def reader(self, source: int) -> Reader:
-        if self._readers is None:
-            self._readers = [make_reader(url, self.options) for url in self.urls]
-        return self._readers[source]
+    # -- clients ------------------------------------------------------------------
+    def client(self, source: int) -> Client:
+        if self._clients is None:
+            self._clients = [open_client(url, self.options) for url in self.urls]
+        return self._clients[source]
 
     @property
     def all_local(self) -> bool:
-        return all(isinstance(self.reader(i), LocalReader) for i in range(len(self.urls)))
+        return all(self.client(i).local for i in range(len(self.urls)))
 
     def _fetcher(self, source: int) -> ChunkFetcher:
         fetcher = self._fetchers.get(source)
         if fetcher is None:
-            fetcher = self._fetchers[source] = ChunkFetcher(self.reader(source), on_request=self.stats.record)
+            fetcher = self._fetchers[source] = ChunkFetcher(
+                self.client(source), on_request=self.stats.record, planner=self.planner
+            )
         return fetcher
 
     def close(self) -> None:
-        for reader in self._readers or []:
-            reader.close()
-        self._readers = None
+        for fetcher in self._fetchers.values():
+            fetcher.close()
+        for client in self._clients or []:
+            client.close()
+        self._clients = None
         self._fetchers = {}
         self._streaks = {}
 
     # -- one chunk ------------------------------------------------------------------
     async def read(self, chunk: ChunkRead) -> bytes:
         """One chunk's bytes (or part); a whole-chunk read of a remote source reads ahead."""
-        reader = self.reader(chunk.source)
-        if isinstance(reader, LocalReader):
+        client = self.client(chunk.source)
+        if isinstance(client, LocalClient):
             self.stats.record(chunk.stop - chunk.start)
-            return await reader.read(chunk.offset + chunk.start, chunk.stop - chunk.start)
+            return client.get_sync(chunk.offset + chunk.start, chunk.stop - chunk.start)
         fetcher = self._fetcher(chunk.source)
         if not chunk.whole:
             return await fetcher.read(chunk.offset + chunk.start, chunk.stop - chunk.start)
@@ -112,11 +116,11 @@ class SourceReads:
 
     def read_sync(self, chunk: ChunkRead) -> bytes:
         """A local source's bytes without the event loop (zarr's synchronous pipeline)."""
-        reader = self.reader(chunk.source)
-        if not isinstance(reader, LocalReader):
+        client = self.client(chunk.source)
+        if not isinstance(client, LocalClient):
             raise TypeError("synchronous reads are for local sources only")
         self.stats.record(chunk.stop - chunk.start)
-        return reader.read_sync(chunk.offset + chunk.start, chunk.stop - chunk.start)
+        return client.get_sync(chunk.offset + chunk.start, chunk.stop - chunk.start)
 
     def _read_ahead(self, chunk: ChunkRead) -> list[tuple[int, int]]:
         """Chunks after this one to fetch with it, like an OS read-ahead.
@@ -139,7 +143,7 @@ class SourceReads:
             return []
         window = min(max(1, 2 * window), MAX_READAHEAD_CHUNKS)
         begin = max(frontier, flat + 1)
-        ahead = _adjacent(self.tables[chunk.path], chunk.source, flat, begin, begin + window)
+        ahead = _adjacent(self.tables[chunk.path], chunk.source, flat, begin, begin + window, self.planner)
         self._streaks[chunk.path] = (last, begin + len(ahead), window)
         return ahead
 
@@ -161,27 +165,27 @@ class SourceReads:
                 continue
             offsets = table.offset.reshape(-1)[chosen].astype(np.int64)
             lengths = table.length.reshape(-1)[chosen].astype(np.int64)
-            reader = self.reader(src)
+            client = self.client(src)
             try:
-                if isinstance(reader, LocalReader):
-                    payloads: list[Any] = self._read_local(reader, offsets, lengths)
+                if isinstance(client, LocalClient):
+                    payloads: list[Any] = self._read_local(client, offsets, lengths)
                 else:
                     payloads = await self._fetcher(src).read_ranges(offsets, lengths)
             except H5LensError as e:
-                raise self._blame(e, reader, chosen, offsets, lengths) from e.__cause__
+                raise self._blame(e, client, chosen, offsets, lengths) from e.__cause__
             out.update(zip(chosen.tolist(), payloads, strict=True))
         return out
 
     def _blame(
-        self, error: H5LensError, reader: Reader, flats: np.ndarray, offsets: np.ndarray, lengths: np.ndarray
+        self, error: H5LensError, client: Client, flats: np.ndarray, offsets: np.ndarray, lengths: np.ndarray
     ) -> H5LensError:
         """The chunk a failed merged read is about, as ``error.chunk`` (flat index, offset,
         length), for the caller to name: locally each range is read alone until one fails
         (that one's error is the one raised); remotely the first chunk of the failed request."""
-        if isinstance(reader, LocalReader):
+        if isinstance(client, LocalClient):
             for flat, offset, length in zip(flats.tolist(), offsets.tolist(), lengths.tolist(), strict=True):
                 try:
-                    reader.read_sync(offset, length)
+                    client.get_sync(offset, length)
                 except H5LensError as alone:
                     alone.chunk = (flat, offset, length)  # type: ignore[attr-defined]
                     return alone
@@ -191,17 +195,17 @@ class SourceReads:
         error.chunk = (int(flats[first]), int(offsets[first]), int(lengths[first]))  # type: ignore[attr-defined]
         return error
 
-    def _read_local(self, reader: LocalReader, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview]:
+    def _read_local(self, client: LocalClient, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview]:
         """Many ranges of a local file: one pread per run of neighbours (the planner's
         merged requests), sliced; each range a view of its run's buffer."""
         order = np.argsort(offsets, kind="stable")
         sorted_offsets, sorted_lengths = offsets[order], lengths[order]
         out: list[memoryview] = [memoryview(b"")] * len(offsets)
         order_list = order.tolist()
-        for lo, hi in merge_plan(sorted_offsets, sorted_lengths):
+        for lo, hi in self.planner.runs(sorted_offsets, sorted_lengths):
             start = int(sorted_offsets[lo])
             end = int((sorted_offsets[lo:hi] + sorted_lengths[lo:hi]).max())
-            block = memoryview(reader.read_sync(start, end - start))
+            block = memoryview(client.get_sync(start, end - start))
             self.stats.record(end - start)
             for i, begin, n in zip(order_list[lo:hi], (sorted_offsets[lo:hi] - start).tolist(), sorted_lengths[lo:hi].tolist(), strict=True):
                 out[i] = block[begin : begin + n]
@@ -216,7 +220,7 @@ class SourceReads:
         for table in self.tables.values():
             sources = table.source.reshape(-1)
             for src in np.unique(sources[sources >= 0]).tolist():
-                if isinstance(self.reader(src), LocalReader):
+                if self.client(src).local:
                     continue
                 mine = sources == src
                 offsets.setdefault(src, []).append(table.offset.reshape(-1)[mine].astype(np.int64))
@@ -242,12 +246,12 @@ class SourceReads:
         return requested, start
 
     def stat(self, source: int, *, fingerprint: bool = False) -> dict[str, Any]:
-        return self.reader(source).stat(fingerprint=fingerprint)
+        return self.client(source).stat(fingerprint=fingerprint)
 
 
-def _adjacent(table: ChunkTable, source: int, flat: int, begin: int, stop: int) -> list[tuple[int, int]]:
+def _adjacent(table: ChunkTable, source: int, flat: int, begin: int, stop: int, plan: Planner) -> list[tuple[int, int]]:
     """(offset, length) of the chunks ``begin:stop`` in grid order that follow chunk ``flat``
-    closely in the same source (within MAX_GAP, the whole within MAX_SPAN)."""
+    closely in the same source (within the planner's gap, the whole within its span)."""
     sources = table.source.reshape(-1)
     offsets = table.offset.reshape(-1)
     lengths = table.length.reshape(-1)
@@ -258,7 +262,7 @@ def _adjacent(table: ChunkTable, source: int, flat: int, begin: int, stop: int) 
         if sources[j] != source:
             break
         offset, length = int(offsets[j]), int(lengths[j])
-        if offset < first or offset - end > MAX_GAP or offset + length - first > MAX_SPAN:
+        if offset < first or offset - end > plan.gap or offset + length - first > plan.span:
             break
         ahead.append((offset, length))
         end = max(end, offset + length)

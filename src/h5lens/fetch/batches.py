@@ -8,8 +8,9 @@ advance level by level in lockstep and a whole scan costs about as many round tr
 its deepest index has levels, whatever the number of datasets and nodes.
 
 Within a batch, ranges that overlap or touch are fetched once. Ranges further apart are
-merged into one request only within a byte budget (by default the batch may fetch as
-many bytes again as it asked for, spent on the smallest gaps first): in files written by
+merged into one request only within a byte budget (the scan's planner,
+:data:`h5lens.fetch.planner.SCAN`: as many bytes again as asked for, spent on the
+smallest gaps first): in files written by
 h5py or anndata the nodes of a chunk index sit between the data chunks they index, and
 merging across those gaps would download the data. What was fetched is kept until the
 reader is dropped, so a range read twice (an object header read again whole after a
@@ -25,12 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from h5lens.fetch.planner import SCAN, Planner
+
 Fetch = Callable[[int, int], Awaitable[bytes]]
 
 DEFAULT_CONCURRENCY = 64  # requests in flight at once
-DEFAULT_EXTRA_RATIO = 1.0  # a batch may fetch this many bytes more than it asked for, to merge requests
-DEFAULT_MAX_GAP = 32 << 10  # never merge across a gap wider than this: about what one more request costs
-DEFAULT_MAX_SPAN = 8 << 20  # nor into a request longer than this
 
 
 @dataclass
@@ -39,50 +39,6 @@ class BatchStats:
     requests: int = 0  # requests sent (GETs)
     bytes: int = 0  # bytes fetched
     asked: int = 0  # bytes the callers asked for (overlaps counted once per batch)
-
-
-def plan_requests(
-    offsets: np.ndarray,
-    lengths: np.ndarray,
-    *,
-    extra_ratio: float = DEFAULT_EXTRA_RATIO,
-    max_gap: int = DEFAULT_MAX_GAP,
-    max_span: int = DEFAULT_MAX_SPAN,
-) -> list[tuple[int, int]]:
-    """``(start, end)`` of the requests that fetch every range (``offsets`` need not be sorted).
-
-    Overlapping and touching ranges always share a request. Then the smallest gaps
-    between requests are bridged while the bytes they add stay within ``extra_ratio``
-    times the bytes asked for, no gap is wider than ``max_gap`` and no request grows
-    past ``max_span`` (a range longer than that is still fetched whole). Bridging the
-    smallest gaps first removes the most requests for the bytes spent.
-    """
-    if not len(offsets):
-        return []
-    order = np.argsort(offsets, kind="stable")
-    starts = np.asarray(offsets, np.int64)[order]
-    ends = starts + np.asarray(lengths, np.int64)[order]
-    reach = np.maximum.accumulate(ends)
-    # Disjoint runs of overlapping or touching ranges.
-    breaks = np.flatnonzero(starts[1:] > reach[:-1]) + 1
-    run_start = starts[np.r_[0, breaks]]
-    run_end = reach[np.r_[breaks - 1, len(starts) - 1]]
-    asked = int((run_end - run_start).sum())
-    gaps = run_start[1:] - run_end[:-1]
-    bridge = np.zeros(len(gaps), bool)
-    budget = extra_ratio * asked
-    candidates = np.flatnonzero(gaps <= max_gap)
-    candidates = candidates[np.argsort(gaps[candidates], kind="stable")]
-    spent = np.cumsum(gaps[candidates])
-    bridge[candidates[spent <= budget]] = True
-    out: list[tuple[int, int]] = []
-    lo = 0
-    for i in range(len(run_start)):
-        last = i == len(run_start) - 1
-        if last or not bridge[i] or run_end[i + 1] - run_start[lo] > max_span:
-            out.append((int(run_start[lo]), int(run_end[i])))
-            lo = i + 1
-    return out
 
 
 class _Fetched:
@@ -138,18 +94,14 @@ class BatchedRanges:
         fetch: Fetch,
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
-        extra_ratio: float = DEFAULT_EXTRA_RATIO,
-        max_gap: int = DEFAULT_MAX_GAP,
-        max_span: int = DEFAULT_MAX_SPAN,
+        planner: Planner = SCAN,
         on_batch: Callable[[BatchStats], None] | None = None,
         cached: Callable[[int, int], bytes | None] | None = None,
     ) -> None:
         self.fetch = fetch
         self.cached = cached  # bytes someone else fetched already (libhdf5's block cache)
         self.concurrency = concurrency
-        self.extra_ratio = extra_ratio
-        self.max_gap = max_gap
-        self.max_span = max_span
+        self.planner = planner
         self.on_batch = on_batch
         self.stats = BatchStats()
         self._fetched = _Fetched()
@@ -185,9 +137,7 @@ class BatchedRanges:
             missing = [r for w in waiting for r in w.ranges if self._find(*r) is None]
             offsets = np.fromiter((o for o, _ in missing), np.int64, len(missing))
             lengths = np.fromiter((n for _, n in missing), np.int64, len(missing))
-            plan = plan_requests(
-                offsets, lengths, extra_ratio=self.extra_ratio, max_gap=self.max_gap, max_span=self.max_span
-            )
+            plan = self.planner.requests(offsets, lengths)
             gate = asyncio.Semaphore(self.concurrency)
 
             async def one(start: int, end: int) -> None:

@@ -1,0 +1,585 @@
+"""Byte clients: the one way h5lens reads bytes of a file, local or remote.
+
+Every read of a source (a scan's, a store's, ``validate``'s, ``index-many``'s) goes
+through a client made by :func:`open_client`, which says ``get(offset, length)`` for
+exactly those bytes (or an h5lens error naming the URL and the bytes) and ``stat()``
+for what identifies the file's version. Three kinds:
+
+* :class:`LocalClient`: ``os.pread`` on a file descriptor (synchronous; a page-cache read
+  costs less than a thread hop);
+* :class:`ObstoreClient`: obstore (Rust, ``object_store``) for ``s3://`` and plain
+  ``http(s)://`` URLs: about a tenth of s3fs's CPU per request, requests in parallel
+  without the GIL, and its HTTP connections shared by every client of the same store
+  (made once per process, :func:`_shared_store`);
+* :class:`FsspecClient`: any fsspec URL (gcs, azure, ssh ...) and anything obstore cannot
+  be relied on for: S3 options that only botocore understands (a profile, ``client_kwargs``,
+  ``config_kwargs``), HTTP with headers or query strings.
+
+obstore is used when the options say all it needs (:func:`obstore_s3_config`); if its
+first request fails for a reason other than the object's absence, the client goes on
+through fsspec (whatever s3fs can read, h5lens reads). ``H5LENS_CLIENT=fsspec`` (or
+``obstore``) forces a choice. Retries follow :mod:`h5lens.fetch.retry`, one policy for all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import re
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+from h5lens.backend_errors import anon_requested, http_status, is_transient, storage_error
+from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError
+from h5lens.fetch import retry
+from h5lens.locations import is_remote
+
+logger = logging.getLogger("h5lens.fetch")
+
+CLIENT_ENV = "H5LENS_CLIENT"
+OBSTORE_CONCURRENCY = 128  # requests in flight: object storage serves each connection on its own
+FSSPEC_CONCURRENCY = 64  # s3fs spends ~1 ms of CPU per request: more in flight does not help
+
+# s3fs options that only concern caching, listing or writing: nothing a ranged GET needs.
+_IGNORABLE = frozenset(
+    {
+        "asynchronous", "loop", "skip_instance_cache", "use_listings_cache", "listings_expiry_time",
+        "max_paths", "default_block_size", "default_fill_cache", "default_cache_type", "cache_regions",
+        "fixed_upload_size", "max_concurrency", "version_aware",
+    }
+)  # fmt: skip
+_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+_REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
+# URL paths obstore's HTTPStore takes as they are (object_store re-encodes anything else)
+_PLAIN_HTTP_PATH = re.compile(r"[A-Za-z0-9._~/+-]+")
+
+
+def forced_client() -> str:
+    """``auto``, ``obstore`` or ``fsspec`` (``H5LENS_CLIENT``; ``H5LENS_SCAN_CLIENT``, its
+    earlier name, is still read)."""
+    return (os.environ.get(CLIENT_ENV) or os.environ.get("H5LENS_SCAN_CLIENT") or "auto").strip().lower()
+
+
+# -- local files ------------------------------------------------------------------------
+class LocalClient:
+    """``os.pread`` on a file descriptor opened on first use (so clients pickle)."""
+
+    local = True
+    concurrency = 1
+    name = "pread"
+
+    def __init__(self, path: str) -> None:
+        self.url = path
+        self.path = path.removeprefix("file://")
+        self._fd: int | None = None
+
+    def _open(self) -> int:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise SourceNotFoundError(f"{self.path}: source file not found") from None
+            except OSError as e:
+                raise storage_error(e, self.path, "opening") from None
+        return self._fd
+
+    def get_sync(self, offset: int, length: int, *, exact: bool = True) -> bytes:
+        """Bytes ``[offset, offset + length)``; with ``exact=False``, fewer at the end of the file."""
+        fd = self._open()
+        try:
+            data = os.pread(fd, length, offset)
+        except OSError as e:
+            raise SourceReadError(f"{self.path}: reading bytes {offset}-{offset + length} failed ({e.strerror})") from None
+        if len(data) != length and exact:
+            size = os.fstat(fd).st_size
+            raise SourceReadError(
+                f"{self.path}: bytes {offset}-{offset + length} end past the end of the file ({size} bytes): "
+                "the manifest's reference does not fit this file"
+            )
+        return data
+
+    async def get(self, offset: int, length: int) -> bytes:
+        # A page-cache read of one chunk takes microseconds; a thread hop costs more than it.
+        return self.get_sync(offset, length)
+
+    def stat(self, *, fingerprint: bool = False, probe: bool = False) -> dict[str, Any]:
+        """Size and mtime; with ``fingerprint``, also the content fingerprint (two preads)."""
+        del probe  # a local file answers at once
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise SourceNotFoundError(f"{self.path}: source file not found") from None
+        except OSError as e:
+            raise storage_error(e, self.path, "checking") from None
+        found: dict[str, Any] = {"size": st.st_size, "mtime": st.st_mtime}
+        if fingerprint:
+            from h5lens.identity import fingerprint as content
+
+            found["fingerprint"] = content(self.get_sync, st.st_size)
+        return found
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "path": self.path, "_fd": None}
+
+
+# -- obstore ----------------------------------------------------------------------------
+def obstore_s3_config(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``obstore.store.S3Store`` keyword arguments equivalent to s3fs's ``storage_options``
+    for ``url``, or None when obstore cannot be relied on to do what s3fs would."""
+    if not url.startswith("s3://"):
+        return None
+    options = dict(storage_options or {})
+    client_kwargs = dict(options.pop("client_kwargs", None) or {})
+    bucket, _, key = url.removeprefix("s3://").partition("/")
+    if not bucket or not key:
+        return None
+    config: dict[str, Any] = {}
+    endpoint = options.pop("endpoint_url", None) or client_kwargs.pop("endpoint_url", None)
+    region = client_kwargs.pop("region_name", None) or options.pop("region_name", None)
+    if client_kwargs:  # verify=, proxies=, ...: botocore settings obstore would not honour
+        return None
+    if endpoint:
+        config["endpoint"] = endpoint
+        if str(endpoint).startswith("http://"):
+            config["client_options"] = {"allow_http": True}
+    if region:
+        config["region"] = region
+    elif not endpoint and not any(os.environ.get(k) for k in _REGION_ENV):
+        return None  # s3fs finds a bucket's region itself; obstore would need to be told
+    anon = bool(options.pop("anon", False))
+    key_id = options.pop("key", None) or options.pop("aws_access_key_id", None)
+    secret = options.pop("secret", None) or options.pop("aws_secret_access_key", None)
+    token = options.pop("token", None) or options.pop("aws_session_token", None)
+    if options.pop("requester_pays", False):
+        config["request_payer"] = True
+    if any(k not in _IGNORABLE for k in options):
+        return None  # a profile, a session, botocore configuration: s3fs's own business
+    if anon:
+        config["skip_signature"] = True
+    elif key_id and secret:
+        config.update(access_key_id=key_id, secret_access_key=secret)
+        if token:
+            config["token"] = token
+    elif not any(os.environ.get(k) for k in _CREDENTIAL_ENV):
+        return None  # credentials from a profile file or instance metadata: botocore's chain
+    return {"kind": "s3", "bucket": bucket, "path": key, "config": config}
+
+
+def obstore_http_config(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """obstore ``HTTPStore`` settings for a plain ``http(s)://`` URL without options; None
+    for anything fsspec's HTTP filesystem is needed for (headers, query strings, odd paths)."""
+    if not url.startswith(("http://", "https://")) or storage_options:
+        return None
+    scheme, rest = url.split("://", 1)
+    host, _, path = rest.partition("/")
+    if not host or not path or not _PLAIN_HTTP_PATH.fullmatch(path) or "//" in path or path.endswith("/"):
+        return None
+    directory, _, name = path.rpartition("/")
+    base = f"{scheme}://{host}/{directory + '/' if directory else ''}"
+    config: dict[str, Any] = {"client_options": {"allow_http": True}} if scheme == "http" else {}
+    return {"kind": "http", "bucket": base, "path": name, "config": config}
+
+
+def obstore_config(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What an :class:`ObstoreClient` needs for ``url``, or None if obstore is not installed
+    or cannot be relied on for these options."""
+    try:
+        import obstore  # noqa: F401
+    except ImportError:
+        return None
+    return obstore_s3_config(url, storage_options) or obstore_http_config(url, storage_options)
+
+
+_STORES: OrderedDict[tuple[str, ...], Any] = OrderedDict()
+_STORES_LOCK = threading.Lock()
+_MAX_STORES = 64
+
+
+def _shared_store(config: dict[str, Any], policy: retry.RetryPolicy) -> Any:
+    """One obstore store per bucket (or HTTP directory), settings and retry policy, for the
+    whole process: its connection pool serves every client (a new store costs ~8 ms and
+    new TLS connections)."""
+    import orjson
+
+    key = (config["kind"], config["bucket"], orjson.dumps(config["config"], option=orjson.OPT_SORT_KEYS).decode(), repr(policy))
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+        if store is not None:
+            _STORES.move_to_end(key)
+            return store
+    from obstore.store import HTTPStore, S3Store
+
+    settings = {**config["config"], "retry_config": policy.obstore_config()}
+    if config["kind"] == "s3":
+        store = S3Store(config["bucket"], **settings)
+    else:
+        store = HTTPStore.from_url(config["bucket"], **settings)
+    with _STORES_LOCK:
+        _STORES[key] = store
+        while len(_STORES) > _MAX_STORES:
+            _STORES.popitem(last=False)
+    return store
+
+
+# The probe (the first request to a source: index's stat) gives up sooner: an endpoint
+# that is down is reported in about a second, not after a whole backoff.
+PROBE_POLICY = retry.RetryPolicy(attempts=4, first_backoff=0.1, max_backoff=0.4, deadline=20.0)
+
+
+class ObstoreClient:
+    """Ranged GETs of one object through obstore (see the module docstring); falls back to
+    an :class:`FsspecClient` when its first request fails for another reason than the
+    object's absence or a server that ignores ``Range``."""
+
+    local = False
+    concurrency = OBSTORE_CONCURRENCY
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None, config: dict[str, Any]) -> None:
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self.config = config
+        self._fallback: FsspecClient | None = None
+        self._confirmed = forced_client() == "obstore"  # forced: no falling back
+
+    @property
+    def name(self) -> str:
+        return "fsspec" if self._fallback is not None else "obstore"
+
+    def _store(self, probe: bool = False) -> Any:
+        return _shared_store(self.config, PROBE_POLICY if probe else retry.policy())
+
+    async def get(self, offset: int, length: int) -> bytes | memoryview:
+        if self._fallback is not None:
+            return await self._fallback.get(offset, length)
+        import obstore
+
+        try:
+            data = await obstore.get_range_async(self._store(), self.config["path"], start=offset, length=length)
+        except Exception as e:  # noqa: BLE001 - obstore's errors, named below
+            return await self._failed(e, offset, length)
+        self._confirmed = True
+        return self._checked(memoryview(data), offset, length)
+
+    def get_sync(self, offset: int, length: int, *, exact: bool = True) -> bytes | memoryview:
+        """Bytes ``[offset, offset + length)`` without an event loop; with ``exact=False``,
+        fewer at the end of the object."""
+        if self._fallback is not None:
+            return self._fallback.get_sync(offset, length, exact=exact)
+        import obstore
+
+        try:
+            data = obstore.get_range(self._store(), self.config["path"], start=offset, length=length)
+        except Exception as e:  # noqa: BLE001
+            if self._falls_back(e):
+                return self._fall_back(e).get_sync(offset, length, exact=exact)
+            raise self._error(e, offset, length, explain=True) from e
+        self._confirmed = True
+        return self._checked(memoryview(data), offset, length, exact)
+
+    def _checked(self, data: memoryview, offset: int, length: int, exact: bool = True) -> memoryview:
+        if len(data) != length and (exact or len(data) > length):
+            raise SourceReadError(
+                f"{self.url}: bytes {offset}-{offset + length} end past the end of the object "
+                f"({len(data)} of {length} bytes came back): the manifest's reference does not fit this source"
+            )
+        return data
+
+    async def _failed(self, error: BaseException, offset: int, length: int) -> bytes | memoryview:
+        if self._falls_back(error):
+            return await self._fall_back(error).get(offset, length)
+        raise self._error(error, offset, length, explain=True) from error
+
+    def _falls_back(self, error: BaseException) -> bool:
+        import obstore.exceptions as oe
+
+        return not self._confirmed and not isinstance(error, (oe.NotFoundError, oe.NotSupportedError, H5LensError))
+
+    def _fall_back(self, error: BaseException) -> FsspecClient:
+        logger.info("%s: obstore failed on a first request (%s); reading through fsspec", self.url, _first_line(error))
+        self._fallback = FsspecClient(self.url, self.storage_options)
+        return self._fallback
+
+    def _error(self, error: BaseException, offset: int, length: int, *, explain: bool = False) -> H5LensError:
+        """obstore's exceptions (after its retries) as h5lens errors naming the URL and bytes."""
+        import obstore.exceptions as oe
+
+        where = f"bytes {offset}-{offset + length}"
+        detail = _first_line(error)
+        if isinstance(error, H5LensError):
+            return error
+        if isinstance(error, oe.NotFoundError):
+            return SourceNotFoundError(f"{self.url}: no such file or object while reading {where} ({detail})")
+        if isinstance(error, (oe.PermissionDeniedError, oe.UnauthenticatedError)):
+            return AccessDeniedError(f"{self.url}: access denied while reading {where} ({detail})")
+        if isinstance(error, oe.NotSupportedError):
+            return SourceReadError(
+                f"{self.url}: the server ignores HTTP Range requests (it answers with the whole file), "
+                "so chunks cannot be read one by one; download the file and index or read the local copy"
+            )
+        if explain:  # a request the server refused: past the end of the object? (one HEAD says)
+            try:
+                size = self.stat(probe=True)["size"]
+            except Exception:  # noqa: BLE001 - the HEAD is only an explanation
+                size = None
+            if isinstance(size, int) and offset + length > size:
+                return SourceReadError(
+                    f"{self.url}: {where} lie past the end of the object ({size} bytes): "
+                    "the manifest's reference does not fit this source"
+                )
+        return SourceReadError(f"{self.url}: reading {where} failed ({detail})")
+
+    def stat(self, *, fingerprint: bool = False, probe: bool = False) -> dict[str, Any]:
+        """Size and ETag (object storage identifies versions by ETag: no fingerprint); an
+        HTTP server without ETags: size and Last-Modified."""
+        del fingerprint
+        if self._fallback is not None:
+            return self._fallback.stat(probe=probe)
+        import obstore
+
+        try:
+            meta = obstore.head(self._store(probe=probe), self.config["path"])
+        except Exception as e:  # noqa: BLE001
+            if self._falls_back(e):
+                return self._fall_back(e).stat(probe=probe)
+            raise self._stat_error(e) from e
+        self._confirmed = True
+        etag = meta.get("e_tag")
+        found: dict[str, Any] = {"size": int(meta["size"]), "etag": etag.strip('"') if isinstance(etag, str) else None}
+        if found["etag"] is None and meta.get("last_modified") is not None:
+            found["mtime"] = meta["last_modified"].timestamp()
+        return found
+
+    def _stat_error(self, error: BaseException) -> H5LensError:
+        import obstore.exceptions as oe
+
+        detail = _first_line(error)
+        if isinstance(error, oe.NotFoundError):
+            if self.config["kind"] == "s3" and self._is_prefix():
+                from h5lens.errors import NotHDF5Error
+
+                return NotHDF5Error(f"{self.url}: a directory (a prefix of other objects), not a file")
+            return SourceNotFoundError(f"{self.url}: no such file or object ({detail})")
+        if isinstance(error, (oe.PermissionDeniedError, oe.UnauthenticatedError)):
+            return AccessDeniedError(f"{self.url}: access denied while checking it ({detail})")
+        return StorageError(f"{self.url}: checking it failed ({detail})")
+
+    def _is_prefix(self) -> bool:
+        """Whether the missing object's key is a prefix of others (a "directory")."""
+        import obstore
+
+        try:
+            listed = obstore.list_with_delimiter(self._store(probe=True), self.config["path"])
+        except Exception:  # noqa: BLE001 - only an explanation
+            return False
+        return bool(listed.get("common_prefixes") or listed.get("objects"))
+
+    def close(self) -> None:
+        if self._fallback is not None:
+            self._fallback.close()
+            self._fallback = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_fallback": None}
+
+
+# -- fsspec -----------------------------------------------------------------------------
+class FsspecClient:
+    """Ranged reads through an async fsspec filesystem (s3, http, gcs ...), retried by the
+    retry policy when the failure is transient (by exception type and HTTP status). The
+    client owns its filesystem and HTTP session, and closes them in :meth:`close`."""
+
+    local = False
+    concurrency = FSSPEC_CONCURRENCY
+    name = "fsspec"
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self.storage_options = _fsspec_options(url, storage_options)
+        self._fs: Any = None
+        self._path: str | None = None
+        self._client: Any = None  # the HTTP session set_session made: ours to close
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _sync_filesystem(self, probe: bool = False) -> tuple[Any, str]:
+        import fsspec
+
+        from h5lens.backend_errors import probe_options
+
+        options = probe_options(self.url, self.storage_options) if probe else self.storage_options
+        try:
+            return fsspec.core.url_to_fs(self.url, **options)
+        except Exception as e:  # noqa: BLE001 - a missing backend, an unknown protocol
+            raise storage_error(e, self.url, "opening") from e
+
+    async def _filesystem(self) -> tuple[Any, str]:
+        # An async filesystem's session belongs to the event loop that made it.
+        loop = asyncio.get_running_loop()
+        if self._fs is None or self._loop is not loop:
+            import fsspec
+
+            try:
+                cls = fsspec.get_filesystem_class(self.url.split("://", 1)[0])
+                if getattr(cls, "async_impl", False):
+                    options = {**self.storage_options, "asynchronous": True, "skip_instance_cache": True}
+                    self._fs, self._path = fsspec.core.url_to_fs(self.url, **options)
+                    if hasattr(self._fs, "set_session"):
+                        self._client = await self._fs.set_session()
+                else:
+                    self._fs, self._path = self._sync_filesystem()
+            except Exception as e:  # noqa: BLE001
+                raise storage_error(e, self.url, "opening", anon=anon_requested(self.storage_options)) from e
+            self._loop = loop
+            _LIVE.add(self)
+        assert self._path is not None  # set together with self._fs
+        return self._fs, self._path
+
+    async def get(self, offset: int, length: int, *, exact: bool = True) -> bytes:
+        fs, path = await self._filesystem()
+
+        async def attempt() -> bytes:
+            if getattr(fs, "asynchronous", False):
+                return await fs._cat_file(path, start=offset, end=offset + length)
+            return await asyncio.to_thread(fs.cat_file, path, start=offset, end=offset + length)
+
+        try:
+            data = await retry.policy().run(attempt, is_transient)
+        except Exception as e:  # noqa: BLE001 - classified by type and status
+            raise self._read_error(e, offset, length, getattr(e, "attempts", 1)) from e
+        if len(data) > length:  # an HTTP server that ignores Range sent the whole file
+            raise SourceReadError(
+                f"{self.url}: the server ignores HTTP Range requests (it answered with {len(data)} bytes for "
+                f"{length}), so chunks cannot be read one by one; download the file and index or read the local copy"
+            )
+        if len(data) != length and exact:  # the object is shorter than the reference: no retry helps
+            raise SourceReadError(
+                f"{self.url}: bytes {offset}-{offset + length} end past the end of the object "
+                f"({len(data)} of {length} bytes came back): the manifest's reference does not fit this source"
+            )
+        return data
+
+    def get_sync(self, offset: int, length: int, *, exact: bool = True) -> bytes:
+        from zarr.core.sync import sync
+
+        return sync(self.get(offset, length, exact=exact))
+
+    def _read_error(self, error: BaseException, offset: int, length: int, attempts: int) -> Exception:
+        where = f"bytes {offset}-{offset + length}"
+        if http_status(error) == 416:
+            return SourceReadError(
+                f"{self.url}: {where} lie past the end of the object (HTTP 416): "
+                "the manifest's reference does not fit this source"
+            )
+        found = storage_error(error, self.url, f"reading {where} of", anon=anon_requested(self.storage_options))
+        if type(found) is StorageError:
+            tries = f" after {attempts} attempts" if attempts > 1 else ""
+            return SourceReadError(f"{found}{tries}")
+        return found
+
+    def stat(self, *, fingerprint: bool = False, probe: bool = False) -> dict[str, Any]:
+        """Size and ETag (object storage identifies versions by ETag: no fingerprint)."""
+        del fingerprint
+        fs, path = self._sync_filesystem(probe)
+        try:
+            info = fs.info(path)
+        except Exception as e:  # noqa: BLE001
+            raise storage_error(e, self.url, "checking", anon=anon_requested(self.storage_options)) from e
+        if info.get("type") == "directory":
+            from h5lens.errors import NotHDF5Error
+
+            raise NotHDF5Error(f"{self.url}: a directory (a prefix of other objects), not a file")
+        etag = info.get("ETag") or info.get("etag")
+        return {"size": info.get("size"), "etag": etag.strip('"') if isinstance(etag, str) else etag}
+
+    def close(self, *, wait: bool = True) -> None:
+        """Close the HTTP session, on its own loop (waiting for it unless ``wait`` is false
+        or this runs on that loop)."""
+        client, loop = self._client, self._loop
+        self._fs = self._client = self._loop = None
+        _LIVE.discard(self)
+        closer = getattr(client, "close", None)
+        if closer is None or loop is None or loop.is_closed() or not loop.is_running():
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        future = asyncio.run_coroutine_threadsafe(closer(), loop)
+        if wait and not on_loop:
+            try:
+                future.result(timeout=2)
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+    def __del__(self) -> None:
+        # A client dropped without close(): its session still belongs to a live loop.
+        try:
+            self.close(wait=False)
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "storage_options": self.storage_options, "_fs": None, "_path": None, "_client": None, "_loop": None}
+
+
+def _fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    options = dict(storage_options or {})
+    if url.startswith("s3://") and "config_kwargs" not in options:
+        options["config_kwargs"] = {"max_pool_connections": FSSPEC_CONCURRENCY}  # botocore's default is 10
+    return options
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+# Clients with an HTTP session: closed at exit, while zarr's event loop still runs (by the
+# time the garbage collector would get to them, the loop is gone). Weak: a client closed
+# or collected leaves it.
+_LIVE: weakref.WeakSet[FsspecClient] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_clients() -> None:
+    for client in list(_LIVE):
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+Client = LocalClient | ObstoreClient | FsspecClient
+
+
+def open_client(url: str, storage_options: dict[str, Any] | None = None) -> Client:
+    """The client that reads ``url`` (see the module docstring). Nothing is sent yet."""
+    if not is_remote(url):
+        return LocalClient(url)
+    forced = forced_client()
+    config = obstore_config(url, storage_options) if forced != "fsspec" else None
+    if forced == "obstore" and config is None:
+        logger.info("%s: obstore cannot be configured from these storage options; using fsspec", url)
+    if config is not None:
+        return ObstoreClient(url, storage_options, config)
+    return FsspecClient(url, storage_options)
+
+
+__all__ = [
+    "CLIENT_ENV",
+    "Client",
+    "FsspecClient",
+    "LocalClient",
+    "ObstoreClient",
+    "PROBE_POLICY",
+    "obstore_config",
+    "open_client",
+]

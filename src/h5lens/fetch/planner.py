@@ -1,0 +1,93 @@
+"""Which requests fetch a set of byte ranges: the one planner of every reader.
+
+Two knobs decide it, measured on a simulated S3 (``benchmarks/read_bench.py``):
+
+``gap``
+    ranges at most this far apart share a request (a request costs a round trip; bytes in
+    between cost transfer time). Optionally only within a byte budget (``extra_ratio``:
+    the gaps bridged may add at most that many bytes per byte asked for, smallest gaps
+    first), for files whose index nodes sit between the data they index (a scan).
+``part``
+    a request longer than this is fetched as parts of this size on parallel connections
+    and joined: one S3 connection streams ~100 MB/s, and they add up (as the AWS CRT and
+    s5cmd split large objects).
+
+and ``span`` bounds a merged request (a range longer than it is still fetched whole).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Planner:
+    gap: int  # ranges at most this far apart share a request
+    span: int  # no merged request longer than this
+    part: int  # requests longer than this are fetched as parallel parts of this size
+    extra_ratio: float | None = None  # bridge gaps only within this many extra bytes per byte asked
+
+    def runs(self, offsets: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
+        """``[lo, hi)`` runs of offset-sorted ranges, one request each (see the module docstring).
+        Overlapping and touching ranges always share a request."""
+        n = len(offsets)
+        if not n:
+            return []
+        reach = np.maximum.accumulate(offsets + lengths)
+        gaps = offsets[1:] - reach[:-1]
+        bridge = gaps <= 0
+        candidates = np.flatnonzero((gaps > 0) & (gaps <= self.gap))
+        if self.extra_ratio is None:
+            bridge[candidates] = True
+        elif candidates.size:
+            union = _union_bytes(offsets, reach, gaps)
+            candidates = candidates[np.argsort(gaps[candidates], kind="stable")]
+            spent = np.cumsum(gaps[candidates])
+            bridge[candidates[spent <= self.extra_ratio * union]] = True
+        breaks = (np.flatnonzero(~bridge) + 1).tolist()
+        plan: list[tuple[int, int]] = []
+        for lo, hi in zip([0, *breaks], [*breaks, n], strict=True):
+            while lo < hi:  # split runs longer than span
+                cut = lo + int(np.searchsorted(reach[lo:hi], int(offsets[lo]) + self.span, side="right"))
+                cut = max(cut, lo + 1)
+                plan.append((lo, cut))
+                lo = cut
+        return plan
+
+    def requests(self, offsets: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
+        """``(start, end)`` of the requests that fetch every range (in any order)."""
+        if not len(offsets):
+            return []
+        order = np.argsort(offsets, kind="stable")
+        starts = np.asarray(offsets, np.int64)[order]
+        sizes = np.asarray(lengths, np.int64)[order]
+        reach = np.maximum.accumulate(starts + sizes)
+        return [(int(starts[lo]), int(reach[hi - 1])) for lo, hi in self.runs(starts, sizes)]
+
+    def parts(self, start: int, end: int) -> list[tuple[int, int]]:
+        """``(start, end)`` of the parallel parts of one request."""
+        if end - start <= self.part:
+            return [(start, end)]
+        count = -(-(end - start) // self.part)
+        size = -(-(end - start) // count)  # parts of equal size, none over ``part``
+        return [(b, min(b + size, end)) for b in range(start, end, size)]
+
+
+def _union_bytes(offsets: np.ndarray, reach: np.ndarray, gaps: np.ndarray) -> int:
+    """Bytes of the union of sorted ranges (``reach``: the running maximum of their ends)."""
+    breaks = np.flatnonzero(gaps > 0) + 1
+    firsts = np.r_[0, breaks]
+    lasts = np.r_[breaks - 1, len(offsets) - 1]
+    return int((reach[lasts] - offsets[firsts]).sum())
+
+
+# Store reads (a read of many chunks; read-ahead; prefetch): a request costs about as much
+# as 1 MiB of transfer at S3's 20 ms and 100 MB/s per connection.
+READS = Planner(gap=1 << 20, span=32 << 20, part=1 << 20)
+# A scan's reads of index nodes and small arrays: they sit between the data chunks they
+# index, so gaps are bridged only where they cost few bytes.
+SCAN = Planner(gap=32 << 10, span=8 << 20, part=8 << 20, extra_ratio=1.0)
+
+__all__ = ["READS", "SCAN", "Planner"]

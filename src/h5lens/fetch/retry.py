@@ -1,0 +1,76 @@
+"""The one retry policy of every request h5lens sends to storage.
+
+A request that fails in a way another attempt may get past (throttling, a server error,
+a dropped connection, a response cut off mid-stream) is sent again after a backoff that
+doubles up to a cap; anything else fails at once. obstore retries inside its Rust client
+(:meth:`RetryPolicy.obstore_config` hands it these numbers); requests through fsspec are
+retried here (:meth:`RetryPolicy.run`), the failure classified by exception type and
+HTTP status (:func:`h5lens.backend_errors.is_transient`). Either way a request makes at
+most ``attempts`` attempts, and a total outage ends in a few seconds with an error that
+names the URL and the bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a failed request is sent again."""
+
+    attempts: int = 8  # in all, the first included: at 20% failures, 1 request in 400,000 fails them all
+    first_backoff: float = 0.1  # seconds before the second attempt
+    max_backoff: float = 2.0  # the backoff doubles up to this
+    deadline: float = 60.0  # seconds after which a request is not retried again
+
+    def delays(self) -> list[float]:
+        """The backoff before each attempt after the first."""
+        return [min(self.max_backoff, self.first_backoff * 2**i) for i in range(max(0, self.attempts - 1))]
+
+    def obstore_config(self) -> dict[str, Any]:
+        """obstore's ``retry_config`` with these numbers."""
+        return {
+            "max_retries": max(0, self.attempts - 1),
+            "backoff": {
+                "init_backoff": datetime.timedelta(seconds=self.first_backoff),
+                "max_backoff": datetime.timedelta(seconds=self.max_backoff),
+                "base": 2.0,
+            },
+            "retry_timeout": datetime.timedelta(seconds=self.deadline),
+        }
+
+    async def run(self, attempt: Callable[[], Awaitable[T]], transient: Callable[[BaseException], bool]) -> T:
+        """``attempt()`` until it succeeds, fails in a way ``transient`` rejects, or the
+        attempts or the deadline run out; the last failure is raised with ``attempts``
+        (how many were made) set on it."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.deadline
+        delays = self.delays()
+        made = 0
+        while True:
+            made += 1
+            try:
+                return await attempt()
+            except Exception as e:
+                if made > len(delays) or not transient(e) or loop.time() + delays[made - 1] > give_up:
+                    e.attempts = made  # type: ignore[attr-defined]  # said in the error's message
+                    raise
+                await asyncio.sleep(delays[made - 1])
+
+
+POLICY = RetryPolicy()
+
+
+def policy() -> RetryPolicy:
+    """The policy in force (``h5lens.fetch.retry.POLICY``; a test or a caller may set a stricter one)."""
+    return POLICY
+
+
+__all__ = ["POLICY", "RetryPolicy", "policy"]

@@ -1,0 +1,170 @@
+"""HTTP(S) sources (public archives serve NWB, h5ad and netCDF over HTTPS): a local file
+server on 127.0.0.1 that answers ``Range`` as such archives do, and one that ignores it.
+
+Index and read over HTTP compare with h5py and ``anndata.read_h5ad`` on the same file;
+a server that ignores ``Range`` is refused in one line naming the URL, after at most one
+response (never a download of the whole file per chunk).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import anndata as ad
+import h5py
+import numpy as np
+import pytest
+from anndata.tests.helpers import assert_equal
+
+import h5lens
+from cli_runner import h5lens as run_cli
+from h5lens.fetch.clients import CLIENT_ENV, FsspecClient, ObstoreClient, open_client
+from h5lens.sample import write_sample
+from h5lens.testing.http import FileServer
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::anndata.OldFormatWarning")
+
+
+@pytest.fixture
+def files(tmp_path):
+    """An anndata-written h5ad and an h5py file of many small gzip chunks, in one directory."""
+    write_sample(tmp_path / "sample.h5ad")
+    rng = np.random.default_rng(5)
+    with h5py.File(tmp_path / "chunks.h5", "w") as f:
+        f.create_dataset("x", data=rng.random((3000, 7)), chunks=(50, 7), compression="gzip", shuffle=True)
+        f.create_dataset("labels", data=np.arange(1000, dtype="i4"), chunks=(64,))
+        f["x"].attrs["units"] = "m"
+    return tmp_path
+
+
+@pytest.fixture
+def server(files):
+    with FileServer(files) as running:
+        yield running
+
+
+@pytest.fixture(params=["obstore", "fsspec"])
+def client_kind(request, monkeypatch):
+    """Both clients HTTP URLs go through: obstore (plain URLs) and fsspec (everything else)."""
+    monkeypatch.setenv(CLIENT_ENV, request.param)
+    return request.param
+
+
+def _assert_like_h5py(group, path) -> None:
+    with h5py.File(path) as f:
+        for name in ("x", "labels"):
+            np.testing.assert_array_equal(group[name][...], f[name][...])
+        assert group["x"].attrs["units"] == f["x"].attrs["units"]
+
+
+def test_client_choice_for_http_urls():
+    assert isinstance(open_client("https://host/data/file.nwb"), ObstoreClient)
+    # a query string (signed URLs), headers or other options: fsspec's HTTP filesystem
+    assert isinstance(open_client("https://host/file.nwb?X-Amz-Signature=abc"), FsspecClient)
+    assert isinstance(open_client("https://host/file.nwb", {"headers": {"Authorization": "x"}}), FsspecClient)
+
+
+def test_index_and_read_over_http(server, files, client_kind):
+    url = server.url("chunks.h5")
+    manifest = h5lens.index(url, inline_threshold=0)
+    assert manifest.sources[0].url == url and manifest.sources[0].size == (files / "chunks.h5").stat().st_size
+    assert manifest.sources[0].etag  # the server's ETag identifies the version
+    server.stats.reset()
+    group = h5lens.open_group(manifest)
+    _assert_like_h5py(group, files / "chunks.h5")
+    assert server.stats.whole_gets == 0  # ranges only: never the whole file
+
+
+def test_anndata_over_http_reads_as_read_h5ad(server, files, client_kind):
+    manifest = h5lens.index(server.url("sample.h5ad"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = ad.read_h5ad(files / "sample.h5ad")
+    assert_equal(h5lens.read_anndata(manifest), expected)
+    assert_equal(h5lens.read_anndata(manifest, lazy=True).to_memory(), expected)
+
+
+def test_query_string_urls_read_through_fsspec(server, files):
+    """A signed URL's query string stays on every request (the server ignores it here)."""
+    url = server.url("chunks.h5") + "?X-Amz-Signature=abc&X-Amz-Expires=3600"
+    manifest = h5lens.index(url, inline_threshold=0)
+    assert manifest.sources[0].url == url
+    _assert_like_h5py(h5lens.open_group(manifest), files / "chunks.h5")
+
+
+def test_cli_index_and_cat_over_http(server, files, tmp_path):
+    out = tmp_path / "chunks.json"
+    done = run_cli("index", server.url("chunks.h5"), "-o", out)
+    assert done.returncode == 0, done.stderr
+    shown = run_cli("cat", out, "labels")
+    assert shown.returncode == 0, shown.stderr
+    with h5py.File(files / "chunks.h5") as f:
+        assert str(int(f["labels"][0])) in shown.stdout and str(int(f["labels"][-1])) in shown.stdout
+
+
+# ---------------------------------------------------------------- servers that ignore Range
+
+
+@pytest.fixture
+def no_range_server(files):
+    with FileServer(files, ranges=False) as running:
+        yield running
+
+
+def test_a_server_that_ignores_range_is_refused_when_indexing(no_range_server, client_kind):
+    url = no_range_server.url("chunks.h5")
+    with pytest.raises(h5lens.SourceReadError, match="ignores HTTP Range") as info:
+        h5lens.index(url)
+    assert url in str(info.value) and "\n" not in str(info.value)
+    assert no_range_server.stats.whole_gets <= 1  # one answer, not one per block
+
+
+def test_a_server_that_ignores_range_is_refused_when_reading(server, no_range_server, files, client_kind):
+    manifest = h5lens.index(server.url("chunks.h5"), inline_threshold=0)
+    group = h5lens.open_group(manifest, source_urls={server.url("chunks.h5"): no_range_server.url("chunks.h5")}, verify=False)
+    with pytest.raises(h5lens.SourceReadError, match="ignores HTTP Range"):
+        group["x"][...]
+    assert no_range_server.stats.whole_gets <= 1
+
+
+def test_cli_refuses_a_server_that_ignores_range_in_one_line(no_range_server, tmp_path):
+    done = run_cli("index", no_range_server.url("chunks.h5"), "-o", tmp_path / "m.json")
+    assert "ignores HTTP Range" in done.error_line()
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_missing_file_over_http_is_named(server):
+    url = server.url("nope.h5")
+    with pytest.raises(h5lens.SourceNotFoundError, match="nope.h5"):
+        h5lens.index(url)
+
+
+@pytest.mark.parametrize("kind", ["obstore", "fsspec"])
+def test_no_unclosed_session_warnings(server, kind):
+    """A process that indexes and reads over HTTP, then exits, leaves no session open."""
+    script = textwrap.dedent(
+        f"""
+        import gc, warnings
+        warnings.simplefilter("always")
+        import h5lens
+        m = h5lens.index({server.url("chunks.h5")!r}, inline_threshold=0)
+        g = h5lens.open_group(m)
+        g["x"][:10]
+        del g
+        gc.collect()
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env={**_env(), CLIENT_ENV: kind}
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Unclosed" not in done.stderr and "unclosed" not in done.stderr, done.stderr
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
