@@ -475,14 +475,52 @@ def test_lazy_row_slice_reads_only_its_chunks(tmp_path):
     assert store.stats.requests == 20  # 40 rows / 2 rows per chunk
 
 
-def test_lazy_sparse_blocks_follow_the_matrix_size(tmp_path):
-    """Lazy sparse X is computed in blocks of about n/500 rows (at most 1000), so slices stay tight."""
+def _lazy_source(array):
+    """The LazySparse a lazy sparse matrix's blocks read through."""
+    from h5lens.read.lazy_sparse import LazySparse
+
+    found = [v for v in dict(array.dask).values() if isinstance(v, LazySparse)]
+    assert len(found) == 1
+    return found[0]
+
+
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+def test_lazy_sparse_blocks_are_sized_by_bytes_and_slices_read_their_rows(tmp_path, layout):
+    """Blocks hold about block_bytes along the stored axis (never under anndata's 1000);
+    a slice reads the chunks its rows touch, not its whole block; masks and index arrays
+    give read_h5ad's values."""
     path = tmp_path / "sparse.h5ad"
-    x = sp.random(5000, 30, density=0.1, format="csr", random_state=5, dtype=np.float32)
-    ad.AnnData(X=x).write_h5ad(path)
-    lazy = h5lens.read_anndata(h5lens.index(path), lazy=True)
-    assert lazy.X.chunks[0][0] == 10
-    np.testing.assert_array_equal(lazy.X[1234:1300].compute().toarray(), x[1234:1300].toarray())
+    shape = (20000, 40) if layout == "csr" else (40, 20000)  # 20,000 along the stored axis
+    x = sp.random(*shape, density=0.1, format=layout, random_state=5, dtype=np.float32)
+    obs = pd.DataFrame({"kind": pd.Categorical(np.arange(shape[0]) % 7)}, index=[str(i) for i in range(shape[0])])
+    ad.AnnData(X=x, obs=obs).write_h5ad(path)
+    with h5py.File(path, "a") as f:  # small chunks, as large h5ad files have them
+        for name in ("data", "indices"):
+            values = f[f"X/{name}"][...]
+            del f[f"X/{name}"]
+            f.create_dataset(f"X/{name}", data=values, chunks=(2000,), compression="gzip")
+    expected = ad.read_h5ad(path)
+    manifest = h5lens.index(path, inline_threshold=0)
+    lazy = h5lens.read_anndata(manifest, lazy=True)
+    axis = 0 if layout == "csr" else 1
+    assert lazy.X.chunks[axis] == (20000,)  # 1.6 MB decoded: one block
+    small = h5lens.read_anndata(manifest, lazy=True, block_bytes=400_000)
+    assert 1000 <= small.X.chunks[axis][0] < 20000
+    source = _lazy_source(lazy.X)
+    source.store.stats.reset()
+    part = lazy.X[1234:1300] if layout == "csr" else lazy.X[:, 1234:1300]
+    want = x[1234:1300] if layout == "csr" else x[:, 1234:1300]
+    np.testing.assert_array_equal(part.compute().toarray(), want.toarray())
+    stored = int(manifest.chunks["X/data"].length.sum() + manifest.chunks["X/indices"].length.sum())
+    assert 0 < source.store.stats.bytes < stored / 5  # the rows' chunks, not the block's
+    mask = (expected.obs["kind"] == 3).to_numpy()
+    np.testing.assert_array_equal(lazy[mask].to_memory().X.toarray(), expected[mask].X.toarray())
+    picked = np.array([19999, 5, 7, 5000])
+    if layout == "csr":
+        np.testing.assert_array_equal(lazy.X[picked].compute().toarray(), x[picked].toarray())
+    else:
+        np.testing.assert_array_equal(lazy.X[:, picked].compute().toarray(), x[:, picked].toarray())
+    assert_equal(lazy.to_memory(), expected)
 
 
 @pytest.mark.parametrize("reader", ["anndata", "treedata"])

@@ -26,7 +26,7 @@ from anndata.tests.helpers import assert_equal
 
 import h5lens
 from h5lens.errors import InvalidOptionError
-from h5lens.read.blocks import ANNDATA_ROW_BLOCK, row_block_for_bytes
+from h5lens.read.blocks import ANNDATA_ROW_BLOCK, DEFAULT_BLOCK_BYTES, row_block_for_bytes
 
 distributed = pytest.importorskip("distributed")
 
@@ -311,7 +311,9 @@ def test_byte_sized_blocks_of_one_matrix(tmp_path):
     assert 0.9 * 400_000 / per_row <= lazy.X.chunks[0][0] <= 400_000 / per_row
     np.testing.assert_array_equal(lazy.X[4990:5010].compute().toarray(), x[4990:5010].toarray())
     assert h5lens.read_anndata(manifest, lazy=True, block_bytes=1).X.chunks[0][0] == ANNDATA_ROW_BLOCK
-    assert h5lens.read_anndata(manifest, lazy=True).X.chunks[0][0] == 40  # one manifest: slicing blocks
+    # the default block holds DEFAULT_BLOCK_BYTES: this 2 MB matrix is one block, and slices read their rows only
+    assert h5lens.read_anndata(manifest, lazy=True).X.chunks[0] == (x.shape[0],)
+    assert DEFAULT_BLOCK_BYTES > x.data.nbytes + x.indices.nbytes
 
 
 # -- re-runs: skip, change, --force, the command --------------------------------------------------

@@ -307,6 +307,31 @@ class ManifestStore(Store):
 
         return sync(self.read_region_async(path, bounds))
 
+    async def read_runs_async(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray | None:
+        """The values of runs ``[starts[i], stops[i])`` of 1-d array ``path`` (within its
+        length), one after the other, every chunk they touch read at once; None if h5lens
+        does not decode this array itself (read it through zarr)."""
+        from h5lens.read.bulk import gather_runs, run_chunks
+
+        codec = self.array_codec(path)
+        if codec is None or len(codec.shape) != 1:
+            return None
+        starts = np.asarray(starts, dtype=np.int64)
+        stops = np.asarray(stops, dtype=np.int64)
+        flats = run_chunks(codec.chunk_shape[0], starts, stops)
+        payloads = await self.read_many_async(path, flats) if flats.size else {}
+
+        def describe(flat: int) -> str:
+            return self.describe_chunk(path, (flat,))
+
+        return await asyncio.to_thread(gather_runs, codec, starts, stops, flats, payloads, describe)
+
+    def read_runs(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray | None:
+        """:meth:`read_runs_async` from synchronous code."""
+        from zarr.core.sync import sync
+
+        return sync(self.read_runs_async(path, starts, stops))
+
     async def read_many_async(self, path: str, flats: np.ndarray) -> dict[int, bytes | memoryview]:
         """The stored bytes of the present chunks among ``flats`` of array ``path``; a failed
         read names the chunk key and the bytes the manifest gave it."""

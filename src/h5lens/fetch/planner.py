@@ -86,8 +86,10 @@ def _union_bytes(offsets: np.ndarray, reach: np.ndarray, gaps: np.ndarray) -> in
 # Store reads (a read of many chunks; read-ahead; prefetch): a request costs about as much
 # as 1 MiB of transfer at S3's 20 ms and 100 MB/s per connection.
 READS = Planner(gap=1 << 20, span=32 << 20, part=1 << 20)
+# Local files: a pread costs a few microseconds, about what copying 16 KiB does.
+LOCAL = Planner(gap=16 << 10, span=32 << 20, part=1 << 62)
 # A scan's reads of index nodes and small arrays: they sit between the data chunks they
 # index, so gaps are bridged only where they cost few bytes.
 SCAN = Planner(gap=32 << 10, span=8 << 20, part=8 << 20, extra_ratio=1.0)
 
-__all__ = ["READS", "SCAN", "Planner"]
+__all__ = ["LOCAL", "READS", "SCAN", "Planner"]

@@ -202,7 +202,7 @@ class SourceReads:
         sorted_offsets, sorted_lengths = offsets[order], lengths[order]
         out: list[memoryview] = [memoryview(b"")] * len(offsets)
         order_list = order.tolist()
-        for lo, hi in self.planner.runs(sorted_offsets, sorted_lengths):
+        for lo, hi in planners.LOCAL.runs(sorted_offsets, sorted_lengths):
             start = int(sorted_offsets[lo])
             end = int((sorted_offsets[lo:hi] + sorted_lengths[lo:hi]).max())
             block = memoryview(client.get_sync(start, end - start))

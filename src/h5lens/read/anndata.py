@@ -23,7 +23,7 @@ from h5lens.errors import H5LensError, ManifestFormatError
 from h5lens.keys import unescape_key
 from h5lens.manifest.limits import Limits
 from h5lens.manifest.model import Manifest
-from h5lens.read.blocks import dense_row_block, slicing_row_block, sparse_row_block
+from h5lens.read.blocks import DEFAULT_BLOCK_BYTES, dense_row_block, sparse_row_block
 from h5lens.read.open import PathOrManifest, open_group, store_of
 from h5lens.read.shared import origin_of, shared_group
 
@@ -151,10 +151,11 @@ def read_anndata(
     ``anndata.concat`` (``join``, ``label``, ``keys``, ``index_unique`` as it takes them):
     lazily, each file's tasks read through that file's manifest.
 
-    ``block_bytes`` (lazy): cut sparse and dense ``X`` and layers into row blocks of about
-    this many bytes, never fewer rows than anndata's default block (1000). By default a
-    list is cut into 64 MiB blocks (for computing over it) and one manifest into blocks of
-    about n/500 rows (for tight slices).
+    ``block_bytes`` (lazy): the dask blocks of sparse ``X`` and layers hold about this many
+    bytes (64 MiB by default), along the axis they are stored by (rows of csr, columns of
+    csc), never fewer than anndata's default block (1000); a slice reads only the rows it
+    asks for, whatever the block size. Dense ones are cut into row blocks of about this
+    many bytes if given (whole stored chunks), else into their stored chunks.
     """
     if isinstance(manifest, (list, tuple)):
         from h5lens.read.collection import read_collection
@@ -238,22 +239,22 @@ def _with_legacy_raw(adata: Any, group: zarr.Group) -> Any:
 
 
 def _lazy_blocks(adata: Any, group: zarr.Group, block_bytes: int | None) -> Any:
-    """X and layers re-read lazily in row blocks: byte-sized (``block_bytes``), or for
-    slicing (sparse only; about n/500 rows, see :mod:`h5lens.read.blocks`)."""
+    """X and layers re-read lazily in blocks sized by bytes (``block_bytes``, by default
+    :data:`~h5lens.read.blocks.DEFAULT_BLOCK_BYTES`): sparse ones along their major axis
+    (rows of csr, columns of csc) through :mod:`h5lens.read.lazy_sparse`, whose slices
+    read only the rows they ask for; dense ones in whole stored chunks."""
     from anndata.experimental import read_elem_lazy
 
+    from h5lens.read.lazy_sparse import lazy_sparse
+
     store = store_of(group)
+    target = DEFAULT_BLOCK_BYTES if block_bytes is None else block_bytes
 
     def reblocked(key: str) -> Any:
         elem = group[key]
         kind = elem.attrs.get("encoding-type")
         if kind in ("csr_matrix", "csc_matrix") and isinstance(elem, zarr.Group):
-            major = 0 if kind == "csr_matrix" else 1
-            if block_bytes is None:
-                stride = slicing_row_block(_sparse_shape(elem)[major])
-            else:
-                stride = sparse_row_block(elem, store, block_bytes)
-            return read_elem_lazy(elem, chunks=(stride, -1) if major == 0 else (-1, stride))
+            return lazy_sparse(store, elem, sparse_row_block(elem, store, target))
         if block_bytes is not None and isinstance(elem, zarr.Array) and kind == "array" and elem.ndim == 2:
             rows = dense_row_block(elem, store, block_bytes)
             return read_elem_lazy(elem, chunks=(rows, -1))

@@ -1,11 +1,11 @@
 """How many rows each dask task of a lazy matrix reads.
 
-Two needs pull apart. Slicing one matrix interactively wants small blocks (a slice fetches
-little beyond what it asks for): :func:`slicing_row_block`. Computing over a collection on
-a cluster wants blocks big enough that a task's overhead (scheduling, deserializing, a
+Computing wants blocks big enough that a task's overhead (scheduling, deserializing, a
 round trip to object storage) is small against its reading: :func:`row_block_for_bytes`,
 about ``target`` bytes of data per block, and never fewer rows than anndata's own default
 block. A hundred small files then make a hundred tasks, not thousands of 1-row ones.
+Slicing does not need small blocks: a slice of a sparse matrix's block reads only the
+rows it asks for (:mod:`h5lens.read.lazy_sparse`).
 """
 
 from __future__ import annotations
@@ -27,16 +27,6 @@ DEFAULT_BLOCK_BYTES = 64 << 20
 # anndata's own row block for lazy sparse matrices (anndata._io.specs.lazy_methods):
 # byte-sized blocks are never finer than what anndata would make by itself.
 ANNDATA_ROW_BLOCK = 1000
-# Slicing: blocks of about n/500 rows (at most anndata's 1000), so a slice of 1% of a
-# matrix fetches about what it needs rather than a whole 1000-row block.
-SLICE_RESOLUTION = 500
-
-
-def slicing_row_block(n_rows: int) -> int:
-    """Rows per block for tight slices of one matrix."""
-    return max(1, min(ANNDATA_ROW_BLOCK, -(-n_rows // SLICE_RESOLUTION)))
-
-
 def row_block_for_bytes(n_rows: int, nbytes: int, target: int, *, at_least: int = ANNDATA_ROW_BLOCK) -> int:
     """Rows per block so that a block holds about ``target`` of a matrix's ``nbytes``
     (spread evenly over ``n_rows``), never fewer than ``at_least`` rows. A matrix smaller

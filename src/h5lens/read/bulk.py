@@ -368,3 +368,55 @@ def assemble(
 
 
 __all__ = ["ArrayCodec", "Selection", "array_codec", "assemble", "region_chunks", "scatter"]
+
+
+def run_chunks(chunk: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """The sorted flat indices of the chunks (``chunk`` items each) that runs
+    ``[starts[i], stops[i])`` of a 1-d array touch (empty runs touch none)."""
+    keep = stops > starts
+    first, last = starts[keep] // chunk, (stops[keep] - 1) // chunk
+    if not first.size:
+        return np.empty(0, dtype=np.int64)
+    counts = last - first + 1
+    steps = np.ones(int(counts.sum()), dtype=np.int64)
+    heads = np.r_[0, np.cumsum(counts)[:-1]]
+    steps[heads] = first - np.r_[0, last[:-1]]  # each run starts over at its first chunk
+    steps[0] = first[0]
+    return np.unique(np.cumsum(steps))
+
+
+def gather_runs(
+    codec: ArrayCodec,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    flats: np.ndarray,
+    payloads: dict[int, bytes | memoryview],
+    describe: Callable[[int], str],
+) -> np.ndarray:
+    """The values of runs ``[starts[i], stops[i])`` of a 1-d array, one after the other,
+    from the stored bytes of its chunks ``flats`` (:func:`run_chunks`; missing ones: the
+    fill value): the chunks decoded together, then one gather."""
+    chunk = codec.chunk_shape[0]
+    lengths = np.maximum(stops - starts, 0)
+    total = int(lengths.sum())
+    if not total:
+        return np.empty(0, dtype=codec.dtype)
+    flat_list = flats.tolist()
+    held = [i for i, flat in enumerate(flat_list) if flat in payloads]
+    block = np.empty((len(flat_list), chunk), dtype=codec.dtype)
+    if len(held) < len(flat_list):
+        block[...] = codec.fill
+    if held:
+        raws = _decode_all(codec, [payloads[flat_list[i]] for i in held], [flat_list[i] for i in held], describe)
+        for i, raw in zip(held, raws, strict=True):
+            if len(raw) != codec.chunk_nbytes:
+                raise SourceReadError(
+                    f"{describe(flat_list[i])} does not decode (to {len(raw)} bytes; a chunk holds {codec.chunk_nbytes})"
+                )
+        block[held] = codec.values(raws)
+    # every wanted position, run after run, without a Python loop over runs
+    before = np.r_[0, np.cumsum(lengths)[:-1]]
+    positions = np.arange(total, dtype=np.int64) + np.repeat(starts - before, lengths)
+    slots = np.searchsorted(flats, positions // chunk)
+    return block.reshape(-1)[slots * chunk + positions % chunk]
+

@@ -17,7 +17,7 @@ from h5lens.errors import (
     NotHDF5Error,
     UnsupportedFeatureError,
 )
-from h5lens.fetch.planner import READS
+from h5lens.fetch.planner import LOCAL
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.model import ChunkTable, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
@@ -392,14 +392,14 @@ def _inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], thre
 
 def read_merged(opened: OpenSource, offset: np.ndarray, length: np.ndarray) -> list[bytes]:
     """Read ranges sorted by offset. A local file: neighbours merged into one read as the
-    readers merge them (:data:`h5lens.fetch.planner.READS`: one planner for every reader
+    readers merge them (:data:`h5lens.fetch.planner.LOCAL`: one planner for every reader
     of bytes). A remote one: one batch of concurrent requests, merged only where that costs
     few bytes more (the chunks of small arrays are scattered between big arrays' data)."""
     if opened.remote:
         return opened.read_ranges(list(zip(offset.tolist(), length.tolist(), strict=True)))
     out: list[bytes] = []
     ends = offset + length
-    for lo, hi in READS.runs(offset, length):
+    for lo, hi in LOCAL.runs(offset, length):
         base = int(offset[lo])
         block = memoryview(opened.read(base, int(ends[lo:hi].max()) - base))
         for i in range(lo, hi):

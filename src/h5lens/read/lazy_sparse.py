@@ -1,0 +1,132 @@
+"""A csr/csc matrix of a manifest as an array dask reads in blocks of its major axis.
+
+anndata's lazy sparse matrices (``read_elem_lazy``) build each block with ``map_blocks``
+over its backed sparse dataset, through zarr arrays: a slice of the lazy matrix reads
+whole blocks, and every block pays zarr's per-chunk pipeline three times (indptr,
+indices, data). :class:`LazySparse` is what ``dask.array.from_array`` takes instead:
+``__getitem__`` of a major-axis slice or index array reads the rows' ``indptr``
+entries, then every chunk of ``data`` and ``indices`` those rows touch at once
+(:meth:`h5lens.store.ManifestStore.read_runs`), and builds the scipy matrix. dask fuses a
+slice of a block into the block's read, so ``X[1000:1100]`` reads those rows only,
+whatever the block size; blocks are then sized for computing (by bytes,
+:mod:`h5lens.read.blocks`), not for slicing.
+
+Pickled, it carries its store (a handle to one store per worker process,
+:mod:`h5lens.read.shared`) and the array's path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import zarr
+
+    from h5lens.store import ManifestStore
+
+
+class LazySparse:
+    """The csr (rows) or csc (columns) matrix group at ``path`` of ``store``."""
+
+    ndim = 2
+
+    def __init__(self, store: ManifestStore, group: zarr.Group) -> None:
+        self.store = store
+        self.path = group.path
+        self.csr = group.attrs["encoding-type"] == "csr_matrix"
+        shape = cast("list[int]", group.attrs["shape"])  # anndata records the shape as a list of ints
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.dtype = np.dtype(str(group["data"].dtype))  # type: ignore[union-attr]
+        self._prefix = f"{self.path}/" if self.path else ""
+
+    def __dask_tokenize__(self) -> tuple[str, str, str]:
+        key = getattr(self.store, "key", None) or str(id(self.store))
+        return ("h5lens.LazySparse", key, self.path)
+
+    @property
+    def major(self) -> int:
+        return self.shape[0] if self.csr else self.shape[1]
+
+    def __getitem__(self, key: Any) -> Any:
+        if not isinstance(key, tuple):
+            key = (key,)
+        key = key + (slice(None),) * (2 - len(key))
+        major_key, minor_key = key if self.csr else key[::-1]
+        matrix = self._major(major_key)
+        if not _whole(minor_key, self.shape[1 if self.csr else 0]):
+            matrix = matrix[:, minor_key] if self.csr else matrix[minor_key, :]
+        return matrix
+
+    def _major(self, major_key: Any) -> Any:
+        """The matrix of the major-axis rows ``major_key`` (a slice or integer indices)."""
+        import scipy.sparse as sp
+
+        n = self.major
+        if isinstance(major_key, slice):
+            start, stop, step = major_key.indices(n)
+            rows = np.arange(start, stop, step, dtype=np.int64) if step != 1 else None
+        else:
+            rows = np.arange(n, dtype=np.int64)[np.asarray(major_key)]  # bool masks, negative indices
+            start, stop = (int(rows.min()), int(rows.max()) + 1) if rows.size else (0, 0)
+            if rows.size and np.array_equal(rows, np.arange(start, stop)):
+                rows = None
+        minor = self.shape[1] if self.csr else self.shape[0]
+        if stop <= start:
+            count = 0 if rows is None else int(rows.size)
+            return self._build(sp, np.zeros(count + 1, np.int64), np.empty(0, self.dtype), np.empty(0, np.int32), count, minor)
+        pointers = self._read(f"{self._prefix}indptr", np.asarray([start]), np.asarray([stop + 1]))
+        if rows is None:
+            first, last = int(pointers[0]), int(pointers[-1])
+            starts, stops = np.asarray([first]), np.asarray([last])
+            indptr = pointers - first
+        else:
+            local = rows - start
+            starts, stops = pointers[local], pointers[local + 1]
+            indptr = np.r_[0, np.cumsum(stops - starts)]
+        indices = self._read(f"{self._prefix}indices", starts, stops)
+        data = self._read(f"{self._prefix}data", starts, stops)
+        count = stop - start if rows is None else int(rows.size)
+        return self._build(sp, indptr, data, indices, count, minor)
+
+    def _build(self, sp: Any, indptr: np.ndarray, data: np.ndarray, indices: np.ndarray, count: int, minor: int) -> Any:
+        if self.csr:
+            return sp.csr_matrix((data, indices, indptr), shape=(count, minor))
+        return sp.csc_matrix((data, indices, indptr), shape=(minor, count))
+
+    def _read(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+        """Runs of a 1-d member, in bulk; through zarr where h5lens does not decode it."""
+        found = self.store.read_runs(path, starts, stops)
+        if found is not None:
+            return found
+        import zarr
+
+        array = zarr.open_array(self.store, path=path, mode="r")
+        lengths = np.maximum(stops - starts, 0)
+        positions = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(
+            starts - np.r_[0, np.cumsum(lengths)[:-1]], lengths
+        )
+        return np.asarray(array.get_coordinate_selection(positions))
+
+
+def _whole(key: Any, size: int) -> bool:
+    if isinstance(key, slice):
+        return key.indices(size) == (0, size, 1)
+    return False
+
+
+def lazy_sparse(store: ManifestStore, group: zarr.Group, block: int) -> Any:
+    """A dask array of the csr/csc matrix ``group`` in blocks of ``block`` major-axis rows."""
+    import dask.array as da
+    import scipy.sparse as sp
+    from dask.base import tokenize
+
+    source = LazySparse(store, group)
+    chunks = (block, -1) if source.csr else (-1, block)
+    meta = (sp.csr_matrix if source.csr else sp.csc_matrix)((0, 0), dtype=source.dtype)
+    name = "h5lens-sparse-" + tokenize(source, block)
+    return da.from_array(source, chunks=chunks, asarray=False, fancy=True, meta=meta, name=name)
+
+
+__all__ = ["LazySparse", "lazy_sparse"]
