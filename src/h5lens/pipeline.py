@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 import numpy as np
 from zarr.abc.codec import CodecPipeline
@@ -49,6 +49,18 @@ class _Setting:
 
 
 _setting = _Setting()
+
+
+@runtime_checkable
+class BulkReadable(Protocol):
+    """What this pipeline asks of a store (:class:`h5lens.store.ManifestStore` answers it):
+    named here, so that the pipeline needs no import of the store that turns it on."""
+
+    def bulk_plan(self, keys: list[str]) -> tuple[Any, np.ndarray] | None: ...
+
+    async def read_many_async(self, path: str, flats: np.ndarray) -> dict[int, bytes | memoryview]: ...
+
+    def describe_flat_chunk(self, path: str, flat: int) -> str: ...
 
 
 def _configured() -> str:
@@ -134,7 +146,7 @@ class H5LensCodecPipeline(CodecPipeline):
     pipeline: reads of arrays h5lens decodes itself go through :mod:`h5lens.read.bulk`,
     everything else to the wrapped pipeline."""
 
-    def __init__(self, inner: CodecPipeline, store: Store) -> None:
+    def __init__(self, inner: CodecPipeline, store: BulkReadable) -> None:
         self.inner = inner
         self.store = store
 
@@ -146,9 +158,7 @@ class H5LensCodecPipeline(CodecPipeline):
 
     @classmethod
     def from_array_metadata_and_store(cls, array_metadata: ArrayMetadata, store: Store) -> Self:
-        from h5lens.store import ManifestStore
-
-        if not isinstance(store, ManifestStore):
+        if not isinstance(store, BulkReadable):
             raise NotImplementedError("h5lens's pipeline reads h5lens stores only")
         from zarr.core.array_spec import ArrayConfig, ArraySpec
         from zarr.core.buffer import default_buffer_prototype
@@ -226,16 +236,14 @@ class H5LensCodecPipeline(CodecPipeline):
         from h5lens.read.bulk import Selection, scatter
 
         store = self.store
-        payloads = await store.read_many_async(codec.path, flats)  # type: ignore[attr-defined]
+        payloads = await store.read_many_async(codec.path, flats)
         target = out.as_numpy_array()
         selection = Selection(
             [item[2] for item in batch], [item[3] for item in batch], drop_axes, [item[4] for item in batch]
         )
 
         def describe(flat: int) -> str:
-            grid = store.manifest.chunks[codec.path].grid_shape  # type: ignore[attr-defined]
-            index = tuple(int(i) for i in np.unravel_index(flat, grid)) if grid else ()
-            return store.describe_chunk(codec.path, index)  # type: ignore[attr-defined]
+            return store.describe_flat_chunk(codec.path, flat)
 
         present = await asyncio.to_thread(scatter, codec, flats, payloads, selection, target, describe)
         return tuple({"status": "present" if p else "missing"} for p in present)
@@ -246,7 +254,7 @@ class H5LensCodecPipeline(CodecPipeline):
             return None
         store = self.store
         keys = [item[0].path for item in batch]
-        return store.bulk_plan(keys)  # type: ignore[attr-defined]
+        return store.bulk_plan(keys)
 
 
 register_pipeline(H5LensCodecPipeline)

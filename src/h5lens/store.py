@@ -232,6 +232,11 @@ class ManifestStore(Store):
     def describe_chunk(self, path: str, index: tuple[int, ...]) -> str:
         return self.describe_key(chunk_key(path, index, self.grammar.arrays[path][0]))
 
+    def describe_flat_chunk(self, path: str, flat: int) -> str:
+        """:meth:`describe_chunk` of the chunk at ``flat`` in the array's grid, C order."""
+        grid = self.manifest.chunks[path].grid_shape
+        return self.describe_chunk(path, tuple(int(i) for i in np.unravel_index(flat, grid)) if grid else ())
+
     # -- bulk reads (h5lens's codec pipeline: h5lens.pipeline, h5lens.read.bulk) -----
     def array_codec(self, path: str) -> ArrayCodec | None:
         """How array ``path``'s chunks decode, when h5lens decodes them itself (cached)."""

@@ -20,12 +20,7 @@ import os
 import signal
 import sys
 
-
-def _interrupted_while_starting(signum: int, frame: object) -> None:
-    # Nothing is written before a command runs: leaving at once is safe, and it spares
-    # the user a traceback from deep inside an import.
-    os.write(2, b"h5lens: interrupted\n")
-    os._exit(130)
+from h5lens.cli.startup import interrupted_while_starting
 
 
 def _started_as_the_command() -> bool:
@@ -37,9 +32,9 @@ def _started_as_the_command() -> bool:
 
 if _started_as_the_command() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     # Run as the command (not imported by a program): until main() takes over.
-    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    signal.signal(signal.SIGINT, interrupted_while_starting)
 
-from h5lens.cli import indexing, reading, demo  # noqa: E402, F401, I001 - each registers its commands, in this order
-from h5lens.cli.app import app, main  # noqa: E402
+from h5lens.cli import indexing, reading, demo  # noqa: F401, I001 - each registers its commands, in this order
+from h5lens.cli.app import app, main
 
 __all__ = ["app", "main"]

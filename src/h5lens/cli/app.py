@@ -145,7 +145,7 @@ def reporting(url: str, action: str, *, anon: bool = False, stale_hint: str = "i
         yield
     except typer.Exit:
         raise
-    except Exception as e:  # noqa: BLE001 - classified below; bugs are re-raised
+    except Exception as e:  # classified below; bugs are re-raised
         found = user_error(e, url, action, anon)
         if found is None:
             raise
@@ -208,13 +208,13 @@ def main(argv: list[str] | None = None) -> None:
     otherwise hang or report the interrupt as a signal death."""
     import threading
 
-    from h5lens.cli import _interrupted_while_starting
+    from h5lens.cli.startup import interrupted_while_starting
 
     state.update(verbose=False, interrupted=False, target=("h5lens", "running", False, "index it again"))
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, _on_interrupt)
-        if previous is _interrupted_while_starting:
+        if previous is interrupted_while_starting:
             previous = signal.default_int_handler
     try:
         code = _run(argv)

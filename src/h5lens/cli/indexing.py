@@ -339,7 +339,7 @@ def convert(
     """Write MANIFEST in another form: the JSON references any fsspec reader opens (OUT.json),
     or the compact columns that open in milliseconds at millions of chunks (OUT.h5lens).
     Exact both ways; the form is OUT's, or --format's."""
-    from h5lens.cli.reading import open_manifest
+    from h5lens.cli.manifests import open_manifest
 
     check_form(form)
     options = storage_options(storage_option, anon, endpoint_url)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from h5lens.cli.app import Command, app, fail, reporting, state
-from h5lens.cli.progress import ScanProgressBar
+from h5lens.cli.manifests import open_manifest
 from h5lens.cli.options import (
     AllowLocal,
     Anon,
@@ -22,33 +22,6 @@ from h5lens.cli.options import (
 
 if TYPE_CHECKING:
     from h5lens.manifest.model import Manifest as Loaded
-
-
-def open_manifest(manifest: str, options: dict[str, Any], *, index_hdf5: bool = False) -> Loaded:
-    """The manifest, or one line saying why not (not found: said once, naming it once).
-    With ``index_hdf5``, an HDF5 file given instead is indexed in memory (nothing written)."""
-    from h5lens.errors import NotAManifestError, SourceNotFoundError
-
-    if manifest.startswith("icechunk://"):
-        fail(
-            f"{manifest}: an Icechunk repository, not a manifest; read it with "
-            "h5lens.icechunk.open_repository (or icechunk and zarr) in Python"
-        )
-    with reporting(manifest, "reading the manifest", anon=bool(options.get("anon"))):
-        from h5lens.manifest.model import Manifest as Loaded
-
-        try:
-            return Loaded.from_json(manifest, storage_options=options or None)
-        except SourceNotFoundError as e:
-            fail(f"{manifest}: manifest not found", e)
-        except NotAManifestError as e:
-            if e.kind != "hdf5" or not index_hdf5:
-                raise
-    with reporting(manifest, "indexing", anon=bool(options.get("anon"))):
-        import h5lens
-
-        with ScanProgressBar(f"indexing {manifest} (in memory)") as progress:
-            return h5lens.index(manifest, storage_options=options or None, progress=progress)
 
 
 def node_of(loaded: Loaded, manifest: str, key: str, path: str) -> dict[str, Any]:

@@ -80,11 +80,11 @@ def index_one(job: Job, settings: IndexSettings) -> FileRecord:
 
 
 def _index(job: Job, settings: IndexSettings, record: FileRecord) -> None:
-    import h5lens
+    from h5lens.api import index
     from h5lens.many.sources import ensure_parent
 
     options = settings.storage_options or None
-    manifest = h5lens.index(
+    manifest = index(
         job.source,
         storage_options=options,
         inline_threshold=settings.inline_threshold,
