@@ -234,8 +234,11 @@ class ManifestStore(Store):
 
     def describe_flat_chunk(self, path: str, flat: int) -> str:
         """:meth:`describe_chunk` of the chunk at ``flat`` in the array's grid, C order."""
+        return self.describe_chunk(path, self._grid_index(path, flat))
+
+    def _grid_index(self, path: str, flat: int) -> tuple[int, ...]:
         grid = self.manifest.chunks[path].grid_shape
-        return self.describe_chunk(path, tuple(int(i) for i in np.unravel_index(flat, grid)) if grid else ())
+        return tuple(int(i) for i in np.unravel_index(flat, grid)) if grid else ()
 
     # -- bulk reads (h5lens's codec pipeline: h5lens.pipeline, h5lens.read.bulk) -----
     def array_codec(self, path: str) -> ArrayCodec | None:
@@ -301,8 +304,7 @@ class ManifestStore(Store):
         payloads = await self.read_many_async(path, flats)
 
         def describe(flat: int) -> str:
-            index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape))
-            return self.describe_chunk(path, index)
+            return self.describe_flat_chunk(path, flat)
 
         return await asyncio.to_thread(assemble, codec, bounds, lo, flats, payloads, describe)
 
@@ -327,7 +329,7 @@ class ManifestStore(Store):
         payloads = await self.read_many_async(path, flats) if flats.size else {}
 
         def describe(flat: int) -> str:
-            return self.describe_chunk(path, (flat,))
+            return self.describe_flat_chunk(path, flat)
 
         return await asyncio.to_thread(gather_runs, codec, starts, stops, flats, payloads, describe)
 
@@ -346,9 +348,7 @@ class ManifestStore(Store):
             found = getattr(e, "chunk", None)
             if found is not None:
                 flat, offset, length = found
-                grid = self.manifest.chunks[path].grid_shape
-                index = tuple(int(i) for i in np.unravel_index(flat, grid)) if grid else ()
-                key = chunk_key(path, index, self.grammar.arrays[path][0])
+                key = chunk_key(path, self._grid_index(path, flat), self.grammar.arrays[path][0])
                 e.add_note(f"while reading chunk {key!r} (/{path}, bytes {offset}-{offset + length})")
             raise
 

@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -67,11 +68,11 @@ class ArrayCodec:
     fill: Any
     unshuffle: int = 0
 
-    @property
+    @cached_property
     def chunk_items(self) -> int:
         return math.prod(self.chunk_shape)
 
-    @property
+    @cached_property
     def chunk_nbytes(self) -> int:
         return self.chunk_items * self.stored.itemsize
 
@@ -85,28 +86,35 @@ class ArrayCodec:
         """One chunk's bytes out of ``decode_bytes`` → its values, ``chunk_shape``."""
         if len(raw) != self.chunk_nbytes:
             raise ValueError(f"decoded to {len(raw)} bytes; a chunk holds {self.chunk_nbytes}")
-        body: np.ndarray = np.frombuffer(raw, dtype=np.uint8)
         if self.unshuffle:
-            body = _unshuffle(body.reshape(1, self.unshuffle, -1))
-        return body.view(self.stored).reshape(self.chunk_shape)
+            planes = np.frombuffer(raw, dtype=np.uint8).reshape(1, self.unshuffle, -1)
+            return _unshuffle(planes, self.stored).reshape(self.chunk_shape)
+        return np.frombuffer(raw, dtype=self.stored).reshape(self.chunk_shape)
 
     def values(self, raws: Sequence[bytes | memoryview]) -> np.ndarray:
-        """Chunks' bytes out of ``decode_bytes`` → their values, ``(n, *chunk_shape)``."""
+        """Chunks' bytes out of ``decode_bytes`` → their values, ``(n, *chunk_shape)``.
+
+        Writable (a bytearray underneath), as h5py's are: callers modify what they read.
+        And never a view of a buffer of more elements (bytes seen as uint8), which scipy's
+        sparse constructors would copy again."""
         n = len(raws)
-        joined: np.ndarray = np.frombuffer(b"".join(raws), dtype=np.uint8)
-        if joined.size != n * self.chunk_nbytes:
+        joined = bytearray().join(raws)
+        if len(joined) != n * self.chunk_nbytes:
             raise ValueError("a chunk did not decode to a whole chunk")
         if self.unshuffle:
-            joined = _unshuffle(joined.reshape(n, self.unshuffle, -1))
-        return joined.view(self.stored).reshape(n, *self.chunk_shape)
+            planes = np.frombuffer(joined, dtype=np.uint8).reshape(n, self.unshuffle, -1)
+            return _unshuffle(planes, self.stored).reshape(n, *self.chunk_shape)
+        return np.frombuffer(joined, dtype=self.stored).reshape(n, *self.chunk_shape)
 
 
-def _unshuffle(planes: np.ndarray) -> np.ndarray:
-    """Bytes ``(chunks, k, items)`` (byte plane ``i`` of every element, in turn) -> ``(chunks,
-    items, k)``: one strided copy per plane, 3-5x faster than a transposed copy of it all."""
-    out = np.empty((planes.shape[0], planes.shape[2], planes.shape[1]), dtype=np.uint8)
+def _unshuffle(planes: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Bytes ``(chunks, k, items)`` (byte plane ``i`` of every element, in turn) -> values
+    ``(chunks, items)`` of ``dtype`` (``k`` bytes each): one strided copy per plane, 3-5x
+    faster than a transposed copy of it all."""
+    out = np.empty((planes.shape[0], planes.shape[2]), dtype=dtype)
+    as_bytes = out.view(np.uint8).reshape(planes.shape[0], planes.shape[2], planes.shape[1])
     for plane in range(planes.shape[1]):
-        out[:, :, plane] = planes[:, plane, :]
+        as_bytes[:, :, plane] = planes[:, plane, :]
     return out
 
 
@@ -342,9 +350,6 @@ def assemble(
         _place_each(codec, flat_list, payloads, Selection(chunk_sel, out_sel), result, describe)
         return result
     held = [i for i, flat in enumerate(flat_list) if flat in payloads]
-    block = np.empty((len(flat_list), *codec.chunk_shape), dtype=codec.dtype)
-    if len(held) < len(flat_list):
-        block[...] = codec.fill
     if held:
         raws = _decode_all(codec, [payloads[flat_list[i]] for i in held], [flat_list[i] for i in held], describe)
         try:
@@ -356,9 +361,11 @@ def assemble(
                         f"{describe(flat_list[i])} does not decode (to {len(raw)} bytes; a chunk holds {codec.chunk_nbytes})"
                     ) from None
             raise
-        if len(held) == len(flat_list):
-            block[...] = values
-        else:
+    if held and len(held) == len(flat_list):  # every chunk there: the decoded values are the block
+        block = values.astype(codec.dtype, copy=False)
+    else:
+        block = np.full((len(flat_list), *codec.chunk_shape), codec.fill, dtype=codec.dtype)
+        if held:
             block[held] = values
     # (g0, g1, ..., c0, c1, ...) -> (g0, c0, g1, c1, ...) -> one array covering the chunks
     laid = block.reshape(*counts, *codec.chunk_shape).transpose(*(k for axis in range(nd) for k in (axis, nd + axis)))
