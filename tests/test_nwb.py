@@ -35,6 +35,7 @@ from hdmf_zarr import NWBZarrIO  # noqa: E402
 from pynwb import NWBHDF5IO, NWBFile, TimeSeries  # noqa: E402
 
 import h5lens  # noqa: E402
+from h5lens import convention  # noqa: E402
 from h5lens.read import navigate  # noqa: E402
 
 T0 = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
@@ -596,8 +597,8 @@ def decode_nan_strings(manifest: h5lens.Manifest) -> h5lens.Manifest:
     import copy
 
     def decode(value: Any) -> Any:
-        if isinstance(value, str) and value in navigate._NAN_STRINGS:
-            return navigate._NAN_STRINGS[value]
+        if isinstance(value, str) and value in convention.NON_FINITE_TEXT:
+            return convention.NON_FINITE_TEXT[value]
         if isinstance(value, list):
             return [decode(v) for v in value]
         if isinstance(value, dict):

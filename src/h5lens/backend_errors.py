@@ -21,6 +21,7 @@ from h5lens.errors import (
     InvalidOptionError,
     SourceNotFoundError,
     StorageError,
+    first_line,
 )
 
 # Server answers that another attempt may get past (throttling, server errors).
@@ -120,7 +121,7 @@ def storage_error(error: BaseException, url: str, action: str = "reading", *, an
     """The h5lens error for ``error``, raised while ``action`` ``url``; the message is one line."""
     if isinstance(error, H5LensError):
         return error
-    detail = _first_line(error)
+    detail = _reason(error)
     status = http_status(error)
     for item in _chain(error):
         if _is(item, "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
@@ -152,11 +153,10 @@ def storage_error(error: BaseException, url: str, action: str = "reading", *, an
     return StorageError(f"{url}: {action} failed ({type(error).__name__}: {detail})")
 
 
-def _first_line(error: BaseException) -> str:
+def _reason(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:  # without the (maybe temporary) file name
         return error.strerror
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
+    return first_line(error)
 
 
 # The first request to a store (is the source there, can the destination be written) fails

@@ -27,6 +27,16 @@ COMPOUND_DTYPE = "_COMPOUND_DTYPE"  # LINDI's; replaced by zarr v3 structured
 # ({"_BYTES": "..."} or, for an array, {"_BYTES": [...]} nested like the array).
 BYTES = "_BYTES"
 
+# Non-finite floats in attributes (JSON has no token for them) as zarr v3 writes them in
+# fill values: the strings below; the proposal profile reads them back as floats.
+NON_FINITE_TEXT = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+def non_finite_text(value: float) -> str:
+    """The string that stands for a non-finite float: ``"NaN"``, ``"Infinity"``, ``"-Infinity"``."""
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+
+
 RESERVED_ATTRIBUTES = frozenset(
     {LINKS, DTYPE, SCALAR, REFERENCE_FIELDS, EMPTY, ENUM, EXTERNAL_ARRAY_LINK, REGION_REFERENCE, COMPOUND_DTYPE}
 )

@@ -135,3 +135,11 @@ class InvalidOptionError(H5LensError, ValueError):
 class RefusedSourceError(AccessDeniedError):
     """A manifest points at a source it may not reach: a URL it does not declare, or a local
     file when the manifest itself came from a remote URL (unless allowed explicitly)."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its type's name if it has none): what a
+    one-line report of a failure below h5lens quotes."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+

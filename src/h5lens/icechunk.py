@@ -49,7 +49,9 @@ from h5lens.errors import (
     SourceNotFoundError,
     StorageError,
     UnsupportedFeatureError,
+    first_line,
 )
+from h5lens.locations import is_remote, local_path
 from h5lens.manifest.model import ChunkTable, Manifest, Source
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, chunk_key, metadata_key
 
@@ -101,11 +103,6 @@ def quiet_logs() -> None:
         icechunk.set_logs_filter("error")
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
-
-
 # -- source URLs and their containers ---------------------------------------------------------
 
 
@@ -114,8 +111,8 @@ def _source_uri(url: str) -> str:
     of a location before reading, so local paths and S3 keys are percent-encoded (a key
     with ``#``, ``?``, ``%`` or a space would be read as another object otherwise);
     HTTP URLs are URLs already."""
-    if "://" not in url or url.startswith("file://"):
-        return Path(os.path.abspath(url.removeprefix("file://"))).as_uri()
+    if not is_remote(url):
+        return Path(os.path.abspath(local_path(url))).as_uri()
     scheme, rest = url.split("://", 1)
     if scheme.lower() != "s3":
         return url
@@ -367,7 +364,7 @@ def open_repository(
             # authorise what the manifest's sources are read through, nothing else the repository declares
             wanted = [have for have in [*declared, *added] if any(p.startswith(have) for p in prefixes)]
         else:  # what the repository declares; local files only for a repository that is local itself
-            remote = "://" in location and not location.startswith("file://")
+            remote = is_remote(location)
             wanted = [have for have in declared if not (remote and have.startswith("file://"))]
         credentials: dict[str, AnyCredential | None] = {have: _credential(have, options) for have in wanted}
         if exists:
@@ -382,7 +379,7 @@ def open_repository(
 
 
 def _icechunk_error(error: BaseException, where: str) -> H5LensError:
-    text = _first_line(error)
+    text = first_line(error)
     lowered = str(error).lower()
     if any(word in lowered for word in ("forbidden", "accessdenied", "access denied", "invalidaccesskeyid", "403")):
         return AccessDeniedError(f"{where}: access denied ({text})")
@@ -515,7 +512,7 @@ def to_icechunk(
         _write(session.store, manifest, documents, uris)
         return session.commit(message or _message(record), metadata={METADATA_KEY: record})
     except icechunk.ConflictError as e:
-        raise StorageError(f"{where}: another commit landed while writing ({_first_line(e)}); write again") from e
+        raise StorageError(f"{where}: another commit landed while writing ({first_line(e)}); write again") from e
     except icechunk.IcechunkError as e:
         raise _icechunk_error(e, where) from e
 
@@ -592,7 +589,7 @@ async def _write_async(store: IcechunkStore, manifest: Manifest, documents: dict
         try:
             await store.set(metadata_key(path), buffer.from_bytes(documents[path]))
         except Exception as e:  # noqa: BLE001 - Icechunk's and zarr's refusals alike, named with the node
-            raise StorageError(f"/{path}: Icechunk refused this node ({_first_line(e)})") from e
+            raise StorageError(f"/{path}: Icechunk refused this node ({first_line(e)})") from e
     for path in sorted(manifest.chunks):
         table = manifest.chunks[path]
         try:
@@ -601,7 +598,7 @@ async def _write_async(store: IcechunkStore, manifest: Manifest, documents: dict
         except H5LensError:
             raise
         except Exception as e:  # noqa: BLE001
-            raise StorageError(f"/{path}: Icechunk refused this array's chunks ({_first_line(e)})") from e
+            raise StorageError(f"/{path}: Icechunk refused this array's chunks ({first_line(e)})") from e
 
 
 async def _set_references(

@@ -16,7 +16,7 @@ import re
 
 from h5lens.errors import InvalidKeyError
 
-__all__ = ["is_reserved_key", "needs_escaping", "escape_key", "unescape_key"]
+__all__ = ["is_reserved_key", "needs_escaping", "escape_key", "unescape_key", "zarr_node_name"]
 
 _ESCAPED_CHARS = frozenset('/\\:*?"<>|%' + "".join(map(chr, range(0x20))))
 _ESCAPE_TABLE = {ord(c): f"%{ord(c):02X}" for c in _ESCAPED_CHARS}
@@ -95,3 +95,10 @@ def unescape_key(key: str) -> str:
             "hex digits of an escaped character may appear)"
         )
     return result
+
+
+def zarr_node_name(name: str) -> bool:
+    """Whether zarr v3 holds ``name`` as a node name as it is (the walk escapes every HDF5
+    name; a profile gives a name back where this allows)."""
+    return bool(name) and "/" not in name and name.strip(".") != "" and not name.startswith("__") and name != "zarr.json"
+

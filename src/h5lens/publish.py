@@ -11,7 +11,7 @@ import numpy as np
 
 from h5lens.destination import check_destination, refuse_local_sources
 from h5lens.errors import H5LensError, InvalidOptionError, ManifestFormatError, SourceReadError, StorageError
-from h5lens.locations import absolute, is_remote
+from h5lens.locations import absolute, is_remote, local_path
 from h5lens.manifest import io
 from h5lens.manifest.model import MISSING, Manifest, Source
 from h5lens.report import summarize
@@ -166,8 +166,8 @@ def _write_checked(
 
 
 def _remove_quietly(path: str, fs: Any, storage_options: dict[str, Any] | None) -> None:
-    if "://" not in path or path.startswith("file://"):
-        local = path.removeprefix("file://")
+    if not is_remote(path):
+        local = local_path(path)
         if os.path.exists(local):
             os.unlink(local)
         return

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from typing import Any
 
 from h5lens.backend_errors import anon_requested, http_status, is_transient, storage_error
-from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError
+from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError, first_line
 from h5lens.fetch import retry
 from h5lens.locations import is_remote
 
@@ -304,7 +304,7 @@ class ObstoreClient:
         return not self._confirmed and not isinstance(error, (oe.NotFoundError, oe.NotSupportedError, H5LensError))
 
     def _fall_back(self, error: BaseException) -> FsspecClient:
-        logger.info("%s: obstore failed on a first request (%s); reading through fsspec", self.url, _first_line(error))
+        logger.info("%s: obstore failed on a first request (%s); reading through fsspec", self.url, first_line(error))
         self._fallback = FsspecClient(self.url, self.storage_options)
         return self._fallback
 
@@ -313,7 +313,7 @@ class ObstoreClient:
         import obstore.exceptions as oe
 
         where = f"bytes {offset}-{offset + length}"
-        detail = _first_line(error)
+        detail = first_line(error)
         if isinstance(error, H5LensError):
             return error
         if isinstance(error, oe.NotFoundError):
@@ -361,7 +361,7 @@ class ObstoreClient:
     def _stat_error(self, error: BaseException) -> H5LensError:
         import obstore.exceptions as oe
 
-        detail = _first_line(error)
+        detail = first_line(error)
         if isinstance(error, oe.NotFoundError):
             if self.config["kind"] == "s3" and self._is_prefix():
                 from h5lens.errors import NotHDF5Error
@@ -535,11 +535,6 @@ def _fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[st
     if url.startswith("s3://") and "config_kwargs" not in options:
         options["config_kwargs"] = {"max_pool_connections": FSSPEC_CONCURRENCY}  # botocore's default is 10
     return options
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 # Clients with an HTTP session: closed at exit, while zarr's event loop still runs (by the

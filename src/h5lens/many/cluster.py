@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from h5lens.errors import InvalidOptionError, StorageError
+from h5lens.errors import InvalidOptionError, StorageError, first_line
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -38,7 +38,7 @@ def client_for(scheduler: str | Client | None, workers: int | None) -> Iterator[
         try:
             client = Client(scheduler, set_as_default=False)
         except OSError as e:  # distributed's "Timed out trying to connect to ..."
-            raise StorageError(f"{scheduler}: cannot reach the dask scheduler ({_first_line(e)})") from e
+            raise StorageError(f"{scheduler}: cannot reach the dask scheduler ({first_line(e)})") from e
         with client:
             yield client
         return
@@ -55,6 +55,3 @@ def client_for(scheduler: str | Client | None, workers: int | None) -> Iterator[
         yield client
 
 
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__

@@ -32,7 +32,6 @@ Each linked file is opened once per tree returned by :func:`open`.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ import zarr
 from h5lens import convention
 from h5lens.errors import InvalidOptionError, SourceNotFoundError
 from h5lens.keys import unescape_key
-from h5lens.locations import resolve
+from h5lens.locations import is_remote, local_path, resolve
 from h5lens.manifest.model import Manifest
 from h5lens.read.check import read_checked
 from h5lens.store import ManifestStore
@@ -62,7 +61,6 @@ __all__ = [
 #: Attributes the convention reserves; hidden from ``Node.attrs``.
 RESERVED_ATTRIBUTES = convention.RESERVED_ATTRIBUTES
 _MAX_LINK_DEPTH = 64
-_NAN_STRINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 class Link(NamedTuple):
@@ -144,8 +142,8 @@ def _external_url(manifest: Manifest, source: str) -> str:
 
 
 def _exists(url: str, storage_options: dict[str, Any] | None) -> bool:
-    if "://" not in url or url.startswith("file://"):
-        return os.path.isfile(url.removeprefix("file://"))
+    if not is_remote(url):
+        return os.path.isfile(local_path(url))
     import fsspec
 
     fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
@@ -323,8 +321,8 @@ class Attributes(Mapping[str, Any]):
             return {k: self._decode(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self._decode(v) for v in value]
-        if self._file.proposal and isinstance(value, str) and value in _NAN_STRINGS:
-            return _NAN_STRINGS[value]
+        if self._file.proposal and isinstance(value, str) and value in convention.NON_FINITE_TEXT:
+            return convention.NON_FINITE_TEXT[value]
         return value
 
     def __repr__(self) -> str:

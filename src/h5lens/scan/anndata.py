@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from h5lens import convention
-from h5lens.keys import escape_key
+from h5lens.keys import escape_key, zarr_node_name
 from h5lens.scan import anndata_legacy
 from h5lens.scan.profiles import ProfileContext
 
@@ -77,16 +77,11 @@ def _join(parent: str, name: str) -> str:
     return f"{parent}/{name}" if parent else name
 
 
-def _zarr_safe(name: str) -> bool:
-    """Whether zarr v3 itself can hold ``name`` as a node name."""
-    return bool(name) and "/" not in name and name.strip(".") != "" and not name.startswith("__") and name != "zarr.json"
-
-
 def _dataframe_column_names(ctx: ProfileContext, key: str) -> None:
     # column-order and _index name columns unescaped: keep names zarr can hold as they are
     for name in ctx.children(key):
         raw = _h5_name(ctx, _join(key, name))
-        if raw != name and _zarr_safe(raw) and _join(key, raw) not in ctx.nodes:
+        if raw != name and zarr_node_name(raw) and _join(key, raw) not in ctx.nodes:
             ctx.rename(_join(key, name), _join(key, raw))
 
 

@@ -28,7 +28,6 @@ from h5lens.errors import UnsupportedFeatureError
 
 ResolveRef = Callable[[h5py.Reference], str | None]
 
-NAN_STRINGS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 class _NotText(Exception):
@@ -162,7 +161,7 @@ def _reference(ref: h5py.Reference, where: str, resolve: ResolveRef) -> Any:
 
 def _nan_strings(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
-        return NAN_STRINGS[repr(value)]
+        return convention.non_finite_text(value)
     if isinstance(value, list):
         return [_nan_strings(v) for v in value]
     if isinstance(value, dict):

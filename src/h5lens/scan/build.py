@@ -16,6 +16,7 @@ from h5lens.errors import (
     MaterializeLimitError,
     NotHDF5Error,
     UnsupportedFeatureError,
+    first_line,
 )
 from h5lens.fetch.planner import LOCAL
 from h5lens.manifest.documents import check_documents
@@ -217,12 +218,7 @@ def _unreadable(h5: h5py.File, path: str, error: BaseException) -> H5LensError:
             f"{path}: its data needs filter {names}, which libhdf5 cannot load here (no zarr codec either, "
             "so h5py must decode it): install the filter's plugin (e.g. hdf5plugin) and index again"
         )
-    return NotHDF5Error(f"{path}: cannot read dataset, the file may be damaged ({_first_line(error)})")
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
+    return NotHDF5Error(f"{path}: cannot read dataset, the file may be damaged ({first_line(error)})")
 
 
 def _resolver(h5: h5py.File, found: Walk) -> ResolvePath:

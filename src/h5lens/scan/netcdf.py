@@ -49,6 +49,7 @@ import h5py
 import numpy as np
 
 from h5lens import convention
+from h5lens.keys import zarr_node_name
 from h5lens.manifest.model import MISSING, ChunkTableBuilder
 from h5lens.scan.materialize import chunk_selection, encode_chunks
 from h5lens.scan.profiles import ProfileContext
@@ -443,13 +444,12 @@ def _empty(ctx: ProfileContext, key: str, name: str) -> Any:
 
 
 _NO_FORM = object()
-_NAN_TEXT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def _xarray_fill_value(value: Any, data_type: Any) -> Any:
     """``_FillValue`` as xarray's zarr reader decodes it (``FillValueCoder``)."""
-    if isinstance(value, str) and value in _NAN_TEXT and data_type != "string":
-        value = _NAN_TEXT[value]
+    if isinstance(value, str) and value in convention.NON_FINITE_TEXT and data_type != "string":
+        value = convention.NON_FINITE_TEXT[value]
     if not isinstance(data_type, str):
         return _NO_FORM  # bytes, structured: FillValueCoder has no form for them
     if data_type.startswith("float") and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -476,20 +476,9 @@ def _present_names(ctx: ProfileContext) -> None:
         parent, _, current = key.rpartition("/")
         raw = _h5_name(ctx, key)
         wanted = raw.removeprefix(NON_COORD_PREFIX)
-        if wanted == current or not _zarr_safe(wanted):
+        # a "%" stays escaped: h5lens's readers take a name with one for an escaped name
+        if wanted == current or "%" in wanted or not zarr_node_name(wanted):
             continue
         target = f"{parent}/{wanted}" if parent else wanted
         if target not in ctx.nodes:
             ctx.rename(key, target)
-
-
-def _zarr_safe(name: str) -> bool:
-    """A name zarr v3 holds as it is and h5lens's readers take for unescaped."""
-    return (
-        bool(name)
-        and "/" not in name
-        and "%" not in name
-        and name.strip(".") != ""
-        and not name.startswith("__")
-        and name != "zarr.json"
-    )

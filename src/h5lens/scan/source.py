@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 import h5py
 
 from h5lens.backend_errors import anon_requested, storage_error
-from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, SourceNotFoundError
+from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, SourceNotFoundError, first_line
 from h5lens.locations import is_remote
 from h5lens.manifest.model import Source
 from h5lens.scan.options import DEFAULT_READ_BLOCK_SIZE, MIN_READ_BLOCK_SIZE, READ_CACHE_BYTES, READ_UNIT
@@ -270,7 +270,7 @@ def open_source(
             if isinstance(raw, TrackedFile) and raw.failure is not None:
                 raise storage_error(raw.failure, url, "reading") from None
             what = "not an HDF5 file" if head != HDF5_SIGNATURE else "unreadable HDF5 file"
-            raise NotHDF5Error(f"{url}: {what} ({_first_line(e)})") from None
+            raise NotHDF5Error(f"{url}: {what} ({first_line(e)})") from None
     except BaseException:
         raw.close()
         if ranges is not None:
@@ -342,6 +342,3 @@ def _open_local(url: str) -> tuple[BinaryIO, Source]:
     return raw, Source(url, stat.st_size, stat.st_mtime, None, content)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
