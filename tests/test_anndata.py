@@ -546,3 +546,22 @@ def test_a_chunk_that_does_not_decode_is_named(tmp_path, reader):
     assert f"'X/data/c/1' of /X/data" in str(raised.value)
     assert f"bytes {start}-{start + int(table.length[1])}" in str(raised.value)
     assert "does not decode" in str(raised.value)
+
+
+def test_the_private_anndata_names_h5lens_uses_are_there():
+    """h5lens.read.anndata uses two of anndata's private names (no public API does this);
+    pyproject.toml pins anndata below the next minor release. This names what broke when
+    a newer anndata moves them."""
+    from anndata._io.specs.registry import _REGISTRY, IOSpec
+    from anndata._io.utils import _read_legacy_raw
+
+    assert callable(_read_legacy_raw)
+    assert callable(_REGISTRY.register_read) and callable(_REGISTRY.has_read)
+    import zarr
+
+    from h5lens.read.anndata import _register_readers
+
+    _register_readers()
+    assert _REGISTRY.has_read(zarr.Group, IOSpec("dict", "0.2.0"))
+    assert _REGISTRY.has_read(zarr.Array, IOSpec("accessor", "0.1.0"))
+

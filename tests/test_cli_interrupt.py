@@ -122,8 +122,8 @@ def test_the_public_api_resolves_lazily():
     from h5lens.api import index
 
     assert h5lens.index is index
-    importlib.import_module("h5lens.validate")  # the submodule of the same name
-    assert callable(h5lens.validate) and h5lens.validate.__module__ == "h5lens.validate"
+    importlib.import_module("h5lens.validation")
+    assert callable(h5lens.validate) and h5lens.validate.__module__ == "h5lens.validation"
     assert zarr.registry.get_codec_class("h5lens.lzf").__name__ == "LZFCodec"
     with pytest.raises(AttributeError):
         h5lens.no_such_name  # noqa: B018

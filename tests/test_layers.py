@@ -1,5 +1,5 @@
 """Data flows one way: scan → manifest → store → readers. The reader side (``h5lens.read``,
-``h5lens.store``, ``h5lens.manifest``, ``h5lens.validate``) imports neither h5py nor the
+``h5lens.store``, ``h5lens.manifest``, ``h5lens.validation``) imports neither h5py nor the
 scanner, so a reader-only install opens and reads manifests without them."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ READER_MODULES = [
     "h5lens.read.check",
     "h5lens.manifest",
     "h5lens.manifest.refs_json",
-    "h5lens.validate",
+    "h5lens.validation",
     "h5lens.fetch",
 ]
 

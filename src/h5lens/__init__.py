@@ -8,8 +8,6 @@ keeps the ``h5lens`` command quick to start and quick to interrupt.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 from h5lens._version import __version__ as __version__
@@ -30,8 +28,8 @@ _EXPORTS = {
     "Dataset": "h5lens.read.navigate",
     "Group": "h5lens.read.navigate",
     "open": "h5lens.api",
-    "Problem": "h5lens.validate",
-    "validate": "h5lens.validate",
+    "Problem": "h5lens.validation",
+    "validate": "h5lens.validation",
     "ManifestStore": "h5lens.store",
     "Limits": "h5lens.manifest.limits",
     "fast_reads": "h5lens.pipeline",
@@ -123,7 +121,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
     from h5lens.read.open import open_group, open_store
     from h5lens.scan.options import ScanProgress
     from h5lens.store import ManifestStore
-    from h5lens.validate import Problem, validate
+    from h5lens.validation import Problem, validate
 
 _codecs_registered = False
 
@@ -147,29 +145,9 @@ def __getattr__(name: str) -> Any:
     if module != "h5lens.errors":
         _register_codecs()
     value = getattr(importlib.import_module(module), name)
-    if name != "validate":  # see _Package
-        globals()[name] = value
+    globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
     return sorted(set(__all__) | {name for name in globals() if name.startswith("__")})
-
-
-class _Package(types.ModuleType):
-    """``h5lens.validate`` is the function, although a submodule has the same name: loading
-    the submodule makes the import system set it as this package's attribute, which would
-    hide the function that the eager ``from h5lens.validate import validate`` used to bind."""
-
-    @property
-    def validate(self) -> Any:
-        replaced = self.__dict__.get("_validate_replaced")
-        return replaced if replaced is not None else __getattr__("validate")
-
-    @validate.setter
-    def validate(self, value: Any) -> None:
-        if not isinstance(value, types.ModuleType):  # e.g. a test's monkeypatch
-            self.__dict__["_validate_replaced"] = value
-
-
-sys.modules[__name__].__class__ = _Package

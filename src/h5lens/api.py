@@ -63,7 +63,7 @@ def index(
         The URL to record for the source instead of ``source`` (e.g. a path relative to
         where the manifest will live, or the bucket a local copy came from).
     progress
-        Called with a :class:`~h5lens.scan.build.ScanProgress` (datasets done and total, the
+        Called with a :class:`~h5lens.ScanProgress` (:mod:`h5lens.scan.options`) (datasets done and total, the
         HDF5 path, bytes read from a remote source, chunks found) per dataset, and every
         MiB read from a remote source.
     read_block_size

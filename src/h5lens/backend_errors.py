@@ -1,4 +1,5 @@
-"""What storage backends raise, as h5lens errors: by exception type and HTTP status, never by text.
+"""What storage backends raise, as h5lens errors: by exception type and HTTP status (text
+only where a backend gives nothing else: fsspec's unknown protocol is a plain ValueError).
 
 fsspec backends raise in their own vocabularies: s3fs turns S3 error codes into builtin
 ``OSError`` subclasses with the botocore ``ClientError`` as ``__cause__``; botocore
@@ -141,7 +142,7 @@ def storage_error(error: BaseException, url: str, action: str = "reading", *, an
         return AccessDeniedError(f"{url}: access denied while {action} it ({detail}){hint}")
     if isinstance(error, ImportError):
         return StorageError(f"{url}: the storage backend for this URL is not installed ({detail})")
-    if isinstance(error, ValueError) and "protocol" in detail.lower():
+    if isinstance(error, ValueError) and "protocol" in detail.lower():  # fsspec: "Protocol not known"
         return InvalidOptionError(f"{url}: {detail}")
     for item in _chain(error):
         if _is(item, "EndpointConnectionError", "ConnectTimeoutError") or isinstance(

@@ -54,7 +54,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from zarr.abc.codec import BytesBytesCodec
 from zarr.core.common import JSON, parse_named_configuration
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from zarr.core.array_spec import ArraySpec
     from zarr.core.buffer import Buffer
 
-__all__ = ["CODEC_NAME", "HDF5_FILTER_ID", "LZFCodec", "codec_json", "register"]
+__all__ = ["CODEC_NAME", "HDF5_FILTER_ID", "LZFCodec", "register"]
 
 CODEC_NAME = "h5lens.lzf"
 HDF5_FILTER_ID = 32000
@@ -196,11 +196,6 @@ class LZFCodec(BytesBytesCodec):
 
     def compute_encoded_size(self, _input_byte_length: int, _chunk_spec: ArraySpec) -> int:
         raise NotImplementedError
-
-
-def codec_json() -> dict[str, Any]:
-    """The zarr v3 codec JSON h5lens writes for HDF5 filter 32000 (cd_values carry nothing needed)."""
-    return {"name": CODEC_NAME}
 
 
 def register() -> None:
