@@ -149,6 +149,7 @@ def test_cat_csc_columns_and_rows(h5ad, read_back):
 
 def test_sparse_reads_only_the_selected_rows(h5ad, read_back, monkeypatch):
     from h5lens import describe
+    from h5lens.describe import sparse as describe_sparse
     from h5lens.errors import InvalidOptionError
 
     _, out = h5ad
@@ -161,7 +162,7 @@ def test_sparse_reads_only_the_selected_rows(h5ad, read_back, monkeypatch):
     referenced = sum(loaded.chunks[name].referenced_bytes for name in ("X/data", "X/indices", "X/indptr"))
     assert 0 < group.store.stats.bytes <= 3 * chunk < referenced / 3  # a chunk of indptr, indices and data
     # rows of a csc read the row of every stored value of the selected columns: bounded
-    monkeypatch.setattr(describe, "SPARSE_SCAN", 100)
+    monkeypatch.setattr(describe_sparse, "SPARSE_SCAN", 100)
     with pytest.raises(InvalidOptionError, match="select fewer columns"):
         describe.show(group, loaded, "layers/counts", (slice(0, 3),), manifest_name=str(out))
 
