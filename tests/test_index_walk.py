@@ -20,7 +20,7 @@ import pytest
 import libhdf5
 from shared_data import shared_file, shared_names
 
-from h5lens.scan.index_walk import (
+from h5lens.scan.hdf5 import (
     ChunkIndex,
     UnsupportedIndexError,
     fetch_superblock,
@@ -581,7 +581,7 @@ def test_lookup3_reference_values() -> None:
 def test_header_address_without_walking_the_index(files: dict[str, str]) -> None:
     """The scanner finds object headers with get_objinfo (no index walk), as h5o.get_info reports them."""
     from h5lens.scan.chunks import header_address as scanner_address
-    from h5lens.scan.index_walk import local_superblock
+    from h5lens.scan.hdf5 import local_superblock
 
     path = files["earliest"]
     with open(path, "rb") as raw:

@@ -98,6 +98,7 @@ def test_every_module_imports_on_its_own():
 
     names = sorted(m.name for m in pkgutil.walk_packages(package.__path__, "h5lens."))
     assert "h5lens.scan.build" in names and "h5lens.store" in names
+    assert "h5lens.scan.hdf5.walk" in names and "h5lens.scan.hdf5.extensible_array" in names  # subpackages too
     result = subprocess.run([sys.executable, "-c", _EACH_ALONE, *names], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     failures = json.loads(result.stdout.strip().splitlines()[-1])

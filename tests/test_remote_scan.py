@@ -27,7 +27,8 @@ import scipy.sparse as sp
 import h5lens
 from h5lens.manifest.model import Manifest
 from oracles import assert_chunk_tables_match_libhdf5
-from h5lens.scan import index_walk
+from h5lens.scan import hdf5
+from h5lens.scan.hdf5 import walk as hdf5_walk
 from h5lens.scan.build import build_manifest
 from h5lens.scan.options import ScanOptions
 from h5lens.fetch.clients import CLIENT_ENV
@@ -265,8 +266,8 @@ def test_round_trips_follow_the_depth_not_the_nodes(s3, files) -> None:
             blobs.extend(out)
             return out
 
-        superblock = index_walk.read_superblock(os.pread(raw.fileno(), 4096, 0))
-        asyncio.run(index_walk.walk_chunk_index(read_ranges, address, superblock=superblock))
+        superblock = hdf5.read_superblock(os.pread(raw.fileno(), 4096, 0))
+        asyncio.run(hdf5.walk_chunk_index(read_ranges, address, superblock=superblock))
     nodes = [b for b in blobs if b[:4] == b"TREE"]
     depth = nodes[0][5] + 1
     upper = sum(1 for b in nodes if b[5] > 0)  # the root and internal nodes: far apart in the file
@@ -347,14 +348,15 @@ def test_a_refused_walk_falls_back_for_that_dataset_only(s3, files, caplog, monk
     path = files["latest"]
     with h5py.File(path, "r") as f:
         refused_address = h5py.h5g.get_objinfo(f["btree2"].id).objno[0]
-    walk = index_walk.walk_chunk_index
+    walk = hdf5_walk.walk_chunk_index
 
     async def refusing(read_ranges, header_address, **kwargs):  # type: ignore[no-untyped-def]
         if header_address == refused_address:
-            raise index_walk.UnsupportedIndexError("a test refuses this one")
+            raise hdf5.UnsupportedIndexError("a test refuses this one")
         return await walk(read_ranges, header_address, **kwargs)
 
-    monkeypatch.setattr(index_walk, "walk_chunk_index", refusing)
+    # patched on its module: the scanner calls it there, and so does walk_chunk_index_local
+    monkeypatch.setattr(hdf5_walk, "walk_chunk_index", refusing)
     source = path if where == "local" else upload(s3, path)
     options = None if where == "local" else s3.storage_options()
     with caplog.at_level(logging.WARNING, logger="h5lens.scan"):
@@ -363,7 +365,7 @@ def test_a_refused_walk_falls_back_for_that_dataset_only(s3, files, caplog, monk
     assert messages == [
         "/btree2: h5lens's chunk-index walker refused it (a test refuses this one); libhdf5 lists its chunks"
     ]
-    monkeypatch.setattr(index_walk, "walk_chunk_index", walk)
+    monkeypatch.setattr(hdf5_walk, "walk_chunk_index", walk)
     assert_same_manifest(manifest, h5lens.index(path, inline_threshold=0))
 
 
@@ -371,9 +373,9 @@ def test_unlimited_last_dimension_needs_the_walker(s3, files, monkeypatch) -> No
     """libhdf5 2.0 lists these chunks at the wrong offsets: without the walker, a refusal."""
 
     async def refusing(read_ranges, header_address, **kwargs):  # type: ignore[no-untyped-def]
-        raise index_walk.UnsupportedIndexError("refused")
+        raise hdf5.UnsupportedIndexError("refused")
 
-    monkeypatch.setattr(index_walk, "walk_chunk_index", refusing)
+    monkeypatch.setattr(hdf5_walk, "walk_chunk_index", refusing)
     with pytest.raises(h5lens.UnsupportedFeatureError, match="extensible_last.*refused"):
         h5lens.index(files["latest"])
 

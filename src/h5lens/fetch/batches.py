@@ -1,6 +1,6 @@
 """Byte ranges asked for by many concurrent walks, fetched as one batch per event-loop turn.
 
-The chunk-index walker (:mod:`h5lens.scan.index_walk`) asks for every node of a level
+The chunk-index walker (:mod:`h5lens.scan.hdf5`) asks for every node of a level
 in one ``read_ranges`` call. Run the walks of every dataset of a file together
 (``asyncio.gather``) over one :class:`BatchedRanges`: the calls they make in the same
 event-loop turn become one batch, and a batch is answered all at once, so the walks

@@ -22,7 +22,6 @@ from h5lens.fetch.planner import LOCAL
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.model import ChunkTable, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
-from h5lens.scan import index_walk
 from h5lens.scan.arrays import (
     bytes_codec,
     chunk_nbytes,
@@ -43,6 +42,7 @@ from h5lens.scan.codecs import (
 )
 from h5lens.scan.dtypes import BYTE_STRING_PLAN, TypePlan, plan_type
 from h5lens.scan.global_heap import HeapCheck
+from h5lens.scan.hdf5 import reader_for
 from h5lens.scan.materialize import (
     ResolvePath,
     chunk_selection,
@@ -115,7 +115,7 @@ def _build(
     refused: dict[str, UnsupportedFeatureError] = {}
     indexes = chunk_scan.IndexWalks(opened)
     # local files: preads (a few µs a header), not the buffered reader's seek and read
-    read_at = index_walk.reader_for(opened.raw) if not isinstance(opened.raw, TrackedFile) else opened.read
+    read_at = reader_for(opened.raw) if not isinstance(opened.raw, TrackedFile) else opened.read
     heaps = HeapCheck(h5, read_at, opened.source.size, indexes.superblock)
     for group in found.groups:
         nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps)

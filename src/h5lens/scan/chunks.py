@@ -1,11 +1,11 @@
 """Chunk tables: where each chunk's bytes sit in the HDF5 file.
 
-Chunked datasets are read by h5lens's own chunk-index walker (:mod:`h5lens.scan.index_walk`),
+Chunked datasets are read by h5lens's own chunk-index walker (:mod:`h5lens.scan.hdf5`),
 which returns the table as numpy columns: no Python object per chunk. For a local file it
 reads each index with preads; for a remote file the indexes of every dataset are walked
 together beforehand, level by level, one batch of concurrent requests per level
 (:class:`IndexWalks`). Where the walker refuses an index (it raises
-:class:`~h5lens.scan.index_walk.UnsupportedIndexError` rather than guess), libhdf5's
+:class:`~h5lens.scan.hdf5.UnsupportedIndexError` rather than guess), libhdf5's
 ``DatasetID.chunk_iter`` gives the table, and the log says which dataset and why.
 
 Contiguous datasets are cut into virtual slabs along axis 0 so that a slice reads only
@@ -25,8 +25,9 @@ import numpy as np
 
 from h5lens.errors import UnsupportedFeatureError
 from h5lens.manifest.model import ChunkTableBuilder
-from h5lens.scan import index_walk
-from h5lens.scan.index_walk import ChunkIndex, Superblock, UnsupportedIndexError
+from h5lens.scan import hdf5
+from h5lens.scan.hdf5 import ChunkIndex, Superblock, UnsupportedIndexError
+from h5lens.scan.hdf5 import walk as hdf5_walk
 from h5lens.scan.options import DEFAULT_SLAB_BYTES
 from h5lens.scan.source import OpenSource, TrackedFile
 
@@ -95,11 +96,11 @@ class IndexWalks:
                 if not size:
                     raise UnsupportedIndexError("the file's size is not known")
                 if ranges is not None:
-                    self._superblock = ranges.run(index_walk.fetch_superblock(ranges.batched, size))
+                    self._superblock = ranges.run(hdf5.fetch_superblock(ranges.batched, size))
                 elif isinstance(raw, TrackedFile):
                     raise UnsupportedIndexError("a remote file without a batched reader")
                 else:
-                    self._superblock = index_walk.local_superblock(raw)
+                    self._superblock = hdf5.local_superblock(raw)
             except UnsupportedIndexError as e:
                 self._refused = e
                 logger.warning(
@@ -118,9 +119,9 @@ class IndexWalks:
         if superblock is None:
             return None
         raw = self.opened.raw
-        read_at = self.opened.read if isinstance(raw, TrackedFile) or self.opened.remote else index_walk.reader_for(raw)
+        read_at = self.opened.read if isinstance(raw, TrackedFile) or self.opened.remote else hdf5.reader_for(raw)
         try:
-            return index_walk.unfiltered_edges(
+            return hdf5.unfiltered_edges(
                 read_at, header_address(dsid), superblock=superblock, file_size=self.opened.source.size
             )
         except UnsupportedIndexError:
@@ -140,7 +141,7 @@ class IndexWalks:
 
         async def one(address: int) -> Walked:
             try:
-                return await index_walk.walk_chunk_index(ranges.batched, address, superblock=superblock, file_size=size)
+                return await hdf5_walk.walk_chunk_index(ranges.batched, address, superblock=superblock, file_size=size)
             except UnsupportedIndexError as e:
                 return e
 
@@ -171,7 +172,7 @@ class IndexWalks:
             self.walk_all([address])
             return self._walked.pop(address, None)
         try:
-            return index_walk.walk_chunk_index_local(raw, address, superblock=superblock)
+            return hdf5_walk.walk_chunk_index_local(raw, address, superblock=superblock)
         except UnsupportedIndexError as e:
             return e
 
@@ -219,7 +220,7 @@ def scan_chunked(
     if dsid.get_create_plist().get_nfilters() > 0:
         known = unfiltered_edges() if unfiltered_edges is not None else None
         if known is not False:
-            edges = index_walk.partial_edge_rows(index, chunk_shape[:rank], shape[:rank])
+            edges = hdf5.partial_edge_rows(index, chunk_shape[:rank], shape[:rank])
     index = _pad(index, len(grid))
     if index.shape[0] and not _consistent(index, grid):
         raise UnsupportedFeatureError(f"{_name(dsid)}: libhdf5 lists chunks outside the chunk grid {grid} or twice")

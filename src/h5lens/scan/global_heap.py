@@ -27,9 +27,9 @@ import numpy as np
 
 from h5lens.codecs.shuffle import unshuffle
 from h5lens.errors import NotHDF5Error
-from h5lens.scan import index_walk
 from h5lens.scan.chunks import contiguous_offset
-from h5lens.scan.index_walk import Superblock
+from h5lens.scan.hdf5 import Superblock, UnsupportedIndexError, unfiltered_edges
+from h5lens.scan.hdf5.object_header import object_header_messages
 
 ReadRange = Callable[[int, int], bytes]
 
@@ -69,7 +69,7 @@ class HeapCheck:
         if superblock is None:
             return
         try:
-            messages = index_walk.object_header_messages(
+            messages = object_header_messages(
                 self.read, int(h5py.h5g.get_objinfo(obj.id).objno[0]), superblock=superblock, file_size=self.file_size
             )
             addresses = {
@@ -78,7 +78,7 @@ class HeapCheck:
                 if mtype == _MSG_ATTRIBUTE
                 for address in self._attribute_addresses(body, superblock)
             }
-        except (index_walk.UnsupportedIndexError, OSError, RuntimeError, ValueError, struct.error):
+        except (UnsupportedIndexError, OSError, RuntimeError, ValueError, struct.error):
             return  # reading the attributes will fail and say so, if they are damaged
         if addresses - self.checked:
             self._check_collections(addresses, f"{path} (an attribute)")
@@ -200,10 +200,10 @@ class HeapCheck:
         if superblock is None:
             return None
         try:
-            return index_walk.unfiltered_edges(
+            return unfiltered_edges(
                 self.read, int(h5py.h5g.get_objinfo(ds.id).objno[0]), superblock=superblock, file_size=self.file_size
             )
-        except (index_walk.UnsupportedIndexError, OSError, ValueError, struct.error):
+        except (UnsupportedIndexError, OSError, ValueError, struct.error):
             return None
 
     # -- one collection, walked as libhdf5's H5HG__cache_heap_deserialize walks it --------
