@@ -137,7 +137,7 @@ def _write_checked(
     """Write under a temporary name beside the destination, read it back, compare, then
     move it into place; the temporary copy is removed whatever happens. Returns the form."""
     from h5lens.backend_errors import anon_requested, storage_error
-    from h5lens.manifest.refs_json import write_bytes_atomic
+    from h5lens.manifest.files import write_bytes_atomic
 
     form = io.choose_format(manifest, format, destination)
     payload = io.encode(io.relative_to(manifest, destination), form)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from h5lens.errors import InvalidOptionError, ManifestFormatError, ManifestLimitError, NotAManifestError
-from h5lens.locations import is_remote
+from h5lens.errors import InvalidOptionError, ManifestFormatError, NotAManifestError
+from h5lens.manifest.files import FileRanges, write_bytes_atomic
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 
 if TYPE_CHECKING:
@@ -118,7 +118,6 @@ def write(
     that the two can be copied together. Returns the form written."""
     from h5lens.destination import existing_head, refuse_local_sources, refuse_overwrite, refuse_sources
     from h5lens.locations import resolve
-    from h5lens.manifest.refs_json import write_bytes_atomic
 
     target = os.fspath(path)
     chosen = choose_format(manifest, format, target)
@@ -182,56 +181,3 @@ def _is_hdf5(head: bytes) -> bool:
             return True
         offset = 512 if offset == 0 else offset * 2
     return False
-
-
-class FileRanges:
-    """Byte ranges of one file, local or remote (picklable: a manifest's lazily loaded chunk
-    tables travel to dask workers with it). Remote files are read through the byte client
-    of :func:`h5lens.fetch.open_client`, as sources are."""
-
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
-        self.url = url
-        self.storage_options = dict(storage_options or {})
-        self._client: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "storage_options": self.storage_options, "_client": None}
-
-    def _fail(self, error: BaseException) -> Exception:
-        from h5lens.backend_errors import anon_requested, storage_error
-
-        return storage_error(error, self.url, "reading the manifest", anon=anon_requested(self.storage_options))
-
-    def _remote(self) -> Any:
-        if self._client is None:
-            from h5lens.fetch.clients import open_client
-
-            self._client = open_client(self.url, self.storage_options)
-        return self._client
-
-    def __call__(self, offset: int, length: int) -> bytes:
-        """Up to ``length`` bytes from ``offset`` (fewer at the end of the file)."""
-        if is_remote(self.url):
-            return bytes(self._remote().get_sync(offset, length, exact=False))
-        try:
-            with open(self.url.removeprefix("file://"), "rb") as f:
-                f.seek(offset)
-                return f.read(length)
-        except OSError as e:  # not found, denied: named with the path
-            raise self._fail(e) from None
-
-    def whole(self, limit: int) -> bytes:
-        """The whole file, refused before reading if it is larger than ``limit`` bytes."""
-        if is_remote(self.url):
-            size = self._remote().stat(probe=True).get("size")
-        else:
-            try:
-                size = os.path.getsize(self.url.removeprefix("file://"))
-            except OSError as e:
-                raise self._fail(e) from None
-        if size is not None and size > limit:
-            raise ManifestLimitError(
-                f"{self.url}: a manifest of {size:,} bytes exceeds the limit of {limit:,} "
-                "(Limits.manifest_bytes); raise it with limits=Limits(...) if this manifest is trusted"
-            )
-        return self(0, limit + 1 if size is None else size)
