@@ -146,7 +146,7 @@ def _write_checked(
     fs = None
     try:
         write_bytes_atomic(staging, payload, storage_options=storage_options)
-        written = io.read(staging, storage_options=storage_options)
+        written = Manifest.load(staging, storage_options=storage_options)
         expected = io.relative_to(manifest, destination)
         if written.to_dict() != replace(expected, location=written.location).to_dict():
             raise StorageError(f"{destination}: the manifest read back differs from the one written")

@@ -47,12 +47,12 @@ from h5lens.manifest.checks import (
 )
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
-from h5lens.manifest.model import Manifest
 from h5lens.manifest.tables import (
     INLINE,
     MISSING,
     ChunkTable,
     ChunkTableBuilder,
+    ManifestParts,
     Source,
 )
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar
@@ -229,7 +229,7 @@ def decode_table(blob: bytes, grid: tuple[int, ...], where: str) -> ChunkTable:
 # -- the file ------------------------------------------------------------------------------
 
 
-def encode(manifest: Manifest) -> bytes:
+def encode(manifest: ManifestParts) -> bytes:
     """The compact form of ``manifest``, as bytes."""
     tables = bytearray()
     entries: dict[str, Any] = {}
@@ -349,8 +349,8 @@ def _check_entry(path: str, entry: Any) -> None:
 
 def decode(
     read_range: ReadRange, *, location: str | None = None, head: bytes = b"", limits: Limits = DEFAULT_LIMITS
-) -> Manifest:
-    """A manifest from the compact form, reading the header now and tables when used.
+) -> ManifestParts:
+    """A manifest's parts from the compact form, reading the header now and tables when used.
     ``head`` are the file's first bytes if already read (the header often lies within)."""
     preamble = head if len(head) >= _PREAMBLE else read_range(0, _PREAMBLE)
     if not is_compact(preamble) or len(preamble) < _PREAMBLE:
@@ -390,7 +390,7 @@ def decode(
     sources = [Source.from_dict(s) for s in info.get("sources", [])]
     encodings = {path: grammar.arrays[path][0] for path in grids}
     tables = LazyTables(read_range, _PREAMBLE + length, entries, grids, sources, encodings, limits, nodes)
-    return Manifest(
+    return ManifestParts(
         nodes=nodes,
         chunks=tables,
         sources=sources,

@@ -1,31 +1,31 @@
 """The in-memory manifest: zarr.json documents plus one chunk table per array.
 
-The chunk tables (:class:`ChunkTable`) and sources (:class:`Source`) live in
-:mod:`h5lens.manifest.tables`, below everything else of the manifest; they are
-re-exported here.
+:class:`Manifest` sits at the top of ``h5lens.manifest``: its parts (:class:`ChunkTable`,
+:class:`Source`, ...) live in :mod:`h5lens.manifest.tables` and are re-exported here; the
+file forms (:mod:`h5lens.manifest.io`) read files into parts and write manifests without
+knowing this class, so imports run one way, up to here.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, fields
+from typing import Any
 
+from h5lens.manifest import io
+from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 from h5lens.manifest.tables import (
     FINGERPRINT_PREFIX,
     INLINE,
     MISSING,
     ChunkTable,
     ChunkTableBuilder,
+    ManifestParts,
     NodeMap,
     Source,
     children_index,
     is_fingerprint,
 )
-
-if TYPE_CHECKING:
-    from h5lens.manifest.limits import Limits
 
 # The tables and sources live in h5lens.manifest.tables; their names stay importable from here.
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "ChunkTable",
     "ChunkTableBuilder",
     "Manifest",
+    "ManifestParts",
     "NodeMap",
     "Source",
     "children_index",
@@ -43,23 +44,14 @@ __all__ = [
 
 
 @dataclass
-class Manifest:
+class Manifest(ManifestParts):
     """zarr v3 metadata documents plus chunk references for one HDF5 file.
 
     ``nodes`` maps a node path (``""`` for the root, ``"X/data"``) to its
-    ``zarr.json`` document; ``chunks`` maps each array path to its table.
+    ``zarr.json`` document; ``chunks`` maps each array path to its table. The fields are
+    those of :class:`~h5lens.manifest.tables.ManifestParts`, what the file forms read and
+    write.
     """
-
-    nodes: dict[str, dict[str, Any]]
-    chunks: Mapping[str, ChunkTable]  # a dict, or tables decoded on first use (compact form)
-    sources: list[Source]
-    convention: str = "released"
-    writer: str = ""
-    # where the manifest was read from: relative source URLs resolve against it
-    location: str | None = None
-    # what the writer recorded of each array's chunk table ({"chunks": n, "digest": crc}),
-    # for validate to compare with the tables as read; None when the file recorded none
-    recorded: dict[str, dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.nodes, NodeMap):
@@ -108,24 +100,20 @@ class Manifest:
             self._children_cache = (fingerprint, children_index(self.nodes))
         return self._children_cache[1]
 
-    @property
-    def n_chunks(self) -> int:
-        return sum(t.n_present for t in self.chunks.values())
-
-    # -- serialisation ---------------------------------------------------
     # -- files (the formats live in h5lens.manifest.io; the model knows none) ---------
+    @classmethod
+    def from_parts(cls, parts: ManifestParts) -> Manifest:
+        """The manifest a reader of one of the file forms returned the parts of."""
+        return cls(**{f.name: getattr(parts, f.name) for f in fields(ManifestParts)})
+
     def to_dict(self) -> dict[str, Any]:
         """The kerchunk reference JSON (version 1, zarr v3 keys) as a dict."""
-        from h5lens.manifest import io
-
         return io.to_dict(self)
 
     def to_json(
         self, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, force: bool = False
     ) -> None:
         """Write the manifest to ``path`` (local or fsspec URL) atomically, as JSON."""
-        from h5lens.manifest import io
-
         io.write(self, path, storage_options=storage_options, format="json", force=force)
 
     def save(
@@ -143,8 +131,6 @@ class Manifest:
         with ``force``. With ``relative_sources``, a source in the manifest's directory or
         above it is recorded relative to it (the two then travel together). Returns the form
         written."""
-        from h5lens.manifest import io
-
         return io.write(
             self, path, storage_options=storage_options, format=format, force=force, relative_sources=relative_sources
         )
@@ -159,21 +145,14 @@ class Manifest:
     ) -> Manifest:
         """Read a manifest in either form (detected from the file). Manifests are untrusted
         input, checked against ``limits`` (:class:`h5lens.manifest.limits.Limits`)."""
-        from h5lens.manifest import io
-        from h5lens.manifest.limits import DEFAULT_LIMITS
-
-        return io.read(path, storage_options=storage_options, limits=limits or DEFAULT_LIMITS)
+        return cls.from_parts(io.read(path, storage_options=storage_options, limits=limits or DEFAULT_LIMITS))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
-        from h5lens.manifest import io
-
-        return io.from_dict(data)
+        return cls.from_parts(io.from_dict(data))
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Manifest:
         """Read a manifest written by :meth:`to_json` (or any kerchunk v1 refs with zarr v3 keys;
         the compact form too: the form is detected from the file)."""
-        from h5lens.manifest import io
-
-        return io.read(path, storage_options=storage_options)
+        return cls.from_parts(io.read(path, storage_options=storage_options))

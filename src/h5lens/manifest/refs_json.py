@@ -31,12 +31,12 @@ from h5lens.manifest.checks import (
 )
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
-from h5lens.manifest.model import Manifest
 from h5lens.manifest.tables import (
     INLINE,
     MISSING,
     ChunkTable,
     ChunkTableBuilder,
+    ManifestParts,
     Source,
 )
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar, chunk_key, join, metadata_key, metadata_path
@@ -53,7 +53,7 @@ def dumps_document(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=True)
 
 
-def manifest_to_refs(manifest: Manifest) -> dict[str, Any]:
+def manifest_to_refs(manifest: ManifestParts) -> dict[str, Any]:
     refs: dict[str, Any] = {}
     for path in sorted(manifest.nodes):
         refs[metadata_key(path)] = dumps_document(manifest.nodes[path])
@@ -107,10 +107,10 @@ def _chunk_refs(table: ChunkTable, path: str, encoding: KeyEncoding, names: list
 _ZARR_V2_KEYS = frozenset({".zgroup", ".zarray", ".zattrs", ".zmetadata"})
 
 
-def manifest_from_refs(
+def parts_from_refs(
     data: dict[str, Any], *, location: str | None = None, limits: Limits = DEFAULT_LIMITS
-) -> Manifest:
-    """A manifest from kerchunk reference JSON (a parsed dict). The input is untrusted: keys
+) -> ManifestParts:
+    """A manifest's parts from kerchunk reference JSON (a parsed dict). The input is untrusted: keys
     outside zarr's grammar, references to sources the manifest does not declare, byte ranges
     past a source's recorded size and claims beyond ``limits`` are refused, naming the key."""
     where = location or "manifest"
@@ -185,7 +185,7 @@ def manifest_from_refs(
     for path, table in chunks.items():
         check_ranges(path, table, sources, grammar.arrays[path][0])
         check_vlen_inline(path, nodes[path], table, grammar.arrays[path][0])
-    return Manifest(
+    return ManifestParts(
         nodes=nodes,
         chunks=chunks,
         sources=sources,
@@ -378,9 +378,10 @@ def _check_array_document(path: str, doc: dict[str, Any]) -> None:
     KeyEncoding.from_document(doc, "/" + path)
 
 
-def parse_json(raw: bytes, location: str, *, limits: Limits = DEFAULT_LIMITS) -> Manifest:
-    """A JSON manifest's bytes, read from ``location`` (relative source URLs resolve against
-    it). A key given twice is refused: which of the two a reader would take is undefined."""
+def parse_json(raw: bytes, location: str, *, limits: Limits = DEFAULT_LIMITS) -> ManifestParts:
+    """The parts of a JSON manifest from its bytes, read from ``location`` (relative source
+    URLs resolve against it). A key given twice is refused: which of the two a reader would
+    take is undefined."""
     limits.check("a manifest of (bytes)", len(raw), "manifest_bytes", location)
     try:
         data = json.loads(raw, object_pairs_hook=_unique_keys)
@@ -390,7 +391,7 @@ def parse_json(raw: bytes, location: str, *, limits: Limits = DEFAULT_LIMITS) ->
         raise ManifestFormatError(f"{location}: not a JSON manifest ({e})") from None
     except RecursionError:
         raise ManifestFormatError(f"{location}: not a JSON manifest (nested too deeply)") from None
-    return manifest_from_refs(data, location=location, limits=limits)
+    return parts_from_refs(data, location=location, limits=limits)
 
 
 class _DuplicateKey(ValueError):

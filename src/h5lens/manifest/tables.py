@@ -9,6 +9,11 @@ onto Parquet columns.
 This module imports nothing of h5lens but its errors, so that modules that need only
 tables and sources (:mod:`h5lens.identity`, :mod:`h5lens.fetch`) stay below the manifest
 and its files.
+
+The format modules read files into :class:`ManifestParts` and write any
+``ManifestParts``; only :mod:`h5lens.manifest.model` builds a
+:class:`~h5lens.manifest.model.Manifest` (parts with views and file methods), so that
+imports run one way, type annotations included: tables, the forms, ``io``, the model.
 """
 
 from __future__ import annotations
@@ -317,3 +322,30 @@ class ChunkTableBuilder:
 
     def build(self) -> ChunkTable:
         return ChunkTable(self.source, self.offset, self.length, self.inline)
+
+
+@dataclass(eq=False)
+class ManifestParts:
+    """zarr v3 metadata documents plus chunk references: what a manifest holds. The readers
+    of the file forms return these parts and their writers take them;
+    :class:`~h5lens.manifest.model.Manifest` is the manifest built on them (its views and
+    file methods), so that the forms need not know it.
+
+    ``nodes`` maps a node path (``""`` for the root, ``"X/data"``) to its
+    ``zarr.json`` document; ``chunks`` maps each array path to its table.
+    """
+
+    nodes: dict[str, dict[str, Any]]
+    chunks: Mapping[str, ChunkTable]  # a dict, or tables decoded on first use (compact form)
+    sources: list[Source]
+    convention: str = "released"
+    writer: str = ""
+    # where the manifest was read from: relative source URLs resolve against it
+    location: str | None = None
+    # what the writer recorded of each array's chunk table ({"chunks": n, "digest": crc}),
+    # for validate to compare with the tables as read; None when the file recorded none
+    recorded: dict[str, dict[str, Any]] | None = None
+
+    @property
+    def n_chunks(self) -> int:
+        return sum(t.n_present for t in self.chunks.values())
