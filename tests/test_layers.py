@@ -4,12 +4,16 @@ scanner, so a reader-only install opens and reads manifests without them."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from collections.abc import Collection
+from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
 import h5lens
 
@@ -21,7 +25,13 @@ READER_MODULES = [
     "h5lens.read.whole",
     "h5lens.read.check",
     "h5lens.manifest",
+    "h5lens.manifest.tables",
+    "h5lens.manifest.checks",
     "h5lens.manifest.refs_json",
+    "h5lens.manifest.compact",
+    "h5lens.manifest.files",
+    "h5lens.manifest.io",
+    "h5lens.manifest.model",
     "h5lens.validation",
     "h5lens.fetch",
 ]
@@ -103,3 +113,113 @@ def test_every_module_imports_on_its_own():
     assert result.returncode == 0, result.stderr
     failures = json.loads(result.stdout.strip().splitlines()[-1])
     assert failures == {}
+
+
+# -- import circles ----------------------------------------------------------------------
+# A circle of imports works only while some import in it stays inside a function, and breaks
+# (a half-initialised module) as soon as one is moved to the top or imported first from
+# elsewhere. The packages listed here form a one-way chain: all of h5lens does.
+ONE_WAY_PACKAGES = ["h5lens"]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.Module, package: str, modules: Collection[str]) -> set[str]:
+    """The modules of ``modules`` that an ``import`` anywhere in ``tree`` names (inside
+    functions too), except under ``if TYPE_CHECKING:``, which never runs. ``from a import b``
+    names the module ``a.b`` where there is one, else ``a``. ``package``: where relative
+    imports start."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                anchor = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{anchor}.{base}" if base else anchor
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found & set(modules)
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """module -> the modules it imports, for every module of the package at ``root``."""
+    files = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = _imports(ast.parse(path.read_text(), str(path)), package, files) - {name}
+    return graph
+
+
+def _cycle_through(graph: dict[str, set[str]], start: str) -> list[str] | None:
+    """The shortest import path from ``start`` back to itself, or None."""
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for module in frontier:
+            for target in sorted(graph[module]):
+                if target == start:
+                    path = [module]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [*reversed(path), start]
+                if target not in previous:
+                    previous[target] = module
+                    following.append(target)
+        frontier = following
+    return None
+
+
+def test_import_graph_sees_every_kind_of_import():
+    """The graph below counts imports at the top, in functions, relative and ``from``
+    imports, and not what only a type checker reads; a circle is found as a path."""
+    source = """
+from typing import TYPE_CHECKING
+import h5lens.a
+from h5lens import b
+from h5lens.c import name
+from . import d
+if TYPE_CHECKING:
+    from h5lens import e
+else:
+    from h5lens import f
+def later():
+    from .g import thing
+"""
+    modules = {f"h5lens.{m}" for m in "abcdefg"} | {"h5lens"}
+    found = _imports(ast.parse(source), "h5lens", modules)
+    assert found == {"h5lens.a", "h5lens.b", "h5lens.c", "h5lens.d", "h5lens.f", "h5lens.g"}
+    graph = {"h5lens.a": {"h5lens.b"}, "h5lens.b": {"h5lens.c"}, "h5lens.c": {"h5lens.a", "h5lens.b"}}
+    assert _cycle_through(graph, "h5lens.a") == ["h5lens.a", "h5lens.b", "h5lens.c", "h5lens.a"]
+    assert _cycle_through({"h5lens.a": {"h5lens.b"}, "h5lens.b": set()}, "h5lens.a") is None
+
+
+@pytest.mark.parametrize("prefix", ONE_WAY_PACKAGES)
+def test_no_import_circles(prefix):
+    """No module of ``prefix`` lies on an import circle, lazy (function-level) imports
+    included: the package is a one-way chain, and so is its way to the rest of h5lens."""
+    graph = _import_graph(Path(h5lens.__file__).parent)  # the sources of the h5lens under test
+    inside = sorted(m for m in graph if m == prefix or m.startswith(prefix + "."))
+    assert inside, f"no module of {prefix} found"
+    cycles = [cycle for cycle in (_cycle_through(graph, m) for m in inside) if cycle]
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)

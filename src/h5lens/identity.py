@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from h5lens.manifest.model import FINGERPRINT_PREFIX, Source, is_fingerprint
+from h5lens.manifest.tables import FINGERPRINT_PREFIX, Source, is_fingerprint
 
 _SPAN = 64 << 10  # bytes hashed at each end of the file
 _DOMAIN = b"h5lens-fingerprint-1"

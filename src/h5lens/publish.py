@@ -137,7 +137,7 @@ def _write_checked(
     """Write under a temporary name beside the destination, read it back, compare, then
     move it into place; the temporary copy is removed whatever happens. Returns the form."""
     from h5lens.backend_errors import anon_requested, storage_error
-    from h5lens.manifest.refs_json import write_bytes_atomic
+    from h5lens.manifest.files import write_bytes_atomic
 
     form = io.choose_format(manifest, format, destination)
     payload = io.encode(io.relative_to(manifest, destination), form)
@@ -146,7 +146,7 @@ def _write_checked(
     fs = None
     try:
         write_bytes_atomic(staging, payload, storage_options=storage_options)
-        written = io.read(staging, storage_options=storage_options)
+        written = Manifest.load(staging, storage_options=storage_options)
         expected = io.relative_to(manifest, destination)
         if written.to_dict() != replace(expected, location=written.location).to_dict():
             raise StorageError(f"{destination}: the manifest read back differs from the one written")

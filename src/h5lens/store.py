@@ -24,8 +24,9 @@ from h5lens.read.bulk import ArrayCodec, array_codec
 from h5lens.errors import H5LensError, RefusedSourceError, SourceNotFoundError, SourceReadError, StaleSourceError
 from h5lens.fetch.sources import ChunkRead, ReadStats, SourceReads
 from h5lens.locations import is_remote, resolve
+from h5lens.manifest.checks import VLEN_ALONE, codec_names, vlen_count_problem
 from h5lens.manifest.model import MISSING, Manifest
-from h5lens.manifest.refs_json import VLEN_ALONE, codec_names, dumps_document, vlen_count_problem
+from h5lens.manifest.refs_json import dumps_document
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key
 
 __all__ = ["ManifestStore", "ReadStats"]
@@ -383,7 +384,7 @@ class ManifestStore(Store):
 
     def _check_vlen(self, key: str, path: str, data: bytes | memoryview) -> None:
         """A referenced variable-length chunk holds the item count it must (see
-        :func:`~h5lens.manifest.refs_json.vlen_count_problem`; inline ones are checked when
+        :func:`~h5lens.manifest.checks.vlen_count_problem`; inline ones are checked when
         a manifest is loaded)."""
         expected = self.vlen_items.get(path)
         if expected is None:

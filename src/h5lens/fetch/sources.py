@@ -19,7 +19,7 @@ from h5lens.fetch.blocks import READAHEAD_CACHE_BYTES, ChunkFetcher
 from h5lens.fetch.clients import Client, LocalClient, open_client
 from h5lens.fetch import planner as planners
 from h5lens.fetch.planner import Planner
-from h5lens.manifest.model import INLINE, MISSING, ChunkTable
+from h5lens.manifest.tables import INLINE, MISSING, ChunkTable
 
 MAX_READAHEAD_CHUNKS = 4096  # the window is bounded by MAX_SPAN bytes long before this
 # zarr fetches up to async.concurrency chunks at once: reads may arrive a little out of order.

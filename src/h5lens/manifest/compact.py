@@ -29,6 +29,7 @@ vectorised: no Python object per chunk.
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from collections.abc import Callable, Iterator, Mapping
@@ -37,9 +38,24 @@ from typing import Any
 import numpy as np
 
 from h5lens.errors import ManifestFormatError
+from h5lens.manifest.checks import (
+    check_node_document,
+    check_node_path,
+    check_ranges,
+    check_vlen_inline,
+    grid_shape_of,
+)
+from h5lens.manifest.documents import check_documents
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
-from h5lens.manifest.model import INLINE, MISSING, ChunkTable, ChunkTableBuilder, Manifest, Source
-from h5lens.manifest.zarr_keys import KeyEncoding
+from h5lens.manifest.tables import (
+    INLINE,
+    MISSING,
+    ChunkTable,
+    ChunkTableBuilder,
+    ManifestParts,
+    Source,
+)
+from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar
 
 MAGIC = b"H5LENS-COMPACT\x00\x01"
 FORMAT = "h5lens-compact"
@@ -213,7 +229,7 @@ def decode_table(blob: bytes, grid: tuple[int, ...], where: str) -> ChunkTable:
 # -- the file ------------------------------------------------------------------------------
 
 
-def encode(manifest: Manifest) -> bytes:
+def encode(manifest: ManifestParts) -> bytes:
     """The compact form of ``manifest``, as bytes."""
     tables = bytearray()
     entries: dict[str, Any] = {}
@@ -223,8 +239,6 @@ def encode(manifest: Manifest) -> bytes:
         if table.n_present:
             blob = encode_table(table)
             if len(blob) <= _IN_HEADER_MAX:
-                import base64
-
                 entry["table"] = base64.b64encode(blob).decode("ascii")
             else:
                 entry["at"] = [len(tables), len(blob)]
@@ -281,8 +295,6 @@ class LazyTables(Mapping[str, ChunkTable]):
         entry = self._entries.get(path, {})
         where = "/" + path
         if "table" in entry:
-            import base64
-
             try:
                 blob = base64.b64decode(entry["table"], validate=True)
             except ValueError:
@@ -299,8 +311,6 @@ class LazyTables(Mapping[str, ChunkTable]):
         if table.n_present != entry.get("chunks", table.n_present):
             raise ManifestFormatError(f"{where}: {table.n_present} chunks decoded, {entry['chunks']} recorded")
         self._limits.check("inline chunk bytes:", table.inline_bytes, "inline_bytes", where)
-        from h5lens.manifest.refs_json import check_ranges, check_vlen_inline
-
         check_ranges(path, table, self._sources, self._encodings[path])
         if path in self._nodes:
             check_vlen_inline(path, self._nodes[path], table, self._encodings[path])
@@ -339,13 +349,9 @@ def _check_entry(path: str, entry: Any) -> None:
 
 def decode(
     read_range: ReadRange, *, location: str | None = None, head: bytes = b"", limits: Limits = DEFAULT_LIMITS
-) -> Manifest:
-    """A manifest from the compact form, reading the header now and tables when used.
+) -> ManifestParts:
+    """A manifest's parts from the compact form, reading the header now and tables when used.
     ``head`` are the file's first bytes if already read (the header often lies within)."""
-    from h5lens.manifest.documents import check_documents
-    from h5lens.manifest.refs_json import check_node_path, grid_shape_of
-    from h5lens.manifest.zarr_keys import KeyGrammar
-
     preamble = head if len(head) >= _PREAMBLE else read_range(0, _PREAMBLE)
     if not is_compact(preamble) or len(preamble) < _PREAMBLE:
         raise ManifestFormatError(f"{location}: not a compact h5lens manifest")
@@ -366,8 +372,7 @@ def decode(
     if not isinstance(nodes, dict) or not isinstance(entries, dict):
         raise ManifestFormatError(f"{location}: the compact manifest's header lacks nodes or arrays")
     for path, doc in nodes.items():
-        if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") not in ("array", "group"):
-            raise ManifestFormatError(f"/{path}: expected zarr v3 metadata (zarr_format 3, node_type array|group)")
+        check_node_document(f"/{path}", doc)
     for path in nodes:
         check_node_path(f"{path}/zarr.json" if path else "zarr.json", path)
     check_documents(nodes, limits=limits)
@@ -385,7 +390,7 @@ def decode(
     sources = [Source.from_dict(s) for s in info.get("sources", [])]
     encodings = {path: grammar.arrays[path][0] for path in grids}
     tables = LazyTables(read_range, _PREAMBLE + length, entries, grids, sources, encodings, limits, nodes)
-    return Manifest(
+    return ManifestParts(
         nodes=nodes,
         chunks=tables,
         sources=sources,

@@ -2,7 +2,9 @@
 
 The model (:mod:`h5lens.manifest.model`) holds a manifest in memory and knows no format;
 its ``save`` / ``load`` / ``to_json`` / ``from_json`` / ``to_dict`` / ``from_dict``
-conveniences come here. Two forms:
+conveniences come here. This module sits below the model: it writes any manifest it is
+given, and its readers return the manifest's parts (:class:`~h5lens.manifest.tables.ManifestParts`),
+which ``Manifest.load`` and ``Manifest.from_dict`` build the manifest from. Two forms:
 
 * ``json``: kerchunk reference JSON version 1 with zarr v3 keys
   (:mod:`h5lens.manifest.refs_json`), what any fsspec ``ReferenceFileSystem`` reads;
@@ -20,12 +22,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from h5lens.errors import InvalidOptionError, ManifestFormatError, ManifestLimitError, NotAManifestError
-from h5lens.locations import is_remote
+from h5lens.errors import InvalidOptionError, ManifestFormatError, NotAManifestError
+from h5lens.manifest.files import FileRanges, write_bytes_atomic
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 
+# The forms (refs_json, compact) are imported where they are used, the tables only for type
+# checking: the command line and xarray's engine discovery read this module's names and
+# suffixes without importing numpy.
 if TYPE_CHECKING:
-    from h5lens.manifest.model import Manifest
+    from h5lens.manifest.tables import ManifestParts
 
 FORMATS = ("json", "compact")
 JSON_SUFFIX = ".json"
@@ -46,18 +51,24 @@ def named_format(path: str | os.PathLike[str] | None) -> str | None:
 
 
 def choose_format(
-    manifest: Manifest,
+    manifest: ManifestParts,
     format: str | None = None,  # noqa: A002 - the documented name
     path: str | os.PathLike[str] | None = None,
 ) -> str:
     """The form to write: ``format`` if given (checked against what ``path``'s name
     promises), else the form the name says, else ``compact`` above :data:`COMPACT_ABOVE`
     chunk references."""
-    named = named_format(path)
     if format is None:
+        named = named_format(path)
         if named is not None:
             return named
         return "compact" if manifest.n_chunks > COMPACT_ABOVE else "json"
+    return _checked_format(format, path)
+
+
+def _checked_format(format: str, path: str | os.PathLike[str] | None) -> str:  # noqa: A002
+    """``format``, if it is one of :data:`FORMATS` and ``path``'s name does not promise another."""
+    named = named_format(path)
     if format not in FORMATS:
         raise InvalidOptionError(f"format must be one of {FORMATS}. Got {format!r}")
     if named is not None and named != format and path is not None:
@@ -73,25 +84,25 @@ def choose_format(
 def choose_format_for(path: str | os.PathLike[str], format: str | None) -> None:  # noqa: A002
     """Check, before any work, that ``format`` does not contradict ``path``'s name."""
     if format is not None:
-        from h5lens.manifest.model import Manifest
-
-        choose_format(Manifest(nodes={}, chunks={}, sources=[]), format, path)
+        _checked_format(format, path)
 
 
-def to_dict(manifest: Manifest) -> dict[str, Any]:
+def to_dict(manifest: ManifestParts) -> dict[str, Any]:
     """The kerchunk reference JSON (version 1, zarr v3 keys) as a dict."""
     from h5lens.manifest.refs_json import manifest_to_refs
 
     return manifest_to_refs(manifest)
 
 
-def from_dict(data: dict[str, Any], *, limits: Limits = DEFAULT_LIMITS) -> Manifest:
-    from h5lens.manifest.refs_json import manifest_from_refs
+def from_dict(data: dict[str, Any], *, limits: Limits = DEFAULT_LIMITS) -> ManifestParts:
+    """The parts of a manifest given as kerchunk reference JSON (a parsed dict); see
+    ``Manifest.from_dict``."""
+    from h5lens.manifest.refs_json import parts_from_refs
 
-    return manifest_from_refs(data, limits=limits)
+    return parts_from_refs(data, limits=limits)
 
 
-def encode(manifest: Manifest, format: str) -> bytes:  # noqa: A002
+def encode(manifest: ManifestParts, format: str) -> bytes:  # noqa: A002
     """The bytes of ``manifest`` in one of :data:`FORMATS`."""
     if choose_format(manifest, format) == "compact":
         from h5lens.manifest import compact
@@ -103,7 +114,7 @@ def encode(manifest: Manifest, format: str) -> bytes:  # noqa: A002
 
 
 def write(
-    manifest: Manifest,
+    manifest: ManifestParts,
     path: str | os.PathLike[str],
     *,
     storage_options: dict[str, Any] | None = None,
@@ -118,7 +129,6 @@ def write(
     that the two can be copied together. Returns the form written."""
     from h5lens.destination import existing_head, refuse_local_sources, refuse_overwrite, refuse_sources
     from h5lens.locations import resolve
-    from h5lens.manifest.refs_json import write_bytes_atomic
 
     target = os.fspath(path)
     chosen = choose_format(manifest, format, target)
@@ -132,7 +142,7 @@ def write(
     return chosen
 
 
-def relative_to(manifest: Manifest, target: str) -> Manifest:
+def relative_to[M: ManifestParts](manifest: M, target: str) -> M:
     """``manifest`` with each source that lies in ``target``'s directory or above it recorded
     relative to ``target`` (absolute paths and URLs of the same store only)."""
     from dataclasses import replace
@@ -149,9 +159,10 @@ def relative_to(manifest: Manifest, target: str) -> Manifest:
 
 def read(
     path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, limits: Limits = DEFAULT_LIMITS
-) -> Manifest:
-    """Read a manifest file (local or fsspec URL) in either form. Manifests are untrusted
-    input: see :mod:`h5lens.manifest.limits` and docs/security.md."""
+) -> ManifestParts:
+    """Read a manifest file (local or fsspec URL) in either form, as the parts of a manifest
+    (``Manifest.load`` builds it). Manifests are untrusted input: see
+    :mod:`h5lens.manifest.limits` and docs/security.md."""
     from h5lens.manifest import compact
 
     location = os.fspath(path)
@@ -182,56 +193,3 @@ def _is_hdf5(head: bytes) -> bool:
             return True
         offset = 512 if offset == 0 else offset * 2
     return False
-
-
-class FileRanges:
-    """Byte ranges of one file, local or remote (picklable: a manifest's lazily loaded chunk
-    tables travel to dask workers with it). Remote files are read through the byte client
-    of :func:`h5lens.fetch.open_client`, as sources are."""
-
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
-        self.url = url
-        self.storage_options = dict(storage_options or {})
-        self._client: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "storage_options": self.storage_options, "_client": None}
-
-    def _fail(self, error: BaseException) -> Exception:
-        from h5lens.backend_errors import anon_requested, storage_error
-
-        return storage_error(error, self.url, "reading the manifest", anon=anon_requested(self.storage_options))
-
-    def _remote(self) -> Any:
-        if self._client is None:
-            from h5lens.fetch.clients import open_client
-
-            self._client = open_client(self.url, self.storage_options)
-        return self._client
-
-    def __call__(self, offset: int, length: int) -> bytes:
-        """Up to ``length`` bytes from ``offset`` (fewer at the end of the file)."""
-        if is_remote(self.url):
-            return bytes(self._remote().get_sync(offset, length, exact=False))
-        try:
-            with open(self.url.removeprefix("file://"), "rb") as f:
-                f.seek(offset)
-                return f.read(length)
-        except OSError as e:  # not found, denied: named with the path
-            raise self._fail(e) from None
-
-    def whole(self, limit: int) -> bytes:
-        """The whole file, refused before reading if it is larger than ``limit`` bytes."""
-        if is_remote(self.url):
-            size = self._remote().stat(probe=True).get("size")
-        else:
-            try:
-                size = os.path.getsize(self.url.removeprefix("file://"))
-            except OSError as e:
-                raise self._fail(e) from None
-        if size is not None and size > limit:
-            raise ManifestLimitError(
-                f"{self.url}: a manifest of {size:,} bytes exceeds the limit of {limit:,} "
-                "(Limits.manifest_bytes); raise it with limits=Limits(...) if this manifest is trusted"
-            )
-        return self(0, limit + 1 if size is None else size)

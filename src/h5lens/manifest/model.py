@@ -1,342 +1,57 @@
 """The in-memory manifest: zarr.json documents plus one chunk table per array.
 
-A :class:`ChunkTable` holds where each chunk of one array lives as numpy arrays
-shaped like the chunk grid (source index, offset, length), with named
-sentinels for chunks that are absent (read as the fill value) and chunks whose
-bytes are stored inline. This maps one-to-one onto kerchunk references and
-onto Parquet columns.
+:class:`Manifest` sits at the top of ``h5lens.manifest``: its parts (:class:`ChunkTable`,
+:class:`Source`, ...) live in :mod:`h5lens.manifest.tables` and are re-exported here; the
+file forms (:mod:`h5lens.manifest.io`) read files into parts and write manifests without
+knowing this class, so imports run one way, up to here.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import zlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, fields
+from typing import Any
 
-import numpy as np
+from h5lens.manifest import io
+from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
+from h5lens.manifest.tables import (
+    FINGERPRINT_PREFIX,
+    INLINE,
+    MISSING,
+    ChunkTable,
+    ChunkTableBuilder,
+    ManifestParts,
+    NodeMap,
+    Source,
+    children_index,
+    is_fingerprint,
+)
 
-from h5lens.errors import ManifestFormatError
-
-if TYPE_CHECKING:
-    from h5lens.manifest.limits import Limits
-
-MISSING = -1  # no chunk: readers see the fill value
-INLINE = -2  # bytes stored in ChunkTable.inline
-
-
-class NodeMap(dict[str, dict[str, Any]]):
-    """node path -> zarr.json document, counting changes to its keys so that indexes
-    built over it (children by parent) are rebuilt only when the tree changed."""
-
-    version = 0
-
-    def _changed(self) -> None:
-        self.version += 1
-
-    def __setitem__(self, key: str, value: dict[str, Any]) -> None:
-        if key not in self:
-            self._changed()
-        super().__setitem__(key, value)
-
-    def __delitem__(self, key: str) -> None:
-        self._changed()
-        super().__delitem__(key)
-
-    def pop(self, key: str, *default: Any) -> Any:
-        self._changed()
-        return super().pop(key, *default)
-
-    def popitem(self) -> tuple[str, dict[str, Any]]:
-        self._changed()
-        return super().popitem()
-
-    def setdefault(self, key: str, default: Any = None) -> Any:
-        if key not in self:
-            self._changed()
-        return super().setdefault(key, default)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        self._changed()
-        super().update(*args, **kwargs)
-
-    def clear(self) -> None:
-        self._changed()
-        super().clear()
-
-    # mypy wants `|=` to take only what `|` takes, but dict's `|=` takes any mapping or
-    # pairs and `|` only dicts: typeshed's own dict.__ior__ carries the same ignore.
-    def __ior__(self, other: Any) -> NodeMap:  # type: ignore[override, misc]
-        self.update(other)
-        return self
-
-
-def children_index(nodes: dict[str, Any]) -> dict[str, list[str]]:
-    """parent path -> sorted names of its direct children."""
-    index: dict[str, list[str]] = {}
-    for node in nodes:
-        if node == "":
-            continue
-        parent, _, name = node.rpartition("/")
-        index.setdefault(parent, []).append(name)
-    for names in index.values():
-        names.sort()
-    return index
-
-
-FINGERPRINT_PREFIX = "sha256:"
-
-
-def is_fingerprint(value: object) -> bool:
-    """A source fingerprint as :mod:`h5lens.identity` writes it: ``sha256:`` and 64 hex digits."""
-    digits = value[len(FINGERPRINT_PREFIX) :] if isinstance(value, str) and value.startswith(FINGERPRINT_PREFIX) else ""
-    return len(digits) == 64 and all(c in "0123456789abcdef" for c in digits)
-
-
-@dataclass(frozen=True)
-class Source:
-    """One file that chunk references point into, with what identifies its version."""
-
-    url: str
-    size: int | None = None
-    mtime: float | None = None
-    etag: str | None = None
-    fingerprint: str | None = None  # local files: see h5lens.identity
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"url": self.url, "size": self.size}
-        if self.mtime is not None:
-            out["mtime"] = self.mtime
-        if self.etag is not None:
-            out["etag"] = self.etag
-        if self.fingerprint is not None:
-            out["fingerprint"] = self.fingerprint
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Source:
-        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
-            raise ManifestFormatError(f"Expected a source object with a 'url'. Got {data!r}")
-        url, size, mtime, etag = data["url"], data.get("size"), data.get("mtime"), data.get("etag")
-        found = data.get("fingerprint")
-        if found is not None and not is_fingerprint(found):
-            raise ManifestFormatError(f"source {url}: 'fingerprint' must be 'sha256:' and 64 hex digits. Got {found!r}")
-        if size is not None and not (type(size) is int and 0 <= size < 2**63):
-            raise ManifestFormatError(f"source {url}: 'size' must be a byte count. Got {size!r}")
-        if mtime is not None and not (type(mtime) in (int, float) and math.isfinite(mtime)):
-            raise ManifestFormatError(f"source {url}: 'mtime' must be a number. Got {mtime!r}")
-        if etag is not None and not isinstance(etag, str):
-            raise ManifestFormatError(f"source {url}: 'etag' must be a string. Got {etag!r}")
-        return cls(url, size, mtime, etag, found)
-
-
-@dataclass(frozen=True, eq=False)
-class ChunkTable:
-    """Where each chunk of one array lives; grids shaped like the chunk grid. Immutable.
-
-    ``source[i]`` is a source index, ``MISSING`` (the fill value) or ``INLINE`` (the bytes
-    are ``inline[flat i]``); ``offset`` / ``length`` give the byte range (``length`` is the
-    inline payload's size for inline chunks). Checked once, here: dtypes, one grid shape,
-    C order, inline bytes exactly where the grid says. Changes make a new table
-    (:meth:`with_inline`, :meth:`reshaped`, ``dataclasses.replace``); the scanner and the
-    parsers build tables through :class:`ChunkTableBuilder`.
-    """
-
-    source: np.ndarray  # int32
-    offset: np.ndarray  # uint64
-    length: np.ndarray  # uint64
-    inline: Mapping[int, bytes] = field(default_factory=lambda: MappingProxyType({}))  # flat index -> bytes
-
-    def __post_init__(self) -> None:
-        grids = {"source": (self.source, np.int32), "offset": (self.offset, np.uint64), "length": (self.length, np.uint64)}
-        for name, (grid, dtype) in grids.items():
-            if not isinstance(grid, np.ndarray) or grid.dtype != dtype:
-                raise ManifestFormatError(f"Expected a {np.dtype(dtype)} {name} grid. Got {getattr(grid, 'dtype', type(grid))}")
-            if not grid.flags.c_contiguous:
-                raise ManifestFormatError(f"Expected a C-contiguous {name} grid")
-        if not (self.source.shape == self.offset.shape == self.length.shape):
-            raise ManifestFormatError(
-                f"Expected source, offset and length grids of one shape. Got "
-                f"{self.source.shape}, {self.offset.shape}, {self.length.shape}"
-            )
-        flat_source = self.source.reshape(-1)
-        if (flat_source < INLINE).any():
-            raise ManifestFormatError(f"Expected source indices >= 0, MISSING or INLINE. Got {int(flat_source.min())}")
-        inline_at = np.flatnonzero(flat_source == INLINE)
-        if set(inline_at.tolist()) != set(self.inline):
-            raise ManifestFormatError(
-                f"Expected inline bytes exactly for the {inline_at.size} chunks marked INLINE. Got {len(self.inline)}"
-            )
-        if inline_at.size:
-            sizes = np.fromiter((len(self.inline[i]) for i in inline_at.tolist()), dtype=np.uint64, count=inline_at.size)
-            if not np.array_equal(sizes, self.length.reshape(-1)[inline_at]):
-                raise ManifestFormatError("Expected the length of each inline chunk to be its payload's size")
-        for grid in (self.source, self.offset, self.length):
-            grid.flags.writeable = False
-        if not isinstance(self.inline, MappingProxyType):
-            object.__setattr__(self, "inline", MappingProxyType(dict(self.inline)))
-
-    @classmethod
-    def empty(cls, grid_shape: tuple[int, ...]) -> ChunkTable:
-        return ChunkTableBuilder(grid_shape).build()
-
-    @property
-    def grid_shape(self) -> tuple[int, ...]:
-        return tuple(self.source.shape)
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, ChunkTable)
-            and np.array_equal(self.source, other.source)
-            and np.array_equal(self.offset, other.offset)
-            and np.array_equal(self.length, other.length)
-            and dict(self.inline) == dict(other.inline)
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __reduce__(self) -> Any:
-        # mappingproxy does not pickle; the grids' read-only flags are restored by __post_init__
-        return (ChunkTable, (self.source.copy(), self.offset.copy(), self.length.copy(), dict(self.inline)))
-
-    def with_inline(self, flat_indices: np.ndarray, payloads: list[bytes]) -> ChunkTable:
-        """A copy with these chunks (flat indices in C order) stored inline."""
-        builder = ChunkTableBuilder.from_table(self)
-        builder.set_inline(flat_indices, payloads)
-        return builder.build()
-
-    def reshaped(self, grid_shape: tuple[int, ...]) -> ChunkTable:
-        """The same chunks on a grid of another shape with as many cells (a 0-d array's one
-        chunk as shape (1,))."""
-        return ChunkTable(
-            self.source.reshape(grid_shape).copy(),
-            self.offset.reshape(grid_shape).copy(),
-            self.length.reshape(grid_shape).copy(),
-            dict(self.inline),
-        )
-
-    def lookup(self, index: tuple[int, ...]) -> tuple[int, int, int] | bytes | None:
-        """``(source, offset, length)``, the inline bytes, or None for an absent chunk."""
-        if len(index) != self.source.ndim or any(
-            i < 0 or i >= n for i, n in zip(index, self.source.shape, strict=True)
-        ):
-            return None
-        src = int(self.source[index])
-        if src == MISSING:
-            return None
-        if src == INLINE:
-            flat = int(np.ravel_multi_index(index, self.grid_shape)) if self.grid_shape else 0
-            return self.inline[flat]
-        return src, int(self.offset[index]), int(self.length[index])
-
-    def digest(self) -> str:
-        """A CRC-32 of where every present chunk is (grid position, source, offset, length)
-        and of the inline bytes: recorded at indexing, so that a chunk reference deleted or
-        edited later is found by ``h5lens validate`` (a missing chunk reads as fill values)."""
-        source = self.source.reshape(-1)
-        present = np.flatnonzero(source != MISSING)
-        crc = zlib.crc32(present.astype("<i8").tobytes())
-        crc = zlib.crc32(source[present].astype("<i4").tobytes(), crc)
-        crc = zlib.crc32(self.offset.reshape(-1)[present].astype("<u8").tobytes(), crc)
-        crc = zlib.crc32(self.length.reshape(-1)[present].astype("<u8").tobytes(), crc)
-        for flat in sorted(self.inline):
-            crc = zlib.crc32(self.inline[flat], crc)
-        return f"{crc:08x}"
-
-    @property
-    def n_present(self) -> int:
-        return int(np.count_nonzero(self.source != MISSING))
-
-    @property
-    def referenced_bytes(self) -> int:
-        return int(self.length[self.source >= 0].sum())
-
-    @property
-    def inline_bytes(self) -> int:
-        return sum(len(b) for b in self.inline.values())
-
-
-class ChunkTableBuilder:
-    """Builds a :class:`ChunkTable` column-wise: references and inline chunks are set on
-    mutable grids, then :meth:`build` checks them once and freezes them."""
-
-    def __init__(self, grid_shape: tuple[int, ...]) -> None:
-        self.source = np.full(grid_shape, MISSING, dtype=np.int32)
-        self.offset = np.zeros(grid_shape, dtype=np.uint64)
-        self.length = np.zeros(grid_shape, dtype=np.uint64)
-        self.inline: dict[int, bytes] = {}
-
-    @classmethod
-    def from_table(cls, table: ChunkTable) -> ChunkTableBuilder:
-        builder = cls(table.grid_shape)
-        builder.source[...] = table.source
-        builder.offset[...] = table.offset
-        builder.length[...] = table.length
-        builder.inline = dict(table.inline)
-        return builder
-
-    @property
-    def grid_shape(self) -> tuple[int, ...]:
-        return tuple(self.source.shape)
-
-    def refer(
-        self, flat_indices: np.ndarray, offsets: np.ndarray | int, lengths: np.ndarray | int, source: Any = 0
-    ) -> None:
-        """Chunks at these flat indices are byte ranges of source(s) ``source`` (an offset or
-        length given as one number holds for every chunk)."""
-        flat_indices = np.asarray(flat_indices, dtype=np.int64)
-        if self.inline:  # no Python object per chunk in the usual case, where none is inline
-            for flat in set(flat_indices.tolist()) & set(self.inline):
-                del self.inline[flat]
-        self.source.reshape(-1)[flat_indices] = source
-        self.offset.reshape(-1)[flat_indices] = offsets
-        self.length.reshape(-1)[flat_indices] = lengths
-
-    def set_inline(self, flat_indices: np.ndarray, payloads: list[bytes]) -> None:
-        """Chunks at these flat indices are stored inline."""
-        flat_indices = np.asarray(flat_indices, dtype=np.int64)
-        self.source.reshape(-1)[flat_indices] = INLINE
-        self.offset.reshape(-1)[flat_indices] = 0
-        self.length.reshape(-1)[flat_indices] = [len(p) for p in payloads]
-        self.inline.update(zip(flat_indices.tolist(), payloads, strict=True))
-
-    def clear(self, flat_indices: np.ndarray) -> None:
-        """These chunks are absent: the fill value."""
-        flat_indices = np.asarray(flat_indices, dtype=np.int64)
-        for flat in flat_indices.tolist():
-            self.inline.pop(flat, None)
-        self.source.reshape(-1)[flat_indices] = MISSING
-        self.offset.reshape(-1)[flat_indices] = 0
-        self.length.reshape(-1)[flat_indices] = 0
-
-    def flat(self, index: tuple[int, ...]) -> int:
-        return int(np.ravel_multi_index(index, self.grid_shape)) if self.grid_shape else 0
-
-    def build(self) -> ChunkTable:
-        return ChunkTable(self.source, self.offset, self.length, self.inline)
+# The tables and sources live in h5lens.manifest.tables; their names stay importable from here.
+__all__ = [
+    "FINGERPRINT_PREFIX",
+    "INLINE",
+    "MISSING",
+    "ChunkTable",
+    "ChunkTableBuilder",
+    "Manifest",
+    "ManifestParts",
+    "NodeMap",
+    "Source",
+    "children_index",
+    "is_fingerprint",
+]
 
 
 @dataclass
-class Manifest:
+class Manifest(ManifestParts):
     """zarr v3 metadata documents plus chunk references for one HDF5 file.
 
     ``nodes`` maps a node path (``""`` for the root, ``"X/data"``) to its
-    ``zarr.json`` document; ``chunks`` maps each array path to its table.
+    ``zarr.json`` document; ``chunks`` maps each array path to its table. The fields are
+    those of :class:`~h5lens.manifest.tables.ManifestParts`, what the file forms read and
+    write.
     """
-
-    nodes: dict[str, dict[str, Any]]
-    chunks: Mapping[str, ChunkTable]  # a dict, or tables decoded on first use (compact form)
-    sources: list[Source]
-    convention: str = "released"
-    writer: str = ""
-    # where the manifest was read from: relative source URLs resolve against it
-    location: str | None = None
-    # what the writer recorded of each array's chunk table ({"chunks": n, "digest": crc}),
-    # for validate to compare with the tables as read; None when the file recorded none
-    recorded: dict[str, dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.nodes, NodeMap):
@@ -385,24 +100,20 @@ class Manifest:
             self._children_cache = (fingerprint, children_index(self.nodes))
         return self._children_cache[1]
 
-    @property
-    def n_chunks(self) -> int:
-        return sum(t.n_present for t in self.chunks.values())
-
-    # -- serialisation ---------------------------------------------------
     # -- files (the formats live in h5lens.manifest.io; the model knows none) ---------
+    @classmethod
+    def from_parts(cls, parts: ManifestParts) -> Manifest:
+        """The manifest a reader of one of the file forms returned the parts of."""
+        return cls(**{f.name: getattr(parts, f.name) for f in fields(ManifestParts)})
+
     def to_dict(self) -> dict[str, Any]:
         """The kerchunk reference JSON (version 1, zarr v3 keys) as a dict."""
-        from h5lens.manifest import io
-
         return io.to_dict(self)
 
     def to_json(
         self, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None, force: bool = False
     ) -> None:
         """Write the manifest to ``path`` (local or fsspec URL) atomically, as JSON."""
-        from h5lens.manifest import io
-
         io.write(self, path, storage_options=storage_options, format="json", force=force)
 
     def save(
@@ -420,8 +131,6 @@ class Manifest:
         with ``force``. With ``relative_sources``, a source in the manifest's directory or
         above it is recorded relative to it (the two then travel together). Returns the form
         written."""
-        from h5lens.manifest import io
-
         return io.write(
             self, path, storage_options=storage_options, format=format, force=force, relative_sources=relative_sources
         )
@@ -436,21 +145,14 @@ class Manifest:
     ) -> Manifest:
         """Read a manifest in either form (detected from the file). Manifests are untrusted
         input, checked against ``limits`` (:class:`h5lens.manifest.limits.Limits`)."""
-        from h5lens.manifest import io
-        from h5lens.manifest.limits import DEFAULT_LIMITS
-
-        return io.read(path, storage_options=storage_options, limits=limits or DEFAULT_LIMITS)
+        return cls.from_parts(io.read(path, storage_options=storage_options, limits=limits or DEFAULT_LIMITS))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Manifest:
-        from h5lens.manifest import io
-
-        return io.from_dict(data)
+        return cls.from_parts(io.from_dict(data))
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None) -> Manifest:
         """Read a manifest written by :meth:`to_json` (or any kerchunk v1 refs with zarr v3 keys;
         the compact form too: the form is detected from the file)."""
-        from h5lens.manifest import io
-
-        return io.read(path, storage_options=storage_options)
+        return cls.from_parts(io.read(path, storage_options=storage_options))

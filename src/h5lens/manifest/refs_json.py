@@ -16,17 +16,29 @@ from __future__ import annotations
 
 import base64
 import json
-import math
-import os
 from typing import Any
 
 import numpy as np
 import orjson
 
 from h5lens.errors import H5LensError, ManifestFormatError, NotAManifestError, RefusedSourceError
+from h5lens.manifest.checks import (
+    check_node_document,
+    check_node_path,
+    check_ranges,
+    check_vlen_inline,
+    grid_shape_of,
+)
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
-from h5lens.manifest.model import INLINE, MISSING, ChunkTable, ChunkTableBuilder, Manifest, Source
+from h5lens.manifest.tables import (
+    INLINE,
+    MISSING,
+    ChunkTable,
+    ChunkTableBuilder,
+    ManifestParts,
+    Source,
+)
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar, chunk_key, join, metadata_key, metadata_path
 
 FORMAT_KEY = "h5lens"
@@ -41,13 +53,7 @@ def dumps_document(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"), allow_nan=True)
 
 
-def grid_shape_of(doc: dict[str, Any]) -> tuple[int, ...]:
-    shape = doc["shape"]
-    chunk_shape = doc["chunk_grid"]["configuration"]["chunk_shape"]
-    return tuple(-(-s // c) if c else 0 for s, c in zip(shape, chunk_shape, strict=True))
-
-
-def manifest_to_refs(manifest: Manifest) -> dict[str, Any]:
+def manifest_to_refs(manifest: ManifestParts) -> dict[str, Any]:
     refs: dict[str, Any] = {}
     for path in sorted(manifest.nodes):
         refs[metadata_key(path)] = dumps_document(manifest.nodes[path])
@@ -101,10 +107,10 @@ def _chunk_refs(table: ChunkTable, path: str, encoding: KeyEncoding, names: list
 _ZARR_V2_KEYS = frozenset({".zgroup", ".zarray", ".zattrs", ".zmetadata"})
 
 
-def manifest_from_refs(
+def parts_from_refs(
     data: dict[str, Any], *, location: str | None = None, limits: Limits = DEFAULT_LIMITS
-) -> Manifest:
-    """A manifest from kerchunk reference JSON (a parsed dict). The input is untrusted: keys
+) -> ManifestParts:
+    """A manifest's parts from kerchunk reference JSON (a parsed dict). The input is untrusted: keys
     outside zarr's grammar, references to sources the manifest does not declare, byte ranges
     past a source's recorded size and claims beyond ``limits`` are refused, naming the key."""
     where = location or "manifest"
@@ -179,7 +185,7 @@ def manifest_from_refs(
     for path, table in chunks.items():
         check_ranges(path, table, sources, grammar.arrays[path][0])
         check_vlen_inline(path, nodes[path], table, grammar.arrays[path][0])
-    return Manifest(
+    return ManifestParts(
         nodes=nodes,
         chunks=chunks,
         sources=sources,
@@ -188,79 +194,6 @@ def manifest_from_refs(
         location=location,
         recorded=_recorded(info.get("arrays")),
     )
-
-
-def check_node_path(key: str, path: str) -> None:
-    """A node path a zarr store can hold: no leading ``/``, no empty, ``.`` or ``..`` segment
-    (``../x``, ``/etc/zarr.json`` and ``a//zarr.json`` name nothing inside the manifest)."""
-    if path == "" and key == "zarr.json":
-        return
-    if not path or any(part in ("", ".", "..") for part in path.split("/")):
-        raise ManifestFormatError(f"{key}: not a key inside the store (absolute, empty or '..' segments)")
-
-
-VLEN_ALONE = (["vlen-utf8"], ["vlen-bytes"])  # codec lists whose chunks start with their item count
-
-
-def codec_names(doc: dict[str, Any]) -> list[Any]:
-    return [c.get("name") if isinstance(c, dict) else c for c in doc.get("codecs", [])]
-
-
-def vlen_count_problem(data: bytes | memoryview, expected: int) -> str | None:
-    """What is wrong with a variable-length chunk's item count, or None. numcodecs allocates
-    the count it reads before reading any item: a damaged or crafted count of 2^31 cost
-    16 GiB and 100 s before failing. The count must be the chunk's, and the bytes must
-    hold that many items (4 bytes of length each, at least)."""
-    claimed = int.from_bytes(bytes(data[:4]), "little") if len(data) >= 4 else None
-    if claimed != expected or 4 + 4 * expected > len(data):
-        return f"a variable-length chunk of {expected} items claims {claimed} in {len(data)} bytes"
-    return None
-
-
-def check_vlen_inline(path: str, doc: dict[str, Any], table: ChunkTable, encoding: KeyEncoding) -> None:
-    """Every inline chunk of a variable-length array holds the item count it must."""
-    if codec_names(doc) not in VLEN_ALONE or not table.inline:
-        return
-    expected = math.prod(doc["chunk_grid"]["configuration"]["chunk_shape"])
-    for flat, data in table.inline.items():
-        problem = vlen_count_problem(data, expected)
-        if problem is not None:
-            index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape)) if table.grid_shape else ()
-            raise ManifestFormatError(f"{chunk_key(path, index, encoding)}: {problem}")
-
-
-def check_ranges(path: str, table: ChunkTable, sources: list[Source], encoding: KeyEncoding) -> None:
-    """Referenced byte ranges must lie within their source's recorded size (and not overflow)."""
-    source = table.source.reshape(-1)
-    referenced = source >= 0
-    if not referenced.any():
-        return
-    unknown = np.flatnonzero(source >= len(sources))
-    if unknown.size:
-        flat = int(unknown[0])
-        index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape)) if table.grid_shape else ()
-        raise ManifestFormatError(
-            f"{chunk_key(path, index, encoding)}: refers to source {int(source[flat])}; the manifest declares "
-            f"{len(sources)}"
-        )
-    offset = table.offset.reshape(-1)
-    length = table.length.reshape(-1)
-    huge = np.uint64(1 << 62)
-    overflow = referenced & ((offset > huge) | (length > huge))
-    sizes = np.array([-1 if s.size is None else s.size for s in sources], dtype=np.int64)
-    limit = sizes[np.where(referenced, source, 0)]
-    ends = offset.astype(np.int64, copy=False) + length.astype(np.int64, copy=False)
-    past = referenced & ~overflow & (limit >= 0) & (ends > limit)
-    bad = np.flatnonzero(overflow | past)
-    if bad.size:
-        flat = int(bad[0])
-        index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape)) if table.grid_shape else ()
-        key = chunk_key(path, index, encoding)
-        src = int(source[flat])
-        raise ManifestFormatError(
-            f"{key}: bytes {int(offset[flat])}-{int(offset[flat]) + int(length[flat])} lie past the end of "
-            f"{sources[src].url} ({sources[src].size} bytes recorded); {bad.size} reference(s) of /{path} do"
-        )
 
 
 def _recorded(value: Any) -> dict[str, dict[str, Any]] | None:
@@ -434,8 +367,7 @@ def _parse_document(key: str, value: Any) -> dict[str, Any]:
         raise ManifestFormatError(f"{key}: expected a zarr.json document. Got {type(value).__name__}")
     if not isinstance(doc, dict):
         raise ManifestFormatError(f"{key}: expected a zarr.json object. Got {type(doc).__name__}")
-    if doc.get("zarr_format") != 3 or doc.get("node_type") not in ("array", "group"):
-        raise ManifestFormatError(f"{key}: expected zarr v3 metadata (zarr_format 3, node_type array|group)")
+    check_node_document(key, doc)
     return doc
 
 
@@ -446,52 +378,10 @@ def _check_array_document(path: str, doc: dict[str, Any]) -> None:
     KeyEncoding.from_document(doc, "/" + path)
 
 
-def write_json(manifest: Manifest, path: str, *, storage_options: dict[str, Any] | None = None) -> None:
-    """Write the JSON form atomically, never over one of the manifest's own sources."""
-    from h5lens.manifest import io
-
-    io.write(manifest, path, storage_options=storage_options, format="json")
-
-
-def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, Any] | None = None) -> None:
-    """Write ``payload`` at ``path`` so that readers see the old content or the new, never
-    a part: a temporary file renamed into place, or one PUT on object storage."""
-    from h5lens.backend_errors import anon_requested, storage_error
-
-    if "://" not in path or path.startswith("file://"):
-        local = path.removeprefix("file://")
-        directory = os.path.dirname(os.path.abspath(local))
-        tmp = os.path.join(directory, f".{os.path.basename(local)}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(payload)
-            os.replace(tmp, local)
-        except OSError as e:
-            raise storage_error(e, path, "writing") from None
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return
-    import fsspec
-
-    # Object stores publish an object only when its upload completes: one PUT is atomic.
-    try:
-        fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
-        fs.pipe_file(fs_path, payload)
-    except Exception as e:  # noqa: BLE001 - every backend failure, named with the URL
-        raise storage_error(e, path, "writing", anon=anon_requested(storage_options)) from e
-
-
-def read_json(path: str, *, storage_options: dict[str, Any] | None = None) -> Manifest:
-    """Read a JSON manifest (see :func:`h5lens.manifest.io.read` for either form)."""
-    from h5lens.manifest import io
-
-    return io.read(path, storage_options=storage_options)
-
-
-def parse_json(raw: bytes, location: str, *, limits: Limits = DEFAULT_LIMITS) -> Manifest:
-    """A JSON manifest's bytes, read from ``location`` (relative source URLs resolve against
-    it). A key given twice is refused: which of the two a reader would take is undefined."""
+def parse_json(raw: bytes, location: str, *, limits: Limits = DEFAULT_LIMITS) -> ManifestParts:
+    """The parts of a JSON manifest from its bytes, read from ``location`` (relative source
+    URLs resolve against it). A key given twice is refused: which of the two a reader would
+    take is undefined."""
     limits.check("a manifest of (bytes)", len(raw), "manifest_bytes", location)
     try:
         data = json.loads(raw, object_pairs_hook=_unique_keys)
@@ -501,7 +391,7 @@ def parse_json(raw: bytes, location: str, *, limits: Limits = DEFAULT_LIMITS) ->
         raise ManifestFormatError(f"{location}: not a JSON manifest ({e})") from None
     except RecursionError:
         raise ManifestFormatError(f"{location}: not a JSON manifest (nested too deeply)") from None
-    return manifest_from_refs(data, location=location, limits=limits)
+    return parts_from_refs(data, location=location, limits=limits)
 
 
 class _DuplicateKey(ValueError):

@@ -152,15 +152,3 @@ class KeyGrammar:
         if index is None:
             return None
         return path, index
-
-    def chunk_or_raise(self, key: str, grid: Mapping[str, tuple[int, ...]]) -> tuple[str, tuple[int, ...]]:
-        """Like :meth:`chunk`, for keys read from a manifest file: a key that names no chunk
-        of any array, or a chunk outside its array's grid, is an error naming it."""
-        found = self.chunk(key)
-        if found is None:
-            raise ManifestFormatError(f"{key}: not a metadata key nor a chunk key of any array")
-        path, index = found
-        shape = grid[path]
-        if any(i >= n for i, n in zip(index, shape, strict=True)):
-            raise ManifestFormatError(f"{key}: chunk index outside the grid {shape}")
-        return found

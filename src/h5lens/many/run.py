@@ -178,7 +178,7 @@ def _record_of(future: Any, job: Job) -> FileRecord:
 
 def write_report(result: IndexManyResult, path: str, storage_options: dict[str, Any] | None = None) -> None:
     """The result as JSON at ``path`` (local or URL), written atomically."""
-    from h5lens.manifest.refs_json import write_bytes_atomic
+    from h5lens.manifest.files import write_bytes_atomic
 
     payload = json.dumps(result.to_dict(), indent=1).encode() + b"\n"
     write_bytes_atomic(path, payload, storage_options=storage_options)

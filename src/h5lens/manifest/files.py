@@ -1,0 +1,95 @@
+"""Manifest files as bytes: written whole or not at all, read by byte ranges.
+
+Neither knows a manifest form: :mod:`h5lens.manifest.io` encodes and decodes, these move
+the bytes, locally or on object storage.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from h5lens.errors import ManifestLimitError
+from h5lens.locations import is_remote
+
+
+def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, Any] | None = None) -> None:
+    """Write ``payload`` at ``path`` so that readers see the old content or the new, never
+    a part: a temporary file renamed into place, or one PUT on object storage."""
+    from h5lens.backend_errors import anon_requested, storage_error
+
+    if "://" not in path or path.startswith("file://"):
+        local = path.removeprefix("file://")
+        directory = os.path.dirname(os.path.abspath(local))
+        tmp = os.path.join(directory, f".{os.path.basename(local)}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(payload)
+            os.replace(tmp, local)
+        except OSError as e:
+            raise storage_error(e, path, "writing") from None
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return
+    import fsspec
+
+    # Object stores publish an object only when its upload completes: one PUT is atomic.
+    try:
+        fs, fs_path = fsspec.core.url_to_fs(path, **(storage_options or {}))
+        fs.pipe_file(fs_path, payload)
+    except Exception as e:  # noqa: BLE001 - every backend failure, named with the URL
+        raise storage_error(e, path, "writing", anon=anon_requested(storage_options)) from e
+
+
+class FileRanges:
+    """Byte ranges of one file, local or remote (picklable: a manifest's lazily loaded chunk
+    tables travel to dask workers with it). Remote files are read through the byte client
+    of :func:`h5lens.fetch.open_client`, as sources are."""
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self._client: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "storage_options": self.storage_options, "_client": None}
+
+    def _fail(self, error: BaseException) -> Exception:
+        from h5lens.backend_errors import anon_requested, storage_error
+
+        return storage_error(error, self.url, "reading the manifest", anon=anon_requested(self.storage_options))
+
+    def _remote(self) -> Any:
+        if self._client is None:
+            from h5lens.fetch.clients import open_client
+
+            self._client = open_client(self.url, self.storage_options)
+        return self._client
+
+    def __call__(self, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes from ``offset`` (fewer at the end of the file)."""
+        if is_remote(self.url):
+            return bytes(self._remote().get_sync(offset, length, exact=False))
+        try:
+            with open(self.url.removeprefix("file://"), "rb") as f:
+                f.seek(offset)
+                return f.read(length)
+        except OSError as e:  # not found, denied: named with the path
+            raise self._fail(e) from None
+
+    def whole(self, limit: int) -> bytes:
+        """The whole file, refused before reading if it is larger than ``limit`` bytes."""
+        if is_remote(self.url):
+            size = self._remote().stat(probe=True).get("size")
+        else:
+            try:
+                size = os.path.getsize(self.url.removeprefix("file://"))
+            except OSError as e:
+                raise self._fail(e) from None
+        if size is not None and size > limit:
+            raise ManifestLimitError(
+                f"{self.url}: a manifest of {size:,} bytes exceeds the limit of {limit:,} "
+                "(Limits.manifest_bytes); raise it with limits=Limits(...) if this manifest is trusted"
+            )
+        return self(0, limit + 1 if size is None else size)

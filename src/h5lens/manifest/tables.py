@@ -1,0 +1,351 @@
+"""Chunk tables and the other parts a manifest is made of, below every other manifest module.
+
+A :class:`ChunkTable` holds where each chunk of one array lives as numpy arrays
+shaped like the chunk grid (source index, offset, length), with named
+sentinels for chunks that are absent (read as the fill value) and chunks whose
+bytes are stored inline. This maps one-to-one onto kerchunk references and
+onto Parquet columns.
+
+This module imports nothing of h5lens but its errors, so that modules that need only
+tables and sources (:mod:`h5lens.identity`, :mod:`h5lens.fetch`) stay below the manifest
+and its files.
+
+The format modules read files into :class:`ManifestParts` and write any
+``ManifestParts``; only :mod:`h5lens.manifest.model` builds a
+:class:`~h5lens.manifest.model.Manifest` (parts with views and file methods), so that
+imports run one way, type annotations included: tables, the forms, ``io``, the model.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from h5lens.errors import ManifestFormatError
+
+MISSING = -1  # no chunk: readers see the fill value
+INLINE = -2  # bytes stored in ChunkTable.inline
+
+
+class NodeMap(dict[str, dict[str, Any]]):
+    """node path -> zarr.json document, counting changes to its keys so that indexes
+    built over it (children by parent) are rebuilt only when the tree changed."""
+
+    version = 0
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def __setitem__(self, key: str, value: dict[str, Any]) -> None:
+        if key not in self:
+            self._changed()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self._changed()
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self._changed()
+        return super().pop(key, *default)
+
+    def popitem(self) -> tuple[str, dict[str, Any]]:
+        self._changed()
+        return super().popitem()
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self._changed()
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._changed()
+        super().update(*args, **kwargs)
+
+    def clear(self) -> None:
+        self._changed()
+        super().clear()
+
+    # mypy wants `|=` to take only what `|` takes, but dict's `|=` takes any mapping or
+    # pairs and `|` only dicts: typeshed's own dict.__ior__ carries the same ignore.
+    def __ior__(self, other: Any) -> NodeMap:  # type: ignore[override, misc]
+        self.update(other)
+        return self
+
+
+def children_index(nodes: dict[str, Any]) -> dict[str, list[str]]:
+    """parent path -> sorted names of its direct children."""
+    index: dict[str, list[str]] = {}
+    for node in nodes:
+        if node == "":
+            continue
+        parent, _, name = node.rpartition("/")
+        index.setdefault(parent, []).append(name)
+    for names in index.values():
+        names.sort()
+    return index
+
+
+FINGERPRINT_PREFIX = "sha256:"
+
+
+def is_fingerprint(value: object) -> bool:
+    """A source fingerprint as :mod:`h5lens.identity` writes it: ``sha256:`` and 64 hex digits."""
+    digits = value[len(FINGERPRINT_PREFIX) :] if isinstance(value, str) and value.startswith(FINGERPRINT_PREFIX) else ""
+    return len(digits) == 64 and all(c in "0123456789abcdef" for c in digits)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file that chunk references point into, with what identifies its version."""
+
+    url: str
+    size: int | None = None
+    mtime: float | None = None
+    etag: str | None = None
+    fingerprint: str | None = None  # local files: see h5lens.identity
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"url": self.url, "size": self.size}
+        if self.mtime is not None:
+            out["mtime"] = self.mtime
+        if self.etag is not None:
+            out["etag"] = self.etag
+        if self.fingerprint is not None:
+            out["fingerprint"] = self.fingerprint
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Source:
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+            raise ManifestFormatError(f"Expected a source object with a 'url'. Got {data!r}")
+        url, size, mtime, etag = data["url"], data.get("size"), data.get("mtime"), data.get("etag")
+        found = data.get("fingerprint")
+        if found is not None and not is_fingerprint(found):
+            raise ManifestFormatError(f"source {url}: 'fingerprint' must be 'sha256:' and 64 hex digits. Got {found!r}")
+        if size is not None and not (type(size) is int and 0 <= size < 2**63):
+            raise ManifestFormatError(f"source {url}: 'size' must be a byte count. Got {size!r}")
+        if mtime is not None and not (type(mtime) in (int, float) and math.isfinite(mtime)):
+            raise ManifestFormatError(f"source {url}: 'mtime' must be a number. Got {mtime!r}")
+        if etag is not None and not isinstance(etag, str):
+            raise ManifestFormatError(f"source {url}: 'etag' must be a string. Got {etag!r}")
+        return cls(url, size, mtime, etag, found)
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkTable:
+    """Where each chunk of one array lives; grids shaped like the chunk grid. Immutable.
+
+    ``source[i]`` is a source index, ``MISSING`` (the fill value) or ``INLINE`` (the bytes
+    are ``inline[flat i]``); ``offset`` / ``length`` give the byte range (``length`` is the
+    inline payload's size for inline chunks). Checked once, here: dtypes, one grid shape,
+    C order, inline bytes exactly where the grid says. Changes make a new table
+    (:meth:`with_inline`, :meth:`reshaped`, ``dataclasses.replace``); the scanner and the
+    parsers build tables through :class:`ChunkTableBuilder`.
+    """
+
+    source: np.ndarray  # int32
+    offset: np.ndarray  # uint64
+    length: np.ndarray  # uint64
+    inline: Mapping[int, bytes] = field(default_factory=lambda: MappingProxyType({}))  # flat index -> bytes
+
+    def __post_init__(self) -> None:
+        grids = {"source": (self.source, np.int32), "offset": (self.offset, np.uint64), "length": (self.length, np.uint64)}
+        for name, (grid, dtype) in grids.items():
+            if not isinstance(grid, np.ndarray) or grid.dtype != dtype:
+                raise ManifestFormatError(f"Expected a {np.dtype(dtype)} {name} grid. Got {getattr(grid, 'dtype', type(grid))}")
+            if not grid.flags.c_contiguous:
+                raise ManifestFormatError(f"Expected a C-contiguous {name} grid")
+        if not (self.source.shape == self.offset.shape == self.length.shape):
+            raise ManifestFormatError(
+                f"Expected source, offset and length grids of one shape. Got "
+                f"{self.source.shape}, {self.offset.shape}, {self.length.shape}"
+            )
+        flat_source = self.source.reshape(-1)
+        if (flat_source < INLINE).any():
+            raise ManifestFormatError(f"Expected source indices >= 0, MISSING or INLINE. Got {int(flat_source.min())}")
+        inline_at = np.flatnonzero(flat_source == INLINE)
+        if set(inline_at.tolist()) != set(self.inline):
+            raise ManifestFormatError(
+                f"Expected inline bytes exactly for the {inline_at.size} chunks marked INLINE. Got {len(self.inline)}"
+            )
+        if inline_at.size:
+            sizes = np.fromiter((len(self.inline[i]) for i in inline_at.tolist()), dtype=np.uint64, count=inline_at.size)
+            if not np.array_equal(sizes, self.length.reshape(-1)[inline_at]):
+                raise ManifestFormatError("Expected the length of each inline chunk to be its payload's size")
+        for grid in (self.source, self.offset, self.length):
+            grid.flags.writeable = False
+        if not isinstance(self.inline, MappingProxyType):
+            object.__setattr__(self, "inline", MappingProxyType(dict(self.inline)))
+
+    @classmethod
+    def empty(cls, grid_shape: tuple[int, ...]) -> ChunkTable:
+        return ChunkTableBuilder(grid_shape).build()
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        return tuple(self.source.shape)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ChunkTable)
+            and np.array_equal(self.source, other.source)
+            and np.array_equal(self.offset, other.offset)
+            and np.array_equal(self.length, other.length)
+            and dict(self.inline) == dict(other.inline)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> Any:
+        # mappingproxy does not pickle; the grids' read-only flags are restored by __post_init__
+        return (ChunkTable, (self.source.copy(), self.offset.copy(), self.length.copy(), dict(self.inline)))
+
+    def with_inline(self, flat_indices: np.ndarray, payloads: list[bytes]) -> ChunkTable:
+        """A copy with these chunks (flat indices in C order) stored inline."""
+        builder = ChunkTableBuilder.from_table(self)
+        builder.set_inline(flat_indices, payloads)
+        return builder.build()
+
+    def reshaped(self, grid_shape: tuple[int, ...]) -> ChunkTable:
+        """The same chunks on a grid of another shape with as many cells (a 0-d array's one
+        chunk as shape (1,))."""
+        return ChunkTable(
+            self.source.reshape(grid_shape).copy(),
+            self.offset.reshape(grid_shape).copy(),
+            self.length.reshape(grid_shape).copy(),
+            dict(self.inline),
+        )
+
+    def lookup(self, index: tuple[int, ...]) -> tuple[int, int, int] | bytes | None:
+        """``(source, offset, length)``, the inline bytes, or None for an absent chunk."""
+        if len(index) != self.source.ndim or any(
+            i < 0 or i >= n for i, n in zip(index, self.source.shape, strict=True)
+        ):
+            return None
+        src = int(self.source[index])
+        if src == MISSING:
+            return None
+        if src == INLINE:
+            flat = int(np.ravel_multi_index(index, self.grid_shape)) if self.grid_shape else 0
+            return self.inline[flat]
+        return src, int(self.offset[index]), int(self.length[index])
+
+    def digest(self) -> str:
+        """A CRC-32 of where every present chunk is (grid position, source, offset, length)
+        and of the inline bytes: recorded at indexing, so that a chunk reference deleted or
+        edited later is found by ``h5lens validate`` (a missing chunk reads as fill values)."""
+        source = self.source.reshape(-1)
+        present = np.flatnonzero(source != MISSING)
+        crc = zlib.crc32(present.astype("<i8").tobytes())
+        crc = zlib.crc32(source[present].astype("<i4").tobytes(), crc)
+        crc = zlib.crc32(self.offset.reshape(-1)[present].astype("<u8").tobytes(), crc)
+        crc = zlib.crc32(self.length.reshape(-1)[present].astype("<u8").tobytes(), crc)
+        for flat in sorted(self.inline):
+            crc = zlib.crc32(self.inline[flat], crc)
+        return f"{crc:08x}"
+
+    @property
+    def n_present(self) -> int:
+        return int(np.count_nonzero(self.source != MISSING))
+
+    @property
+    def referenced_bytes(self) -> int:
+        return int(self.length[self.source >= 0].sum())
+
+    @property
+    def inline_bytes(self) -> int:
+        return sum(len(b) for b in self.inline.values())
+
+
+class ChunkTableBuilder:
+    """Builds a :class:`ChunkTable` column-wise: references and inline chunks are set on
+    mutable grids, then :meth:`build` checks them once and freezes them."""
+
+    def __init__(self, grid_shape: tuple[int, ...]) -> None:
+        self.source = np.full(grid_shape, MISSING, dtype=np.int32)
+        self.offset = np.zeros(grid_shape, dtype=np.uint64)
+        self.length = np.zeros(grid_shape, dtype=np.uint64)
+        self.inline: dict[int, bytes] = {}
+
+    @classmethod
+    def from_table(cls, table: ChunkTable) -> ChunkTableBuilder:
+        builder = cls(table.grid_shape)
+        builder.source[...] = table.source
+        builder.offset[...] = table.offset
+        builder.length[...] = table.length
+        builder.inline = dict(table.inline)
+        return builder
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        return tuple(self.source.shape)
+
+    def refer(
+        self, flat_indices: np.ndarray, offsets: np.ndarray | int, lengths: np.ndarray | int, source: Any = 0
+    ) -> None:
+        """Chunks at these flat indices are byte ranges of source(s) ``source`` (an offset or
+        length given as one number holds for every chunk)."""
+        flat_indices = np.asarray(flat_indices, dtype=np.int64)
+        if self.inline:  # no Python object per chunk in the usual case, where none is inline
+            for flat in set(flat_indices.tolist()) & set(self.inline):
+                del self.inline[flat]
+        self.source.reshape(-1)[flat_indices] = source
+        self.offset.reshape(-1)[flat_indices] = offsets
+        self.length.reshape(-1)[flat_indices] = lengths
+
+    def set_inline(self, flat_indices: np.ndarray, payloads: list[bytes]) -> None:
+        """Chunks at these flat indices are stored inline."""
+        flat_indices = np.asarray(flat_indices, dtype=np.int64)
+        self.source.reshape(-1)[flat_indices] = INLINE
+        self.offset.reshape(-1)[flat_indices] = 0
+        self.length.reshape(-1)[flat_indices] = [len(p) for p in payloads]
+        self.inline.update(zip(flat_indices.tolist(), payloads, strict=True))
+
+    def clear(self, flat_indices: np.ndarray) -> None:
+        """These chunks are absent: the fill value."""
+        flat_indices = np.asarray(flat_indices, dtype=np.int64)
+        for flat in flat_indices.tolist():
+            self.inline.pop(flat, None)
+        self.source.reshape(-1)[flat_indices] = MISSING
+        self.offset.reshape(-1)[flat_indices] = 0
+        self.length.reshape(-1)[flat_indices] = 0
+
+    def flat(self, index: tuple[int, ...]) -> int:
+        return int(np.ravel_multi_index(index, self.grid_shape)) if self.grid_shape else 0
+
+    def build(self) -> ChunkTable:
+        return ChunkTable(self.source, self.offset, self.length, self.inline)
+
+
+@dataclass(eq=False)
+class ManifestParts:
+    """zarr v3 metadata documents plus chunk references: what a manifest holds. The readers
+    of the file forms return these parts and their writers take them;
+    :class:`~h5lens.manifest.model.Manifest` is the manifest built on them (its views and
+    file methods), so that the forms need not know it.
+
+    ``nodes`` maps a node path (``""`` for the root, ``"X/data"``) to its
+    ``zarr.json`` document; ``chunks`` maps each array path to its table.
+    """
+
+    nodes: dict[str, dict[str, Any]]
+    chunks: Mapping[str, ChunkTable]  # a dict, or tables decoded on first use (compact form)
+    sources: list[Source]
+    convention: str = "released"
+    writer: str = ""
+    # where the manifest was read from: relative source URLs resolve against it
+    location: str | None = None
+    # what the writer recorded of each array's chunk table ({"chunks": n, "digest": crc}),
+    # for validate to compare with the tables as read; None when the file recorded none
+    recorded: dict[str, dict[str, Any]] | None = None
+
+    @property
+    def n_chunks(self) -> int:
+        return sum(t.n_present for t in self.chunks.values())
