@@ -259,36 +259,8 @@ class ManifestStore(Store):
         codec = self.array_codec(path)
         if codec is None:
             return None
-        # the default encoding's keys ("<path>/c/i/j") parse without the grammar
-        head = (f"{path}/c/" if path else "c/") if self.grammar.arrays[path][0] == DEFAULT_ENCODING else None
-        indices: list[tuple[int, ...]] = []
-        grid = self.manifest.chunks[path].grid_shape
-        if head is not None and len(grid) == 1:  # the common case, without a tuple per key
-            try:
-                parsed = np.fromiter((int(key[len(head) :]) for key in keys), np.int64, len(keys))
-            except ValueError:
-                parsed = None
-            if parsed is not None and all(key.startswith(head) for key in keys):
-                if parsed.size and (parsed.min() < 0 or parsed.max() >= grid[0]):
-                    return None
-                return codec, parsed
-        for key in keys:
-            if head is not None and key.startswith(head):
-                try:
-                    indices.append(tuple(int(part) for part in key[len(head) :].split("/")))
-                    continue
-                except ValueError:
-                    pass
-            found = self.grammar.chunk(key)
-            if found is None or found[0] != path:
-                return None
-            indices.append(found[1])
-        try:
-            array = np.asarray(indices, dtype=np.int64).reshape(len(indices), len(grid))
-            flats = np.ravel_multi_index(tuple(array.T), grid)
-        except ValueError:
-            return None  # a key outside the grid: zarr's own pipeline answers it
-        return codec, np.asarray(flats, dtype=np.int64)
+        flats = self.grammar.flat_indices(path, keys, self.manifest.chunks[path].grid_shape)
+        return None if flats is None else (codec, flats)
 
     async def read_region_async(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None:
         """The values of array ``path`` in ``[start, stop)`` per axis (within its shape), read

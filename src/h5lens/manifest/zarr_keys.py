@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from h5lens.errors import ManifestFormatError
 
 METADATA = "zarr.json"
@@ -152,3 +154,36 @@ class KeyGrammar:
         if index is None:
             return None
         return path, index
+
+    def flat_indices(self, path: str, keys: list[str], grid: tuple[int, ...]) -> np.ndarray | None:
+        """The flat indices (C order of ``grid``) of chunk keys ``keys`` of array ``path``;
+        None if one is not a chunk key of that array or lies outside the grid."""
+        # the default encoding's keys ("<path>/c/i/j") parse without the grammar
+        head = (f"{path}/c/" if path else "c/") if self.arrays[path][0] == DEFAULT_ENCODING else None
+        indices: list[tuple[int, ...]] = []
+        if head is not None and len(grid) == 1:  # the common case, without a tuple per key
+            try:
+                parsed = np.fromiter((int(key[len(head) :]) for key in keys), np.int64, len(keys))
+            except ValueError:
+                parsed = None
+            if parsed is not None and all(key.startswith(head) for key in keys):
+                if parsed.size and (parsed.min() < 0 or parsed.max() >= grid[0]):
+                    return None
+                return parsed
+        for key in keys:
+            if head is not None and key.startswith(head):
+                try:
+                    indices.append(tuple(int(part) for part in key[len(head) :].split("/")))
+                    continue
+                except ValueError:
+                    pass
+            found = self.chunk(key)
+            if found is None or found[0] != path:
+                return None
+            indices.append(found[1])
+        try:
+            array = np.asarray(indices, dtype=np.int64).reshape(len(indices), len(grid))
+            flats = np.ravel_multi_index(tuple(array.T), grid)
+        except ValueError:
+            return None  # a key outside the grid: zarr's own pipeline answers it
+        return np.asarray(flats, dtype=np.int64)
