@@ -42,7 +42,16 @@ _TRANSIENT_ERRNO = frozenset(
 )
 
 
-def _chain(error: BaseException) -> list[BaseException]:
+# The packages whose exceptions are storage failures (rather than a bug of h5lens's).
+STORAGE_PACKAGES = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "fsspec", "urllib3"})
+
+
+def from_storage_backend(error: BaseException) -> bool:
+    """Whether ``error`` or one of its causes was raised by a storage backend's package."""
+    return any(type(e).__module__.split(".", 1)[0] in STORAGE_PACKAGES for e in error_chain(error))
+
+
+def error_chain(error: BaseException) -> list[BaseException]:
     """The error and its causes / contexts, outermost first."""
     seen: list[BaseException] = []
     current: BaseException | None = error
@@ -54,7 +63,7 @@ def _chain(error: BaseException) -> list[BaseException]:
 
 def http_status(error: BaseException) -> int | None:
     """The HTTP status of a failed request, where the error (or its cause) carries one."""
-    for item in _chain(error):
+    for item in error_chain(error):
         response = getattr(item, "response", None)  # botocore ClientError
         if isinstance(response, dict):
             status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -68,7 +77,7 @@ def http_status(error: BaseException) -> int | None:
 
 def error_code(error: BaseException) -> str | None:
     """The S3 error code (``NoSuchBucket``, ``NoSuchKey``, ``SlowDown`` ...) of a failed request."""
-    for item in _chain(error):
+    for item in error_chain(error):
         response = getattr(item, "response", None)
         if isinstance(response, dict):
             code = response.get("Error", {}).get("Code")
@@ -106,7 +115,7 @@ def is_transient(error: BaseException) -> bool:
     status = http_status(error)
     if status is not None:
         return status in TRANSIENT_STATUS
-    for item in _chain(error):
+    for item in error_chain(error):
         if isinstance(item, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
             return True
         if isinstance(item, _aiohttp_connection_errors()):
@@ -124,7 +133,7 @@ def storage_error(error: BaseException, url: str, action: str = "reading", *, an
         return error
     detail = _reason(error)
     status = http_status(error)
-    for item in _chain(error):
+    for item in error_chain(error):
         if _is(item, "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
             said = f"{url}: no credentials while {action} ({detail}); configure credentials, or pass"
             return AccessDeniedError(f"{said} storage_options={{'anon': True}} for public data").at_cli(
@@ -144,7 +153,7 @@ def storage_error(error: BaseException, url: str, action: str = "reading", *, an
         return StorageError(f"{url}: the storage backend for this URL is not installed ({detail})")
     if isinstance(error, ValueError) and "protocol" in detail.lower():  # fsspec: "Protocol not known"
         return InvalidOptionError(f"{url}: {detail}")
-    for item in _chain(error):
+    for item in error_chain(error):
         if _is(item, "EndpointConnectionError", "ConnectTimeoutError") or isinstance(
             item, (ConnectionError, *_aiohttp_connection_errors())
         ):

@@ -128,6 +128,24 @@ def validate(
     return problems
 
 
+def _string_record(
+    path: str, where: str, record: dict[str, Any], keys: set[str], beyond: str
+) -> tuple[list[Problem], bool]:
+    """What is wrong with ``record``, an object of string values under exactly ``keys``: keys
+    missing, keys ``beyond`` them, values that are not strings; and whether every key it
+    must have is there, a string (extra keys do not stop a reader)."""
+    missing, extra = keys - set(record), set(record) - keys
+    problems = []
+    if missing:
+        problems.append(Problem(path, f"{where} lacks {sorted(missing)}"))
+    if extra:
+        problems.append(Problem(path, f"{where} has keys {beyond}: {sorted(extra)}"))
+    bad = [k for k in sorted(keys & set(record)) if not isinstance(record[k], str)]
+    if bad:
+        problems.append(Problem(path, f"{where} values must be strings: {', '.join(f'{k}={record[k]!r}' for k in bad)}"))
+    return problems, not (missing or bad)
+
+
 def _check_sources(
     manifest: Manifest,
     source_options: dict[str, Any] | None,
@@ -270,16 +288,9 @@ class _Validator:
             if not isinstance(entry, dict):
                 yield Problem(path, f"{where} must be an object with name, source, path; got {entry!r}")
                 continue
-            missing = _LINK_KEYS - set(entry)
-            extra = set(entry) - _LINK_KEYS
-            if missing:
-                yield Problem(path, f"{where} lacks {sorted(missing)}")
-            if extra:
-                yield Problem(path, f"{where} has keys the convention does not define: {sorted(extra)}")
-            bad = [k for k in sorted(_LINK_KEYS & set(entry)) if not isinstance(entry[k], str)]
-            if bad:
-                yield Problem(path, f"{where} values must be strings: {', '.join(f'{k}={entry[k]!r}' for k in bad)}")
-            if missing or bad:
+            problems, usable = _string_record(path, where, entry, _LINK_KEYS, "the convention does not define")
+            yield from problems
+            if not usable:
                 continue
             name, source, target = entry["name"], entry["source"], entry["path"]
             if not name or "/" in name:
@@ -474,15 +485,9 @@ class _Validator:
         if not isinstance(ref, dict):
             yield Problem(path, f"{where}: _REFERENCE must be an object with source and path, not {ref!r}")
             return
-        missing, extra = _REFERENCE_KEYS - set(ref), set(ref) - _REFERENCE_KEYS
-        if missing:
-            yield Problem(path, f"{where}: _REFERENCE lacks {sorted(missing)}")
-        if extra:
-            yield Problem(path, f"{where}: _REFERENCE has keys beyond source and path: {sorted(extra)}")
-        bad = [k for k in sorted(_REFERENCE_KEYS & set(ref)) if not isinstance(ref[k], str)]
-        if bad:
-            yield Problem(path, f"{where}: _REFERENCE values must be strings: {', '.join(f'{k}={ref[k]!r}' for k in bad)}")
-        if missing or bad:
+        problems, usable = _string_record(path, f"{where}: _REFERENCE", ref, _REFERENCE_KEYS, "beyond source and path")
+        yield from problems
+        if not usable:
             return
         if ref["source"] == "." and not self._exists(ref["path"]):
             yield Problem(path, f"{where}: _REFERENCE to {ref['path']!r}, which does not exist")

@@ -22,7 +22,6 @@ from typer.core import TyperCommand
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 # Exception types from these packages are storage failures, whatever their class.
-_STORAGE_PACKAGES = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "fsspec", "urllib3"})
 
 # verbose: -v given; interrupted: Ctrl-C seen; target: what the running step works on
 # (url, action, anon, stale hint), for an error that escapes the step's own handling.
@@ -93,32 +92,20 @@ def fail(message: str, error: BaseException | None = None) -> NoReturn:
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
-def _from_storage_backend(error: BaseException) -> bool:
-    return any(type(e).__module__.split(".", 1)[0] in _STORAGE_PACKAGES for e in _chain(error))
-
-
-def _chain(error: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    current: BaseException | None = error
-    while current is not None and current not in seen and len(seen) < 8:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen
 
 
 def user_error(error: BaseException, url: str, action: str, anon: bool) -> BaseException | None:
     """The h5lens error a user can act on for ``error``, or None for a bug in h5lens."""
+    from h5lens.backend_errors import error_chain, from_storage_backend, storage_error
     from h5lens.errors import H5LensError
 
     if isinstance(error, H5LensError):
         return error
-    if any(isinstance(e, ImportError) and (e.name or "").split(".")[0] == "h5lens" for e in _chain(error)):
+    if any(isinstance(e, ImportError) and (e.name or "").split(".")[0] == "h5lens" for e in error_chain(error)):
         return None  # a part of h5lens itself that does not import: a bug, shown as one
-    if isinstance(error, ModuleNotFoundError) and not _from_storage_backend(error):
+    if isinstance(error, ModuleNotFoundError) and not from_storage_backend(error):
         return error  # an optional dependency: said as such by message
-    if isinstance(error, (OSError, ImportError)) or _from_storage_backend(error):
-        from h5lens.backend_errors import storage_error
-
+    if isinstance(error, (OSError, ImportError)) or from_storage_backend(error):
         return storage_error(error, url, action, anon=anon)
     return None
 

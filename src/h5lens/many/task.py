@@ -150,14 +150,14 @@ def _current_manifest(job: Job, storage_options: dict[str, Any]) -> Any:
 def one_line(error: BaseException, url: str, *, cli: bool = False) -> str:
     """One line for the report: what the user can act on, naming the file (``cli``: in the
     command line's words, see :attr:`h5lens.errors.H5LensError.cli_message`)."""
-    from h5lens.backend_errors import storage_error
+    from h5lens.backend_errors import from_storage_backend, storage_error
     from h5lens.errors import H5LensError
 
     if isinstance(error, _Writing):
         return error.cli_text if cli else str(error)
     if isinstance(error, H5LensError):
         text = (error.cli_message or str(error)) if cli else str(error)
-    elif isinstance(error, (OSError, ImportError)) or _from_storage_backend(error):
+    elif isinstance(error, (OSError, ImportError)) or from_storage_backend(error):
         text = str(storage_error(error, url, "indexing"))
     else:  # not something the file did: say what broke, so it can be reported
         first = str(error).strip().splitlines()
@@ -167,15 +167,3 @@ def one_line(error: BaseException, url: str, *, cli: bool = False) -> str:
     return line if url in line else f"{url}: {line}"
 
 
-_STORAGE_PACKAGES = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "fsspec", "urllib3"})
-
-
-def _from_storage_backend(error: BaseException) -> bool:
-    seen: list[BaseException] = []
-    current: BaseException | None = error
-    while current is not None and current not in seen and len(seen) < 8:
-        if type(current).__module__.split(".", 1)[0] in _STORAGE_PACKAGES:
-            return True
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return False

@@ -6,13 +6,11 @@ servers do. It counts requests and body bytes.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from h5lens.testing.s3 import free_port, parse_range
+from h5lens.testing.s3 import LoopServer, parse_range
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -30,56 +28,26 @@ class ServerStats:
         self.by_status = {}
 
 
-class FileServer:
+class FileServer(LoopServer):
     """``with FileServer(directory) as server: server.url("name.h5")``."""
 
     def __init__(self, directory: str | os.PathLike[str], *, ranges: bool = True) -> None:
         self.directory = os.fspath(directory)
         self.ranges = ranges
         self.stats = ServerStats()
-        self.port = free_port()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._runner: web.AppRunner | None = None
+        super().__init__()
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.port}/{name}"
 
-    def __enter__(self) -> FileServer:
-        self._thread = threading.Thread(target=self._serve, name="h5lens-http-server", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the HTTP server did not start")
-        return self
+    thread_name = "h5lens-http-server"
 
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None:
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _serve(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._start())
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.close()
-
-    async def _start(self) -> None:
+    def _app(self) -> web.Application:
         from aiohttp import web
 
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-
-    async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        return app
 
     def _answer(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> web.Response:
         from aiohttp import web

@@ -18,7 +18,7 @@ import re
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 from urllib.parse import unquote
 
 if TYPE_CHECKING:
@@ -33,6 +33,56 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class LoopServer:
+    """An aiohttp application on 127.0.0.1, served from a thread of its own (its own event
+    loop) while the ``with`` block runs. Subclasses build the application (:meth:`_app`)."""
+
+    thread_name = "h5lens-test-server"
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._runner: web.AppRunner | None = None
+
+    def __enter__(self) -> Self:
+        self._thread = threading.Thread(target=self._serve, name=self.thread_name, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError(f"{self.thread_name} did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _serve(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._start())
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.close()
+
+    def _app(self) -> web.Application:
+        raise NotImplementedError
+
+    async def _start(self) -> None:
+        from aiohttp import web
+
+        self._runner = web.AppRunner(self._app(), access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
 
 
 class LocalS3:
@@ -155,7 +205,7 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None | Liter
     return start, min(size, int(last) + 1) if last else size
 
 
-class CountingProxy:
+class CountingProxy(LoopServer):
     """An HTTP reverse proxy on 127.0.0.1 in front of an endpoint.
 
     It counts requests and GET bytes, and can add a fixed latency per request, fail a
@@ -209,12 +259,8 @@ class CountingProxy:
         self._generations: dict[tuple[str, str], int] = {}
         self._random = random.Random(seed)
         self.stats = ProxyStats()
-        self.port = free_port()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._runner: web.AppRunner | None = None
         self._failing_gets = 0
+        super().__init__()
 
     def fail_next_gets(self, count: int) -> None:
         """Answer the next ``count`` GET requests with 503 ServiceUnavailable (an error code
@@ -225,43 +271,24 @@ class CountingProxy:
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> CountingProxy:
-        self._thread = threading.Thread(target=self._serve, name="h5lens-s3-proxy", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("the S3 proxy did not start")
-        return self
+    thread_name = "h5lens-s3-proxy"
 
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None:
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+    def _app(self) -> web.Application:
+        from aiohttp import web
 
-    def _serve(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._start())
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.close()
+        app = web.Application(client_max_size=1 << 31)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
 
     async def _start(self) -> None:
         import aiohttp
-        from aiohttp import web
 
         self._session = aiohttp.ClientSession(auto_decompress=False)
-        app = web.Application(client_max_size=1 << 31)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        await super()._start()
 
     async def _stop(self) -> None:
         await self._session.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await super()._stop()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         import aiohttp
