@@ -201,16 +201,7 @@ def scatter(
         _place_each(codec, flat_list, payloads, selection, out, describe)
         return present
     held = [i for i, p in enumerate(present) if p]
-    raws = _decode_all(codec, [payloads[flat_list[i]] for i in held], [flat_list[i] for i in held], describe)
-    try:
-        values = codec.values(raws) if raws else None
-    except ValueError:  # which chunk: decoded one by one, the first that fails is named
-        for i, raw in zip(held, raws, strict=True):
-            if len(raw) != codec.chunk_nbytes:
-                raise SourceReadError(
-                    f"{describe(flat_list[i])} does not decode (to {len(raw)} bytes; a chunk holds {codec.chunk_nbytes})"
-                ) from None
-        raise
+    values = _decoded(codec, [flat_list[i] for i in held], payloads, describe) if held else None
     if values is not None and len(held) == len(flat_list) and _contiguous_1d(codec, flats, selection):
         first, last = selection.chunk[0][0], selection.chunk[-1][0]
         begin = first.start
@@ -294,6 +285,20 @@ def _decode_all(
     return [raw for future in futures for raw in future.result()]
 
 
+def _decoded(
+    codec: ArrayCodec, flats: list[int], payloads: dict[int, bytes | memoryview], describe: Callable[[int], str]
+) -> np.ndarray:
+    """The values of chunks ``flats`` (all in ``payloads``), ``(n, *chunk_shape)``; a chunk
+    that does not decode to a whole chunk raises SourceReadError naming it."""
+    raws = _decode_all(codec, [payloads[flat] for flat in flats], flats, describe)
+    for flat, raw in zip(flats, raws, strict=True):
+        if len(raw) != codec.chunk_nbytes:
+            raise SourceReadError(
+                f"{describe(flat)} does not decode (to {len(raw)} bytes; a chunk holds {codec.chunk_nbytes})"
+            )
+    return codec.values(raws)
+
+
 def _contiguous_1d(codec: ArrayCodec, flats: np.ndarray, selection: Selection) -> bool:
     """A 1-d run of consecutive chunks, each whole but maybe the first and the last, into
     a contiguous stretch of the output: one copy does it all."""
@@ -351,16 +356,7 @@ def assemble(
         return result
     held = [i for i, flat in enumerate(flat_list) if flat in payloads]
     if held:
-        raws = _decode_all(codec, [payloads[flat_list[i]] for i in held], [flat_list[i] for i in held], describe)
-        try:
-            values = codec.values(raws)
-        except ValueError:
-            for i, raw in zip(held, raws, strict=True):
-                if len(raw) != codec.chunk_nbytes:
-                    raise SourceReadError(
-                        f"{describe(flat_list[i])} does not decode (to {len(raw)} bytes; a chunk holds {codec.chunk_nbytes})"
-                    ) from None
-            raise
+        values = _decoded(codec, [flat_list[i] for i in held], payloads, describe)
     if held and len(held) == len(flat_list):  # every chunk there: the decoded values are the block
         block = values.astype(codec.dtype, copy=False)
     else:
@@ -414,13 +410,7 @@ def gather_runs(
     if len(held) < len(flat_list):
         block[...] = codec.fill
     if held:
-        raws = _decode_all(codec, [payloads[flat_list[i]] for i in held], [flat_list[i] for i in held], describe)
-        for i, raw in zip(held, raws, strict=True):
-            if len(raw) != codec.chunk_nbytes:
-                raise SourceReadError(
-                    f"{describe(flat_list[i])} does not decode (to {len(raw)} bytes; a chunk holds {codec.chunk_nbytes})"
-                )
-        block[held] = codec.values(raws)
+        block[held] = _decoded(codec, [flat_list[i] for i in held], payloads, describe)
     # every wanted position, run after run, without a Python loop over runs
     before = np.r_[0, np.cumsum(lengths)[:-1]]
     positions = np.arange(total, dtype=np.int64) + np.repeat(starts - before, lengths)
