@@ -11,7 +11,7 @@ obsm) in stock moto on 127.0.0.1, read through ``h5lens.testing.s3.CountingProxy
            ``h5lens index`` does minus its start-up per file). Files/s and chunks/s.
 2. read    per-gene sums of X over all files: ``h5lens.read_anndata(list, lazy=True)``
            computed on the 2-worker cluster and in-process (dask threads), the same lazy
-           reads with one-manifest blocks (n/500 rows) concatenated by ``anndata.concat``
+           reads of each manifest alone concatenated by ``anndata.concat``
            on the cluster, against ``anndata.concat`` of ``anndata.read_h5ad`` of each
            file (s3fs file objects).
 
@@ -139,7 +139,7 @@ def main() -> None:
                                        lambda lazy=lazy: gene_sums(lazy.X).compute(scheduler="threads"))
                     fine = ad.concat([h5lens.read_anndata(m, lazy=True, storage_options=options) for m in manifests])
                     fine_blocks = fine.X.numblocks[0]
-                    fine_sums = timed("n/500-row blocks, 2-worker cluster", seconds,
+                    fine_sums = timed("concat of lazy reads, 2-worker cluster", seconds,
                                       lambda fine=fine: client.compute(gene_sums(fine.X)).result())
 
         fs = s3fs.S3FileSystem(**options, skip_instance_cache=True)
@@ -166,9 +166,9 @@ def main() -> None:
     print(f"  cluster start-up: {seconds['cluster start (1 workers)']:.2f} s (1 worker), "
           f"{seconds['cluster start (2 workers)']:.2f} s (2 workers), not in the times above")
     print(f"\nper-gene sum over all files       s      vs read_h5ad   ({blocks} blocks byte-sized; "
-          f"{fine_blocks} with n/500-row blocks)")
+          f"{fine_blocks} in the concat of lazy reads)")
     base = seconds["anndata.concat(read_h5ad)"]
-    for label in ("lazy list, 2-worker cluster", "lazy list, in-process threads", "n/500-row blocks, 2-worker cluster",
+    for label in ("lazy list, 2-worker cluster", "lazy list, in-process threads", "concat of lazy reads, 2-worker cluster",
                   "anndata.concat(read_h5ad)"):
         print(f"  {label:<34} {seconds[label]:6.2f}   {base / seconds[label]:5.2f}x")
     if args.json:

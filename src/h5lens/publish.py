@@ -13,6 +13,7 @@ from h5lens.destination import check_destination, refuse_local_sources
 from h5lens.errors import H5LensError, InvalidOptionError, ManifestFormatError, SourceReadError, StorageError
 from h5lens.locations import absolute, is_remote, local_path
 from h5lens.manifest import io
+from h5lens.manifest.documents import chunk_shape_of
 from h5lens.manifest.model import MISSING, Manifest, Source
 from h5lens.report import summarize
 
@@ -55,7 +56,7 @@ def check_sample(
         array = group[path]
         if not isinstance(array, zarr.Array):  # a chunk table belongs to an array node
             raise ManifestFormatError(f"/{path}: chunks recorded for a node zarr opens as a group")
-        chunk_shape = tuple(manifest.nodes[path]["chunk_grid"]["configuration"]["chunk_shape"])
+        chunk_shape = chunk_shape_of(manifest.nodes[path])
         for flat in chosen:
             index = np.unravel_index(flat, table.grid_shape) if table.grid_shape else ()
             selection = tuple(

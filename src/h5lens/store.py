@@ -19,15 +19,16 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5lens.codecs import register as register_codecs
-from h5lens.pipeline import enable_for_stores
-from h5lens.read.bulk import ArrayCodec, array_codec
 from h5lens.errors import H5LensError, RefusedSourceError, SourceNotFoundError, SourceReadError, StaleSourceError
 from h5lens.fetch.sources import ChunkRead, ReadStats, SourceReads
 from h5lens.locations import is_remote, resolve
 from h5lens.manifest.checks import VLEN_ALONE, codec_names, vlen_count_problem
+from h5lens.manifest.documents import chunk_shape_of
 from h5lens.manifest.model import MISSING, Manifest
 from h5lens.manifest.refs_json import dumps_document
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key
+from h5lens.pipeline import enable_for_stores
+from h5lens.read.bulk import ArrayCodec, array_codec
 
 __all__ = ["ManifestStore", "ReadStats"]
 
@@ -348,7 +349,7 @@ class ManifestStore(Store):
         """Arrays whose chunks a variable-length codec alone decodes → items per chunk."""
         if self._vlen_items is None:
             self._vlen_items = {
-                path: math.prod(doc["chunk_grid"]["configuration"]["chunk_shape"])
+                path: math.prod(chunk_shape_of(doc))
                 for path, doc in self.manifest.nodes.items()
                 if doc.get("node_type") == "array" and codec_names(doc) in VLEN_ALONE
             }

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from h5lens.errors import ManifestFormatError
+from h5lens.manifest.documents import chunk_shape_of, grid_shape
 from h5lens.manifest.tables import ChunkTable, Source
 from h5lens.manifest.zarr_keys import KeyEncoding, chunk_key
 
@@ -36,9 +37,7 @@ def check_node_document(where: str, doc: Any) -> None:
 
 def grid_shape_of(doc: dict[str, Any]) -> tuple[int, ...]:
     """The shape of an array document's chunk grid (chunks per dimension, edge chunks included)."""
-    shape = doc["shape"]
-    chunk_shape = doc["chunk_grid"]["configuration"]["chunk_shape"]
-    return tuple(-(-s // c) if c else 0 for s, c in zip(shape, chunk_shape, strict=True))
+    return grid_shape(doc["shape"], chunk_shape_of(doc))
 
 
 VLEN_ALONE = (["vlen-utf8"], ["vlen-bytes"])  # codec lists whose chunks start with their item count
@@ -63,7 +62,7 @@ def check_vlen_inline(path: str, doc: dict[str, Any], table: ChunkTable, encodin
     """Every inline chunk of a variable-length array holds the item count it must."""
     if codec_names(doc) not in VLEN_ALONE or not table.inline:
         return
-    expected = math.prod(doc["chunk_grid"]["configuration"]["chunk_shape"])
+    expected = math.prod(chunk_shape_of(doc))
     for flat, data in table.inline.items():
         problem = vlen_count_problem(data, expected)
         if problem is not None:

@@ -13,12 +13,22 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from h5lens.errors import ManifestFormatError
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 from h5lens.manifest.zarr_keys import KeyEncoding
+
+
+def chunk_shape_of(doc: Mapping[str, Any]) -> tuple[int, ...]:
+    """The chunk shape of an array's ``zarr.json`` (a regular grid: the only one h5lens writes)."""
+    return tuple(doc["chunk_grid"]["configuration"]["chunk_shape"])
+
+
+def grid_shape(shape: Sequence[int], chunk_shape: Sequence[int]) -> tuple[int, ...]:
+    """Chunks per axis of a regular grid (the last one partial; none along a 0-size chunk axis)."""
+    return tuple(-(-s // c) if c else 0 for s, c in zip(shape, chunk_shape, strict=True))
 
 
 class DocumentChecker:
@@ -70,7 +80,7 @@ class DocumentChecker:
         meta, error = self.array(doc)
         if error is not None:
             raise ManifestFormatError(f"/{path}: zarr refuses this metadata document ({error})")
-        chunk_shape = doc["chunk_grid"]["configuration"]["chunk_shape"]  # checked above
+        chunk_shape = chunk_shape_of(doc)  # checked above
         itemsize = max(1, meta.dtype.to_native_dtype().itemsize)
         limits.check("a chunk of (bytes)", math.prod(chunk_shape) * itemsize, "chunk_bytes", "/" + path)
 

@@ -17,6 +17,7 @@ import numpy as np
 import zarr
 
 from h5lens.errors import H5LensError, SourceReadError
+from h5lens.manifest.documents import grid_shape
 
 _SLAB_BYTES = 64 << 20  # decoded bytes read at once by check_array
 
@@ -63,7 +64,7 @@ def check_array(array: zarr.Array) -> int:
 
 
 def _grid(array: zarr.Array) -> tuple[int, ...]:
-    return tuple(-(-s // c) for s, c in zip(array.shape, array.chunks, strict=True))
+    return grid_shape(array.shape, array.chunks)
 
 
 def _blocks_of(array: zarr.Array, selection: Any) -> Iterator[tuple[int, ...]]:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from h5lens import convention
+from h5lens.manifest.documents import chunk_shape_of, grid_shape
 from h5lens.manifest.model import ChunkTable, ChunkTableBuilder
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING
 from h5lens.scan import chunks as chunk_scan
@@ -37,7 +38,7 @@ def inline_array(
     chunk_shape = chunk_shape or chunk_scan.plan_slabs(shape, _value_itemsize(plan, values), options.slab_bytes)
     codecs = value_codecs(plan, values.nbytes)
     doc = document(path, plan, shape, chunk_shape, codecs, fill, attributes)
-    table = ChunkTableBuilder(chunk_scan.grid_shape(shape, chunk_shape))
+    table = ChunkTableBuilder(grid_shape(shape, chunk_shape))
     if shape and 0 in shape:
         return finish_scalar(doc, table.build(), options)
     if shape:
@@ -59,12 +60,8 @@ def values_plan(values: np.ndarray, path: str) -> TypePlan:
     return plan_type(values.dtype, path)
 
 
-def doc_chunks(doc: dict[str, Any]) -> tuple[int, ...]:
-    return tuple(doc["chunk_grid"]["configuration"]["chunk_shape"])
-
-
 def chunk_nbytes(doc: dict[str, Any], itemsize: int) -> int:
-    return int(np.prod(doc_chunks(doc), dtype=np.int64)) * itemsize
+    return int(np.prod(chunk_shape_of(doc), dtype=np.int64)) * itemsize
 
 
 def _value_itemsize(plan: TypePlan, values: np.ndarray) -> int:

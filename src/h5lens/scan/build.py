@@ -19,13 +19,12 @@ from h5lens.errors import (
     first_line,
 )
 from h5lens.fetch.planner import LOCAL
-from h5lens.manifest.documents import check_documents
+from h5lens.manifest.documents import check_documents, chunk_shape_of
 from h5lens.manifest.model import ChunkTable, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
 from h5lens.scan.arrays import (
     bytes_codec,
     chunk_nbytes,
-    doc_chunks,
     document,
     finish_scalar,
     inline_array,
@@ -301,7 +300,7 @@ def _array(
             redo = [tail] if tail is not None else []
         if redo:  # chunks whose stored bytes the array's codecs cannot decode as they are
             _check_limit(path, options, len(redo) * chunk_nbytes(doc, base_itemsize), "chunks that skip filters")
-            regions = [(idx, read_values(ds, plan, chunk_selection(idx, doc_chunks(doc), shape), path, resolve)) for idx in redo]
+            regions = [(idx, read_values(ds, plan, chunk_selection(idx, chunk_shape_of(doc), shape), path, resolve)) for idx in redo]
             store_inline(table, redo, encode_chunks(doc, regions))
         return finish_scalar(doc, table.build(), options)
 

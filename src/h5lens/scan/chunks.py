@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 
 from h5lens.errors import UnsupportedFeatureError
+from h5lens.manifest.documents import grid_shape
 from h5lens.manifest.model import ChunkTableBuilder
 from h5lens.scan import hdf5
 from h5lens.scan.hdf5 import ChunkIndex, Superblock, UnsupportedIndexError
@@ -49,10 +50,6 @@ class ChunkScan:
     # grid indices of chunks stored without some of the filters: a filter_mask that is not 0,
     # or partial edge chunks of a dataset that does not filter them (H5Pset_chunk_opts)
     masked: list[tuple[int, ...]]
-
-
-def grid_shape(shape: tuple[int, ...], chunk_shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(-(-s // c) for s, c in zip(shape, chunk_shape, strict=True))
 
 
 def contiguous_offset(dsid: h5py.h5d.DatasetID) -> int | None:

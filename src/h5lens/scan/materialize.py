@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 
 from h5lens.errors import UnsupportedFeatureError
+from h5lens.manifest.documents import chunk_shape_of
 from h5lens.scan.attrs import as_bytes
 from h5lens.scan.dtypes import TypePlan, fields_of, structured_json
 
@@ -149,7 +150,7 @@ def encode_chunks(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         array = zarr.open_array(store, mode="r+", zarr_format=3)
-        chunk_shape = tuple(doc["chunk_grid"]["configuration"]["chunk_shape"])
+        chunk_shape = chunk_shape_of(doc)
         shape = tuple(doc["shape"])
         for index, values in regions:
             if not shape and values.dtype.kind == "O":

@@ -39,7 +39,6 @@ docs/xarray.md for what still differs from h5netcdf).
 from __future__ import annotations
 
 import base64
-import math
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ import numpy as np
 
 from h5lens import convention
 from h5lens.keys import zarr_node_name
+from h5lens.manifest.documents import chunk_shape_of, grid_shape
 from h5lens.manifest.model import MISSING, ChunkTableBuilder
 from h5lens.scan.materialize import chunk_selection, encode_chunks
 from h5lens.scan.profiles import ProfileContext
@@ -336,9 +336,9 @@ def _pad(ctx: ProfileContext, key: str, sizes: tuple[int | None, ...]) -> None:
     new = tuple(s if s is not None and s > o else o for s, o in zip(sizes, old, strict=True))
     if new == old or doc.get("data_type") not in _PADDED:
         return
-    chunks = tuple(doc["chunk_grid"]["configuration"]["chunk_shape"])
+    chunks = chunk_shape_of(doc)
     table = ctx.tables[key]
-    grid = tuple(math.ceil(s / c) for s, c in zip(new, chunks, strict=True))
+    grid = grid_shape(new, chunks)
     builder = ChunkTableBuilder(grid)
     region = tuple(slice(0, n) for n in table.grid_shape)
     builder.source[region] = table.source
