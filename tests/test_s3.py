@@ -149,10 +149,13 @@ def test_faults_are_retried_without_corrupting(s3, chunky):
 def test_every_kind_of_fault_is_survived_exactly(s3, chunky, client, monkeypatch):
     """One request in five fails (503, 500, a body cut off halfway, a reset connection):
     indexing through the faults and reading through them give libhdf5's values."""
+    from h5lens.fetch import retry
     from h5lens.fetch.clients import CLIENT_ENV
     from h5lens.testing.s3 import FAULTS
 
     monkeypatch.setenv(CLIENT_ENV, client)
+    # every attempt the policy allows, without its waits between them (they only cost time here)
+    monkeypatch.setattr(retry, "POLICY", retry.RetryPolicy(first_backoff=0.001, max_backoff=0.005))
     url = _upload(s3, chunky, "chunky.h5ad")
     with CountingProxy(s3.endpoint_url, fault_rate=0.2, faults=FAULTS, seed=11) as flaky:
         options = s3.storage_options(flaky.endpoint_url)
@@ -195,7 +198,11 @@ def _env() -> dict[str, str]:
     return dict(os.environ)
 
 
-def test_a_request_that_keeps_failing_names_key_and_range(s3, chunky):
+def test_a_request_that_keeps_failing_names_key_and_range(s3, chunky, monkeypatch):
+    from h5lens.fetch import retry
+
+    # the policy's full patience (8 attempts, up to 60 s) is for real outages, not this test
+    monkeypatch.setattr(retry, "POLICY", retry.RetryPolicy(attempts=3, first_backoff=0.01))
     url = _upload(s3, chunky, "chunky.h5ad")
     manifest = h5lens.index(url, storage_options=s3.storage_options(), inline_threshold=0)
     with CountingProxy(s3.endpoint_url, fault_rate=1.0) as broken:

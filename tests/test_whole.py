@@ -55,3 +55,28 @@ def test_read_whole_over_s3(s3, s3_proxy, source):
     assert got.flags.writeable
     assert manifest.chunks["gzip_1d"].n_present == 101
     assert s3_proxy.stats.gets == 1  # 101 neighbouring chunks, one request
+
+
+RUNS = [
+    [(150, 170), (170, 400), (400, 401)],  # touching runs over a stretch of chunks (a CSC's columns)
+    [(5, 10), (20, 30), (30, 31)],  # gaps inside one stretch
+    [(5, 10), (900, 950), (9_990, 10_007)],  # chunks far apart
+    [(30, 30), (40, 45), (45, 45)],  # empty runs among them
+    [(0, 10_007)],  # everything
+    [(60, 80), (10, 20)],  # out of order
+]
+
+
+@pytest.mark.parametrize("runs", RUNS, ids=lambda r: f"{len(r)}runs-{r[0][0]}")
+@pytest.mark.parametrize("name", ["gzip_1d", "partly_written", "shuffle_be"])
+def test_read_runs_equals_h5py(source, name, runs):
+    manifest = h5lens.index(source, inline_threshold=0)
+    store = h5lens.open_store(manifest)
+    with h5py.File(source) as f:
+        data = f[name][...]
+    runs = [(min(a, len(data)), min(b, len(data))) for a, b in runs]
+    starts = np.array([a for a, _ in runs], dtype=np.int64)
+    stops = np.array([b for _, b in runs], dtype=np.int64)
+    got = store.read_runs(name, starts, stops)
+    assert got is not None
+    np.testing.assert_array_equal(got, np.concatenate([data[a:b] for a, b in runs]))

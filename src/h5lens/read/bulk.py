@@ -411,9 +411,18 @@ def gather_runs(
         block[...] = codec.fill
     if held:
         block[held] = _decoded(codec, [flat_list[i] for i in held], payloads, describe)
+    values = block.reshape(-1)
+    keep = lengths > 0
+    starts, stops, lengths = starts[keep], stops[keep], lengths[keep]
+    if len(flats) == int(flats[-1]) - int(flats[0]) + 1:  # the chunks are one stretch of the array
+        origin = int(flats[0]) * chunk
+        if np.array_equal(starts[1:], stops[:-1]):  # and so are the runs (a CSC's columns, say)
+            return values[int(starts[0]) - origin : int(stops[-1]) - origin]
+        before = np.r_[0, np.cumsum(lengths)[:-1]]
+        return values[np.arange(total, dtype=np.int64) + np.repeat(starts - before - origin, lengths)]
     # every wanted position, run after run, without a Python loop over runs
     before = np.r_[0, np.cumsum(lengths)[:-1]]
     positions = np.arange(total, dtype=np.int64) + np.repeat(starts - before, lengths)
     slots = np.searchsorted(flats, positions // chunk)
-    return block.reshape(-1)[slots * chunk + positions % chunk]
+    return values[slots * chunk + positions % chunk]
 
