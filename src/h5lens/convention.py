@@ -7,6 +7,7 @@ See docs/conventions.md and docs/manifest-format.md.
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # Profiles: how a manifest writes what zarr has no form for (docs/conventions.md).
@@ -60,3 +61,11 @@ def decode_bytes_value(value: dict[str, Any]) -> bytes | list[Any]:
         return base64.b64decode(item, validate=True)
 
     return decode(value[BYTES])
+
+
+def legacy_anndata_root(root_attributes: Mapping[str, Any], has_member: Callable[[str], bool]) -> bool:
+    """An h5ad written before anndata recorded encodings (anndata < 0.7): no
+    ``encoding-type`` on the root, ``obs`` and ``var`` beside each other. The one rule the
+    scanner's AnnData profile and the AnnData reader both go by."""
+    return "encoding-type" not in root_attributes and has_member("obs") and has_member("var")
+

@@ -116,7 +116,7 @@ def _check_root(group: zarr.Group, allowed: tuple[str, ...]) -> str:
     kind = group.attrs.get("encoding-type")
     if kind in allowed:
         return kind
-    legacy = kind is None and "obs" in group and "var" in group
+    legacy = convention.legacy_anndata_root(group.attrs, group.__contains__)
     if legacy and "anndata" in allowed:
         return "anndata"
     found = f"encoding-type {kind!r}" if kind is not None else f"members {sorted(group.keys())[:8]}"

@@ -30,8 +30,7 @@ def applies(ctx: ProfileContext) -> bool:
     root = ctx.attributes("")
     if root.get("encoding-type") in ANNDATA_ROOTS:
         return True
-    # files written before encoding metadata existed: obs and var at the root
-    return "encoding-type" not in root and "obs" in ctx.nodes and "var" in ctx.nodes
+    return convention.legacy_anndata_root(root, ctx.nodes.__contains__)
 
 
 def apply(ctx: ProfileContext) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
+from h5lens import convention
 from h5lens.scan.profiles import ProfileContext
 
 ENCODING = "encoding-type"
@@ -25,7 +26,7 @@ MATRIX_MAPPINGS = ("obsm", "varm", "raw/varm", "raw.varm")
 
 
 def is_legacy(ctx: ProfileContext) -> bool:
-    return ENCODING not in ctx.attributes("") and "obs" in ctx.nodes
+    return convention.legacy_anndata_root(ctx.attributes(""), ctx.nodes.__contains__)
 
 
 def upgrade(ctx: ProfileContext) -> None:
