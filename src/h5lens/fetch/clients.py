@@ -95,11 +95,7 @@ class LocalClient:
         except OSError as e:
             raise SourceReadError(f"{self.path}: reading bytes {offset}-{offset + length} failed ({e.strerror})") from None
         if len(data) != length and exact:
-            size = os.fstat(fd).st_size
-            raise SourceReadError(
-                f"{self.path}: bytes {offset}-{offset + length} end past the end of the file ({size} bytes): "
-                "the manifest's reference does not fit this file"
-            )
+            raise past_end(self.path, offset, length, f"the file ({os.fstat(fd).st_size} bytes)")
         return data
 
     async def get(self, offset: int, length: int) -> bytes:
@@ -287,10 +283,7 @@ class ObstoreClient:
 
     def _checked(self, data: memoryview, offset: int, length: int, exact: bool = True) -> memoryview:
         if len(data) != length and (exact or len(data) > length):
-            raise SourceReadError(
-                f"{self.url}: bytes {offset}-{offset + length} end past the end of the object "
-                f"({len(data)} of {length} bytes came back): the manifest's reference does not fit this source"
-            )
+            raise past_end(self.url, offset, length, f"the object ({len(data)} of {length} bytes came back)")
         return data
 
     async def _failed(self, error: BaseException, offset: int, length: int) -> bytes | memoryview:
@@ -331,10 +324,7 @@ class ObstoreClient:
             except Exception:  # noqa: BLE001 - the HEAD is only an explanation
                 size = None
             if isinstance(size, int) and offset + length > size:
-                return SourceReadError(
-                    f"{self.url}: {where} lie past the end of the object ({size} bytes): "
-                    "the manifest's reference does not fit this source"
-                )
+                return past_end(self.url, offset, length, f"the object ({size} bytes)")
         return SourceReadError(f"{self.url}: reading {where} failed ({detail})")
 
     def stat(self, *, fingerprint: bool = False, probe: bool = False) -> dict[str, Any]:
@@ -460,10 +450,7 @@ class FsspecClient:
                 f"{length}), so chunks cannot be read one by one; download the file and index or read the local copy"
             )
         if len(data) != length and exact:  # the object is shorter than the reference: no retry helps
-            raise SourceReadError(
-                f"{self.url}: bytes {offset}-{offset + length} end past the end of the object "
-                f"({len(data)} of {length} bytes came back): the manifest's reference does not fit this source"
-            )
+            raise past_end(self.url, offset, length, f"the object ({len(data)} of {length} bytes came back)")
         return data
 
     def get_sync(self, offset: int, length: int, *, exact: bool = True) -> bytes:
@@ -474,10 +461,7 @@ class FsspecClient:
     def _read_error(self, error: BaseException, offset: int, length: int, attempts: int) -> Exception:
         where = f"bytes {offset}-{offset + length}"
         if http_status(error) == 416:
-            return SourceReadError(
-                f"{self.url}: {where} lie past the end of the object (HTTP 416): "
-                "the manifest's reference does not fit this source"
-            )
+            return past_end(self.url, offset, length, "the object (HTTP 416)")
         found = storage_error(error, self.url, f"reading {where} of", anon=anon_requested(self.storage_options))
         if type(found) is StorageError:
             tries = f" after {attempts} attempts" if attempts > 1 else ""
@@ -536,6 +520,15 @@ def _fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[st
         options["config_kwargs"] = {"max_pool_connections": FSSPEC_CONCURRENCY}  # botocore's default is 10
     return options
 
+
+
+def past_end(url: str, offset: int, length: int, end: str) -> SourceReadError:
+    """A reference whose bytes run past the end of its source (``end``: which end, and how
+    it showed): no retry helps, the manifest does not fit the source."""
+    return SourceReadError(
+        f"{url}: bytes {offset}-{offset + length} end past the end of {end}: "
+        "the manifest's reference does not fit this source"
+    )
 
 # Clients with an HTTP session: closed at exit, while zarr's event loop still runs (by the
 # time the garbage collector would get to them, the loop is gone). Weak: a client closed
