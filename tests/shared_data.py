@@ -26,8 +26,8 @@ def shared_names(pattern: str) -> list:
     if names:
         return names
     if REQUIRED:
-        raise RuntimeError(_missing(f"no {pattern!r} files"))
-    return [pytest.param(None, marks=pytest.mark.skip(reason=_missing(f"no {pattern!r} files")))]
+        raise RuntimeError(_missing(f"files matching {pattern!r}"))
+    return [pytest.param(None, marks=pytest.mark.skip(reason=_missing(f"files matching {pattern!r}")))]
 
 
 def shared_file(name: str) -> Path:
