@@ -520,6 +520,11 @@ def test_lazy_sparse_blocks_are_sized_by_bytes_and_slices_read_their_rows(tmp_pa
         np.testing.assert_array_equal(lazy.X[picked].compute().toarray(), x[picked].toarray())
     else:
         np.testing.assert_array_equal(lazy.X[:, picked].compute().toarray(), x[:, picked].toarray())
+    stored_axis = x.tocsr() if layout == "csr" else x.tocsc().T.tocsr()  # rows: the stored axis
+    for key in (slice(None, None, -3), slice(19990, 5, -7), np.array([7, 3, 3, 19999]), slice(100, 50)):
+        got = source[key] if layout == "csr" else source[:, key]
+        want_rows = stored_axis[key]
+        np.testing.assert_array_equal((got if layout == "csr" else got.T).toarray(), want_rows.toarray())
     assert_equal(lazy.to_memory(), expected)
 
 

@@ -64,11 +64,12 @@ class LazySparse:
         import scipy.sparse as sp
 
         n = self.major
-        if isinstance(major_key, slice):
-            start, stop, step = major_key.indices(n)
-            rows = np.arange(start, stop, step, dtype=np.int64) if step != 1 else None
-        else:
-            rows = np.arange(n, dtype=np.int64)[np.asarray(major_key)]  # bool masks, negative indices
+        if isinstance(major_key, slice) and major_key.step in (None, 1):
+            start, stop, _ = major_key.indices(n)
+            rows = None
+        else:  # any step (negative too), bool masks, negative or unsorted indices
+            where = major_key if isinstance(major_key, slice) else np.asarray(major_key)
+            rows = np.arange(n, dtype=np.int64)[where]
             start, stop = (int(rows.min()), int(rows.max()) + 1) if rows.size else (0, 0)
             if rows.size and np.array_equal(rows, np.arange(start, stop)):
                 rows = None
@@ -85,8 +86,7 @@ class LazySparse:
             local = rows - start
             starts, stops = pointers[local], pointers[local + 1]
             indptr = np.r_[0, np.cumsum(stops - starts)]
-        indices = self._read(f"{self._prefix}indices", starts, stops)
-        data = self._read(f"{self._prefix}data", starts, stops)
+        indices, data = self._read_both(starts, stops)
         count = stop - start if rows is None else int(rows.size)
         return self._build(sp, indptr, data, indices, count, minor)
 
@@ -94,6 +94,24 @@ class LazySparse:
         if self.csr:
             return sp.csr_matrix((data, indices, indptr), shape=(count, minor))
         return sp.csc_matrix((data, indices, indptr), shape=(minor, count))
+
+    def _read_both(self, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The runs of ``indices`` and of ``data``, fetched together (one round trip, not two)."""
+        import asyncio
+
+        from zarr.core.sync import sync
+
+        async def both() -> list[np.ndarray | None]:
+            return await asyncio.gather(
+                *(self.store.read_runs_async(f"{self._prefix}{name}", starts, stops) for name in ("indices", "data"))
+            )
+
+        indices, data = sync(both())
+        if indices is None:
+            indices = self._read(f"{self._prefix}indices", starts, stops)
+        if data is None:
+            data = self._read(f"{self._prefix}data", starts, stops)
+        return indices, data
 
     def _read(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
         """Runs of a 1-d member, in bulk; through zarr where h5lens does not decode it."""
