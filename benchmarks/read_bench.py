@@ -134,39 +134,14 @@ def gen_nc(path: str, n_chunks: int, chunk_values: int) -> dict[str, Any]:
 
 
 def gen_h5ad(path: str, n_obs: int, n_vars: int, density: float, chunk: int = 800, fmt: str = "csr") -> dict[str, Any]:
-    """An AnnData written by anndata: obs/var by ``write_h5ad(compression="gzip")``, X (CSR or
-    CSC, float32) by ``anndata.io.write_elem`` in gzip chunks of ``chunk`` elements (as
-    benchmarks/remote_scan.py writes its 100 MB atlas)."""
-    import anndata as ad
+    """An AnnData written by anndata (:func:`atlas_files.write_atlas`, as
+    benchmarks/remote_scan.py writes its 100 MB atlas), X CSR or CSC in gzip chunks of
+    ``chunk`` elements."""
     import h5py
-    import pandas as pd
-    import scipy.sparse as sp
 
-    rng = np.random.default_rng(0)
-    per_row = rng.poisson(density * n_vars, n_obs).clip(1, n_vars // 2)
-    indptr = np.zeros(n_obs + 1, np.int64)
-    np.cumsum(per_row, out=indptr[1:])
-    nnz = int(indptr[-1])
-    row = np.repeat(np.arange(n_obs), per_row)
-    gaps = (rng.random(nnz) * (n_vars // per_row)[row]).astype(np.int64) + 1
-    cumulative = np.cumsum(gaps)
-    indices = (cumulative - np.r_[0, cumulative[indptr[1:-1] - 1]][row] - 1).astype(np.int32)
-    x: Any = sp.csr_matrix((rng.lognormal(0, 1, nnz).astype(np.float32), indices, indptr), shape=(n_obs, n_vars))
-    obs = pd.DataFrame(
-        {"cell_type": pd.Categorical(rng.choice([f"type_{i}" for i in range(24)], n_obs)),
-         "n_counts": np.asarray(x.sum(axis=1)).ravel()},
-        index=[f"cell_{i:06d}" for i in range(n_obs)],
-    )
-    var = pd.DataFrame({"gene_symbol": [f"GENE{i}" for i in range(n_vars)]}, index=[f"ENSG{i:011d}" for i in range(n_vars)])
-    if fmt == "csc":
-        x = x.tocsc()
-    tmp = path + ".partial"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ad.AnnData(obs=obs, var=var).write_h5ad(tmp, compression="gzip")
-        with h5py.File(tmp, "a") as f:
-            ad.io.write_elem(f, "X", x, dataset_kwargs={"chunks": (chunk,), "compression": "gzip"})
-    os.replace(tmp, path)
+    from atlas_files import write_atlas
+
+    nnz = write_atlas(path, n_obs, n_vars, density, chunk=chunk, fmt=fmt)
     with h5py.File(path, "r") as f:
         chunks = sum(f[f"X/{n}"].id.get_num_chunks() for n in ("data", "indices", "indptr"))
     return {"chunks": chunks, "chunk_bytes": chunk * 4, "shape": [n_obs, n_vars], "nnz": nnz}

@@ -229,36 +229,9 @@ class Server:
 
 def generate_anndata(path: str, seed: int = 0) -> None:
     """50,000 x 2,000 CSR h5ad by anndata: obs/var by write_h5ad, X by write_elem (gzip, 800-element chunks)."""
-    import anndata as ad
-    import h5py
-    import pandas as pd
-    import scipy.sparse as sp
+    from atlas_files import write_atlas
 
-    n_obs, n_vars, density, chunk = 50_000, 2_000, 0.18, 800
-    rng = np.random.default_rng(seed)
-    per_row = rng.poisson(density * n_vars, n_obs).clip(1, n_vars // 2)
-    indptr = np.zeros(n_obs + 1, np.int64)
-    np.cumsum(per_row, out=indptr[1:])
-    nnz = int(indptr[-1])
-    row = np.repeat(np.arange(n_obs), per_row)
-    gaps = (rng.random(nnz) * (n_vars // per_row)[row]).astype(np.int64) + 1
-    cumulative = np.cumsum(gaps)
-    indices = (cumulative - np.r_[0, cumulative[indptr[1:-1] - 1]][row] - 1).astype(np.int32)
-    x = sp.csr_matrix((rng.lognormal(0, 1, nnz).astype(np.float32), indices, indptr), shape=(n_obs, n_vars))
-    obs = pd.DataFrame(
-        {"cell_type": pd.Categorical(rng.choice([f"type_{i}" for i in range(24)], n_obs)),
-         "n_counts": np.asarray(x.sum(axis=1)).ravel()},
-        index=[f"cell_{i:06d}" for i in range(n_obs)],
-    )
-    var = pd.DataFrame({"gene_symbol": [f"GENE{i}" for i in range(n_vars)]},
-                       index=[f"ENSG{i:011d}" for i in range(n_vars)])
-    tmp = path + ".partial"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ad.AnnData(obs=obs, var=var).write_h5ad(tmp, compression="gzip")
-        with h5py.File(tmp, "a") as f:
-            ad.io.write_elem(f, "X", x, dataset_kwargs={"chunks": (chunk,), "compression": "gzip"})
-    os.replace(tmp, path)
+    write_atlas(path, 50_000, 2_000, 0.18, chunk=800, seed=seed)
 
 
 def generate_big(path: str, seed: int = 0, n_chunks: int = 1_000_000, chunk: int = 550) -> None:
