@@ -5,7 +5,9 @@ pipeline named by zarr's ``codec_pipeline.path`` setting. For an array of an h5l
 :class:`~h5lens.store.ManifestStore` whose codecs h5lens decodes itself (numbers through
 the filter table's codecs: the arrays HDF5 files hold), this pipeline reads a selection in
 one go (:mod:`h5lens.read.bulk`): the chunks' byte ranges from the manifest, fetched at
-once (merged, in parallel), decoded in bulk and written in place. Everything else (other
+once (merged, in parallel), decoded in bulk and written in place. A region (slices of step
+1 and integers, what xarray, anndata and hdmf-zarr ask for) does not even wait for zarr to
+list its chunks one by one: see ``_install_region_reads``. Everything else (other
 stores, other codecs, writes) goes to the pipeline that was configured before, unchanged:
 the manifest keeps zarr's standard codecs, and plain zarr without h5lens reads it too.
 
@@ -17,6 +19,7 @@ opts out for the process; ``H5LENS_FAST_READS=0`` before the first store does to
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -32,10 +35,10 @@ if TYPE_CHECKING:
     from zarr.abc.store import ByteGetter, ByteSetter, Store
     from zarr.core.array_spec import ArraySpec
     from zarr.core.buffer import Buffer, NDBuffer
-    from zarr.core.metadata.v3 import RectilinearChunkGridMetadata, RegularChunkGridMetadata
+    from zarr.core.dtype import ZDType
     from zarr.core.indexing import SelectorTuple
     from zarr.core.metadata import ArrayMetadata
-    from zarr.core.dtype import ZDType
+    from zarr.core.metadata.v3 import RectilinearChunkGridMetadata, RegularChunkGridMetadata
 
 PATH = "h5lens.pipeline.H5LensCodecPipeline"
 ENV = "H5LENS_FAST_READS"
@@ -63,6 +66,15 @@ class BulkReadable(Protocol):
     def describe_flat_chunk(self, path: str, flat: int) -> str: ...
 
 
+@runtime_checkable
+class RegionReadable(BulkReadable, Protocol):
+    """Whole regions at once (:meth:`h5lens.store.ManifestStore.read_region_async`)."""
+
+    def array_codec(self, path: str) -> Any: ...
+
+    async def read_region_async(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None: ...
+
+
 def _configured() -> str:
     from zarr.core.config import config
 
@@ -83,6 +95,7 @@ def _fallback_class() -> type[CodecPipeline]:
 def _switch_on() -> None:
     from zarr.core.config import config
 
+    _install_region_reads()
     current = _configured()
     if current != PATH:
         _setting.fallback = current
@@ -103,7 +116,7 @@ def enable_for_stores() -> None:
     _switch_on()
 
 
-class fast_reads:  # noqa: N801 - used as a function and as a context manager
+class fast_reads:
     """h5lens's pipeline for h5lens stores, in this process.
 
     ``fast_reads()`` turns it on (a store does so when it is created), ``fast_reads(False)``
@@ -248,6 +261,42 @@ class H5LensCodecPipeline(CodecPipeline):
         present = await asyncio.to_thread(scatter, codec, flats, payloads, selection, target, describe)
         return tuple({"status": "present" if p else "missing"} for p in present)
 
+    async def read_region(
+        self, path: str, metadata: Any, config: Any, chunk_grid: Any, indexer: Any, prototype: Any, out: Any
+    ) -> Any:
+        """What zarr's ``_get_selection`` returns, for a region of an array h5lens decodes
+        itself (read at once, no per-chunk list); None for anything else (zarr reads it)."""
+        from zarr.core.buffer import cpu
+        from zarr.core.indexing import BasicIndexer
+
+        if not isinstance(self.store, RegionReadable) or prototype.nd_buffer is not cpu.NDBuffer:
+            return None
+        if config.order != "C" or config.read_missing_chunks is False or not chunk_grid.is_regular:
+            return None
+        codec = self.store.array_codec(path)
+        if codec is None or codec.chunk_shape != tuple(chunk_grid.chunk_shape) or codec.shape != tuple(metadata.shape):
+            return None
+        bounds = _region_bounds(indexer, codec.shape)
+        if bounds is None or not bounds:
+            return None
+        values = await self.store.read_region_async(path, bounds)
+        if values is None:
+            return None
+        values = values.reshape(indexer.shape)
+        dtype = metadata.dtype.to_native_dtype()
+        if out is not None:
+            if out.shape != indexer.shape:
+                return None  # zarr's own message for it
+            out.as_numpy_array()[...] = values
+            result = out
+        else:
+            if values.dtype != dtype or not values.flags.c_contiguous or not values.flags.writeable:
+                values = np.ascontiguousarray(values, dtype=dtype)
+            result = cpu.NDBuffer.from_numpy_array(values)
+        if isinstance(indexer, BasicIndexer) and indexer.shape == ():
+            return result.as_scalar()
+        return result.as_ndarray_like()
+
     def _plan(self, batch: list[Any]) -> tuple[Any, np.ndarray] | None:
         """The array's codec and the flat indices of the chunks, when h5lens decodes them."""
         if not batch:
@@ -258,5 +307,75 @@ class H5LensCodecPipeline(CodecPipeline):
 
 
 register_pipeline(H5LensCodecPipeline)
+
+
+# -- whole regions, before zarr lists every chunk ----------------------------------------
+# zarr hands a pipeline one (key, spec, chunk selection, out selection) tuple per chunk,
+# built in Python: 20-30 µs a chunk, more than a 400 B chunk's whole read costs. For a
+# region (slices of step 1 and integers) of an array of an h5lens store that h5lens decodes
+# itself, that list is not needed: the region's chunks come from the chunk table at once
+# (ManifestStore.read_region_async). zarr has no hook before the list, so the module
+# function every zarr read goes through (``zarr.core.array._get_selection``, private, zarr
+# pinned to 3.4.x) is wrapped; a zarr whose function does not take the arguments this was
+# written for is left alone, and its reads go through :meth:`H5LensCodecPipeline.read`.
+_SELECTION_PARAMETERS = (
+    "store_path", "metadata", "codec_pipeline", "config", "chunk_grid", "indexer", "prototype", "out", "fields",
+)
+
+
+def _install_region_reads() -> bool:
+    """Wrap zarr's ``_get_selection`` (once); whether reads of regions now come here."""
+    import inspect
+
+    import zarr.core.array as zarr_array
+
+    original = zarr_array._get_selection
+    if getattr(original, "_h5lens_regions", False):
+        return True
+    if tuple(inspect.signature(original).parameters) != _SELECTION_PARAMETERS:
+        return False
+
+    @functools.wraps(original)
+    async def _get_selection(
+        store_path: Any,
+        metadata: Any,
+        codec_pipeline: Any,
+        config: Any,
+        chunk_grid: Any,
+        indexer: Any,
+        *,
+        prototype: Any,
+        out: Any = None,
+        fields: Any = None,
+    ) -> Any:
+        if isinstance(codec_pipeline, H5LensCodecPipeline) and not fields:  # zarr passes [] for none
+            values = await codec_pipeline.read_region(store_path.path, metadata, config, chunk_grid, indexer, prototype, out)
+            if values is not None:
+                return values
+        return await original(
+            store_path, metadata, codec_pipeline, config, chunk_grid, indexer, prototype=prototype, out=out, fields=fields
+        )
+
+    _get_selection._h5lens_regions = True  # type: ignore[attr-defined]
+    zarr_array._get_selection = _get_selection
+    return True
+
+
+def _region_bounds(indexer: Any, shape: tuple[int, ...]) -> list[tuple[int, int]] | None:
+    """``[start, stop)`` per axis of a selection made of slices of step 1 and integers, in
+    a zarr Basic or Orthogonal indexer; None for any other selection."""
+    from zarr.core.indexing import BasicIndexer, IntDimIndexer, OrthogonalIndexer, SliceDimIndexer
+
+    if type(indexer) not in (BasicIndexer, OrthogonalIndexer) or len(indexer.dim_indexers) != len(shape):
+        return None
+    bounds = []
+    for dim in indexer.dim_indexers:
+        if type(dim) is SliceDimIndexer and dim.step == 1:
+            bounds.append((dim.start, max(dim.start, dim.stop)))
+        elif type(dim) is IntDimIndexer:
+            bounds.append((dim.dim_sel, dim.dim_sel + 1))
+        else:
+            return None
+    return bounds
 
 __all__ = ["ENV", "PATH", "H5LensCodecPipeline", "enable_for_stores", "enabled", "fast_reads"]

@@ -182,15 +182,23 @@ def _numcodecs(codec_id: str, keep: tuple[str, ...]) -> Callable[[dict[str, Any]
     return make
 
 
+# Decoded chunk size (bytes) from which libdeflate beats zlib (measured: 400 B zlib 4.2 µs
+# against 8.7; 4 KB 36 µs against 23).
+_LIBDEFLATE_FROM = 2048
+
+
 def _zlib(configuration: dict[str, Any], itemsize: int) -> Decoder:
     import zlib
 
     from imagecodecs import deflate_decode
 
-    # libdeflate (through imagecodecs) inflates a whole chunk of known size about a third
-    # faster than zlib, without the GIL. A stream it refuses goes to zlib, whose verdict
-    # (and message) is the one libhdf5 would give.
+    # libdeflate (through imagecodecs) inflates a chunk of known size up to twice as fast
+    # as zlib, without the GIL, but its call costs about 5 µs more: below a few KB zlib is
+    # faster (400 B chunks: 4 µs against 9). A stream libdeflate refuses goes to zlib, whose
+    # verdict (and message) is the one libhdf5 would give.
     def decode(data: bytes, nbytes: int) -> bytes:
+        if nbytes < _LIBDEFLATE_FROM:
+            return zlib.decompress(data)
         try:
             return deflate_decode(data, out=nbytes)  # type: ignore[return-value]  # bytes when out is a size
         except Exception:  # noqa: BLE001 - zlib decides
