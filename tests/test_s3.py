@@ -409,3 +409,41 @@ def test_publish_over_its_own_source_is_refused(s3, tmp_path):
         publish(str(local), url, url=url, storage_options=s3.storage_options())
     assert local.read_bytes() == before
     assert s3.filesystem().cat(url.removeprefix("s3://")) == before
+
+
+def _lazy_selection(manifest, options, kind):
+    lazy = h5lens.read_anndata(manifest, storage_options=options, lazy=True)
+    mask = np.asarray((lazy.obs["cell_type"] == kind).values)
+    return mask, lazy[mask].to_memory()
+
+
+def test_a_lazy_selection_fetches_in_batches_not_element_by_element(s3, s3_proxy, tmp_path, monkeypatch):
+    """A lazy AnnData over S3 fetches what it reads anyway in one batch when it opens: a
+    small file whole (as s3fs's read-ahead gives read_h5ad), a big one its dataframes and
+    indptr; a selection then costs the round trips of an eager read, not one per element."""
+    import h5lens.read.anndata as reader
+
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    options = s3.storage_options(s3_proxy.endpoint_url)
+    manifest = h5lens.index(url, storage_options=options, inline_threshold=0)
+    expected = ad.read_h5ad(local)
+    s3_proxy.stats.reset()
+    h5lens.read_anndata(manifest, storage_options=options)
+    eager_gets = s3_proxy.stats.gets
+
+    counts = {}
+    for case, whole_bytes, batches in (("small", reader.LAZY_WHOLE_BYTES, True), ("big", 0, True), ("none", 0, False)):
+        monkeypatch.setattr(reader, "LAZY_WHOLE_BYTES", whole_bytes)
+        if not batches:
+            monkeypatch.setattr(reader, "_prefetch_for_lazy", lambda store: None)
+        s3_proxy.stats.reset()
+        mask, got = _lazy_selection(manifest, options, expected.obs["cell_type"].iloc[0])
+        counts[case] = s3_proxy.stats.gets
+        want = expected[mask]
+        np.testing.assert_array_equal(got.X.toarray(), want.X.toarray())
+        assert list(got.obs_names) == list(want.obs_names)
+        np.testing.assert_array_equal(got.obs["n_counts"], want.obs["n_counts"])
+        assert got.obs["cell_type"].astype(str).tolist() == want.obs["cell_type"].astype(str).tolist()
+    assert counts["small"] <= eager_gets, counts
+    assert counts["small"] < counts["big"] < counts["none"], counts

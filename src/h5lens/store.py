@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -399,16 +399,22 @@ class ManifestStore(Store):
                     changes=tuple(changes),
                 ).at_cli(f"{said}; index it again, or pass --no-verify to read it anyway")
 
-    def prefetch_all(self, budget: int | None = None) -> int:
-        """Start fetching every referenced chunk of remote sources, in file order, up to
-        ``budget`` bytes, as one batch of merged requests (for reads that will touch
-        everything, like an eager AnnData read). Returns the bytes requested."""
+    def prefetch_all(self, budget: int | None = None, paths: Callable[[str], bool] | None = None) -> int:
+        """Start fetching every referenced chunk of remote sources (of the arrays ``paths``
+        accepts), in file order, up to ``budget`` bytes, as one batch of merged requests (for
+        reads that will touch everything, like an eager AnnData read). Returns the bytes
+        requested."""
         from zarr.core.sync import sync
 
-        requested, start = self.reads.prefetch() if budget is None else self.reads.prefetch(budget)
+        requested, start = self.reads.prefetch(paths=paths) if budget is None else self.reads.prefetch(budget, paths)
         if start is not None:
             sync(start())
         return requested
+
+    def remote_bytes(self, paths: Callable[[str], bool] | None = None) -> int:
+        """The bytes this manifest references in remote sources (of the arrays ``paths``
+        accepts): what :meth:`prefetch_all` would fetch without a budget."""
+        return self.reads.remote_bytes(paths)
 
     def read_chunks(self, path: str, flats: np.ndarray | None = None) -> dict[int, bytes | memoryview]:
         """The stored (encoded) bytes of many chunks of array ``path`` at once, by flat index
