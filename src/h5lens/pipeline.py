@@ -246,7 +246,7 @@ class H5LensCodecPipeline(CodecPipeline):
         if planned is None:
             return tuple(await self.inner.read(batch, out, drop_axes))
         codec, flats = planned
-        from h5lens.read.bulk import Selection, scatter
+        from h5lens.read.bulk import Selection, off_loop, scatter
 
         store = self.store
         payloads = await store.read_many_async(codec.path, flats)
@@ -258,7 +258,7 @@ class H5LensCodecPipeline(CodecPipeline):
         def describe(flat: int) -> str:
             return store.describe_flat_chunk(codec.path, flat)
 
-        present = await asyncio.to_thread(scatter, codec, flats, payloads, selection, target, describe)
+        present = await off_loop(payloads, scatter, codec, flats, payloads, selection, target, describe)
         return tuple({"status": "present" if p else "missing"} for p in present)
 
     async def read_region(

@@ -266,7 +266,7 @@ class ManifestStore(Store):
     async def read_region_async(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None:
         """The values of array ``path`` in ``[start, stop)`` per axis (within its shape), read
         in bulk; None if h5lens does not decode this array itself (read it through zarr)."""
-        from h5lens.read.bulk import assemble, region_chunks
+        from h5lens.read.bulk import assemble, off_loop, region_chunks
 
         codec = self.array_codec(path)
         if codec is None:
@@ -280,7 +280,7 @@ class ManifestStore(Store):
         def describe(flat: int) -> str:
             return self.describe_flat_chunk(path, flat)
 
-        return await asyncio.to_thread(assemble, codec, bounds, lo, flats, payloads, describe)
+        return await off_loop(payloads, assemble, codec, bounds, lo, flats, payloads, describe)
 
     def read_region(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None:
         """:meth:`read_region_async` from synchronous code."""
@@ -292,7 +292,7 @@ class ManifestStore(Store):
         """The values of runs ``[starts[i], stops[i])`` of 1-d array ``path`` (within its
         length), one after the other, every chunk they touch read at once; None if h5lens
         does not decode this array itself (read it through zarr)."""
-        from h5lens.read.bulk import gather_runs, run_chunks
+        from h5lens.read.bulk import gather_runs, off_loop, run_chunks
 
         codec = self.array_codec(path)
         if codec is None or len(codec.shape) != 1:
@@ -305,7 +305,7 @@ class ManifestStore(Store):
         def describe(flat: int) -> str:
             return self.describe_flat_chunk(path, flat)
 
-        return await asyncio.to_thread(gather_runs, codec, starts, stops, flats, payloads, describe)
+        return await off_loop(payloads, gather_runs, codec, starts, stops, flats, payloads, describe)
 
     def read_runs(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray | None:
         """:meth:`read_runs_async` from synchronous code."""

@@ -16,6 +16,7 @@ exactly as zarr would decode it, or not at all.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -44,6 +45,20 @@ _BIG_CHUNK = 64 << 10
 _THREADS = max(1, min(4, os.cpu_count() or 1))
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
+
+
+# Below this many stored bytes a selection is decoded on the event loop itself: handing it
+# to a thread costs more (~100 µs a hop) than decoding it, and a lazy AnnData makes
+# dozens of such reads.
+_INLINE_BYTES = 256 << 10
+
+
+async def off_loop(payloads: dict[int, bytes | memoryview], work: Callable[..., Any], *args: Any) -> Any:
+    """``work(*args)`` on a thread (decoding does not hold up the event loop's other
+    reads), or right here when ``payloads`` are too few bytes for the hop to pay."""
+    if sum(len(p) for p in payloads.values()) < _INLINE_BYTES:
+        return work(*args)
+    return await asyncio.to_thread(work, *args)
 
 
 def _executor() -> ThreadPoolExecutor:
