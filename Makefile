@@ -14,7 +14,7 @@ demo: $(STAMP)
 	$(VENV)/bin/h5lens demo
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import h5lens
-from test_feature_matrix import BUILDERS, FileKind, check_against_h5py
+from test_feature_matrix import BUILDERS, FileKind, check_against_h5py, four_byte_offsets
 
 KINDS = {
     kind.name: kind
@@ -64,8 +64,8 @@ def _references(value: object) -> list[h5py.Reference]:
 
 def h5py_reads_everything(path: Path) -> bool:
     """Whether h5py reads every dataset and attribute of the file, and follows every object
-    reference in them (libhdf5 writes some combinations of creation properties that it
-    cannot read back: object references in a file with 4-byte offsets)."""
+    reference in them (but in files with 4-byte offsets, where libhdf5 does not read its
+    own references the same way twice: see test_feature_matrix.UnreadableReference)."""
     try:
         with h5py.File(path, "r") as f:
 
@@ -76,7 +76,7 @@ def h5py_reads_everything(path: Path) -> bool:
             def visit(name: str, obj: h5py.HLObject) -> None:
                 for value in values(obj):
                     for ref in _references(value):
-                        if ref:
+                        if ref and not four_byte_offsets(f):  # no oracle there: UnreadableReference
                             f[ref]  # noqa: B018 - dereferencing is the check
 
             f.visititems(visit)
@@ -110,7 +110,13 @@ def check(path: Path, source: str, storage_options: dict | None = None) -> None:
         with pytest.raises(h5lens.H5LensError):
             h5lens.open_group(h5lens.index(source, storage_options=storage_options, inline_threshold=0))
         return
-    manifest = h5lens.index(source, storage_options=storage_options, inline_threshold=0)
+    try:
+        manifest = h5lens.index(source, storage_options=storage_options, inline_threshold=0)
+    except h5lens.UnsupportedFeatureError as e:
+        with h5py.File(path, "r") as f:
+            if four_byte_offsets(f) and "object reference points at nothing" in str(e):
+                return  # libhdf5 wrote a reference it cannot follow either (UnreadableReference): refused, named
+        raise
     check_against_h5py(path, h5lens.open_group(manifest, storage_options=storage_options), "released")
 
 
