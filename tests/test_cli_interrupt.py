@@ -22,6 +22,13 @@ CLI = [sys.executable, "-m", "h5lens.cli"]
 COMMANDS = ["index", "publish", "inspect", "ls", "cat", "validate", "demo"]
 
 
+def _as_at_a_terminal() -> None:
+    """Ctrl-C as a user's shell delivers it: SIGINT at its default in the child. A test
+    runner's worker may ignore SIGINT (pytest-xdist's do), and an ignored signal stays
+    ignored across exec, so Python would never raise KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _has_open(pid: int, path: str) -> bool:
     try:
         return any(os.path.realpath(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd"))
@@ -51,6 +58,7 @@ def test_ctrl_c_during_a_scan(many_datasets, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_at_a_terminal,
     )
     while process.poll() is None and not _has_open(process.pid, many_datasets):
         time.sleep(0.005)  # until the scanner has the file open
@@ -87,7 +95,9 @@ def test_ctrl_c_during_imports(tmp_path, module):
     """typer: while the command starts; numpy and zarr: inside the command."""
     out = tmp_path / "m.json"
     code = _INTERRUPT_DURING_IMPORT.format(module=module, args=["index", str(tmp_path / "x.h5"), "-o", str(out)])
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, preexec_fn=_as_at_a_terminal
+    )
     assert result.returncode == 130, result.stderr
     assert result.stderr.strip().splitlines() == ["h5lens: interrupted"]
     assert list(tmp_path.iterdir()) == []
