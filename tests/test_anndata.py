@@ -543,7 +543,7 @@ def test_a_chunk_that_does_not_decode_is_named(tmp_path, reader):
     table = manifest.chunks["X/data"]
     offset = table.offset.copy()
     offset[1] += 7  # chunk 1 now starts inside its zlib stream
-    manifest.chunks["X/data"] = replace(table, offset=offset)
+    manifest = replace(manifest, chunks={**manifest.chunks, "X/data": replace(table, offset=offset)})
     read = h5lens.read_anndata if reader == "anndata" else h5lens.read_treedata
     with pytest.raises(h5lens.SourceReadError) as raised:
         read(manifest, verify=False)

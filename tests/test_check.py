@@ -22,7 +22,7 @@ def damaged(tmp_path):
     for name, index in (("x", 5), ("y", (3, 4))):  # a bumped offset: zlib sees no header
         offset = manifest.chunks[name].offset.copy()
         offset[index] += 1
-        manifest.chunks[name] = replace(manifest.chunks[name], offset=offset)
+        manifest = replace(manifest, chunks={**manifest.chunks, name: replace(manifest.chunks[name], offset=offset)})
     return path, h5lens.open_group(manifest)
 
 

@@ -594,7 +594,7 @@ def test_proposal_hdmf_zarr_fails_on_nan_strings(manifests, name):
 
 def decode_nan_strings(manifest: h5lens.Manifest) -> h5lens.Manifest:
     """The manifest a reader implementing the proposal's NaN decoding (section 7) would see."""
-    import copy
+    from dataclasses import replace
 
     def decode(value: Any) -> Any:
         if isinstance(value, str) and value in convention.NON_FINITE_TEXT:
@@ -605,9 +605,7 @@ def decode_nan_strings(manifest: h5lens.Manifest) -> h5lens.Manifest:
             return {k: decode(v) for k, v in value.items()}
         return value
 
-    out = copy.copy(manifest)
-    out.nodes = {p: {**doc, "attributes": decode(doc.get("attributes", {}))} for p, doc in manifest.nodes.items()}
-    return out
+    return replace(manifest, nodes={p: {**doc, "attributes": decode(doc.get("attributes", {}))} for p, doc in manifest.nodes.items()})
 
 
 #: with specs from pynwb and NaN decoded, what still differs from NWBHDF5IO under the proposal

@@ -238,7 +238,7 @@ def test_a_range_past_the_end_is_not_retried(s3, chunky):
     size = manifest.sources[0].size
     offset = manifest.chunks["X"].offset.copy()
     offset[0] = size + 100  # past the end of the object
-    manifest.chunks["X"] = replace(manifest.chunks["X"], offset=offset)
+    manifest = replace(manifest, chunks={**manifest.chunks, "X": replace(manifest.chunks["X"], offset=offset)})
     with CountingProxy(s3.endpoint_url) as proxy:
         options = {**s3.storage_options(proxy.endpoint_url), **NO_BACKEND_RETRIES}
         group = h5lens.open_group(manifest, storage_options=options, verify=False)

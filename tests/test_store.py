@@ -106,7 +106,7 @@ def test_a_failed_synchronous_read_names_the_key(tmp_path):
     manifest = h5lens.index(path, inline_threshold=0)
     offset = manifest.chunks["x"].offset.copy()
     offset[1] = manifest.sources[0].size - 10
-    manifest.chunks["x"] = replace(manifest.chunks["x"], offset=offset)
+    manifest = replace(manifest, chunks={**manifest.chunks, "x": replace(manifest.chunks["x"], offset=offset)})
     store = h5lens.open_store(manifest, verify=False)
     with pytest.raises(h5lens.SourceReadError) as raised:
         store.get_sync("x/c/1")
@@ -247,7 +247,7 @@ def test_a_manifest_without_a_fingerprint_is_checked_by_mtime(tmp_path):
     with h5py.File(path, "w") as f:
         f["x"] = np.arange(10)
     manifest = h5lens.index(path)
-    manifest.sources[0] = replace(manifest.sources[0], fingerprint=None)
+    manifest = replace(manifest, sources=[replace(manifest.sources[0], fingerprint=None)])
     st = os.stat(path)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
     with pytest.raises(h5lens.StaleSourceError) as raised:
@@ -262,7 +262,7 @@ def test_a_source_with_nothing_recorded_is_not_checked(tmp_path):
     with h5py.File(path, "w") as f:
         f["x"] = np.arange(10)
     manifest = h5lens.index(path)
-    manifest.sources[0] = replace(manifest.sources[0], size=None, mtime=None, etag=None, fingerprint=None)
+    manifest = replace(manifest, sources=[replace(manifest.sources[0], size=None, mtime=None, etag=None, fingerprint=None)])
     with open(path, "ab") as f:
         f.write(b"\0" * 16)
     np.testing.assert_array_equal(h5lens.open_group(manifest)["x"][...], np.arange(10))
@@ -280,8 +280,8 @@ def test_a_source_with_its_size_only_recorded_is_checked_by_size(tmp_path):
         with h5py.File(name, "w") as f:
             f["x"] = np.arange(10)
     manifest = h5lens.index(path)
-    manifest.sources[0] = replace(manifest.sources[0], size=None, mtime=None, etag=None, fingerprint=None)
-    manifest.sources.append(Source(str(other), size=other.stat().st_size))
+    unknown = replace(manifest.sources[0], size=None, mtime=None, etag=None, fingerprint=None)
+    manifest = replace(manifest, sources=[unknown, Source(str(other), size=other.stat().st_size)])
     np.testing.assert_array_equal(h5lens.open_group(manifest)["x"][...], np.arange(10))
     with open(other, "ab") as f:
         f.write(b"\0" * 16)
@@ -301,7 +301,7 @@ def test_a_failed_chunk_read_names_the_key_and_its_byte_range(tmp_path):
     table = manifest.chunks["x"]
     offset = table.offset.copy()
     offset[1] = manifest.sources[0].size - 10  # the chunk now runs past the end of the file
-    manifest.chunks["x"] = replace(table, offset=offset)
+    manifest = replace(manifest, chunks={**manifest.chunks, "x": replace(table, offset=offset)})
     group = h5lens.open_group(manifest, verify=False)
     with pytest.raises(h5lens.SourceReadError) as raised:
         group["x"][1000:2000]
@@ -334,3 +334,43 @@ def test_synchronous_reads_for_zarrs_fused_pipeline(sample):
             np.testing.assert_array_equal(group["obsm/X_pca"][10:20], f["obsm/X_pca"][10:20])
     assert store.get_sync("nope/zarr.json") is None
     assert store.get_sync("zarr.json").to_bytes() == run(store.get("zarr.json", PROTO)).to_bytes()
+
+
+def test_a_manifest_does_not_change_a_new_one_is_made(tmp_path):
+    """A manifest refuses changes in place (its fields, nodes, tables, sources); a change is
+    a new manifest, and a store keeps serving the one it was opened on. Pickling and
+    copying keep it whole."""
+    import copy
+    import dataclasses
+    import pickle
+
+    path = tmp_path / "m.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(10), chunks=(5,))
+        f.create_dataset("y", data=np.arange(3.0))
+    manifest = h5lens.index(path, inline_threshold=0)
+    with pytest.raises(TypeError, match="does not change"):
+        manifest.nodes["z"] = manifest.nodes["y"]
+    with pytest.raises(TypeError, match="does not change"):
+        del manifest.chunks["x"]
+    with pytest.raises(TypeError, match="does not change"):
+        manifest.nodes.update({})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        manifest.location = "elsewhere"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        manifest.sources.append(manifest.sources[0])  # type: ignore[attr-defined]
+
+    before = h5lens.open_group(manifest)
+    smaller = dataclasses.replace(
+        manifest,
+        nodes={k: v for k, v in manifest.nodes.items() if k != "y"},
+        chunks={k: v for k, v in manifest.chunks.items() if k != "y"},
+    )
+    assert "y" in manifest.nodes and "y" not in smaller.nodes and smaller.children("") == ["x"]
+    assert sorted(before.array_keys()) == ["x", "y"]
+    assert sorted(h5lens.open_group(smaller).array_keys()) == ["x"]
+    for again in (pickle.loads(pickle.dumps(manifest)), copy.deepcopy(manifest), copy.copy(manifest)):
+        assert again == manifest and type(again.nodes) is type(manifest.nodes)
+        with pytest.raises(TypeError):
+            again.nodes["z"] = {}
+        np.testing.assert_array_equal(h5lens.open_group(again)["x"][...], np.arange(10))

@@ -24,6 +24,7 @@ import inspect
 import json
 import pickle
 from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -160,15 +161,14 @@ def _new_arrays(manifest: Manifest, key: str) -> Iterator[tuple[str, KeyEncoding
                     yield path, encoding, index
 
 
-def put(manifest: Manifest, key: str, value: bytes) -> None:
-    """Put ``value`` under ``key`` into ``manifest``, in place: a zarr.json document, or an
-    inline chunk of the array that makes the key grammar name ``key`` (an existing one, its
-    grid grown as needed, or a new one). Raises :class:`Unrepresentable` if no manifest can
-    hold it beside what ``manifest`` holds."""
+def put(manifest: Manifest, key: str, value: bytes) -> Manifest:
+    """``manifest`` with ``value`` under ``key`` (a new manifest: they do not change): a
+    zarr.json document, or an inline chunk of the array that makes the key grammar name
+    ``key`` (an existing one, its grid grown as needed, or a new one). Raises
+    :class:`Unrepresentable` if no manifest can hold it beside what ``manifest`` holds."""
     path = metadata_path(key)
     if path is not None:
-        _put_document(manifest, key, path, value)
-        return
+        return _put_document(manifest, key, path, value)
     grammar = KeyGrammar.of_documents(manifest.nodes)
     found = grammar.chunk(key)
     if found is not None:
@@ -192,9 +192,7 @@ def put(manifest: Manifest, key: str, value: bytes) -> None:
         if why is None and KeyGrammar.of_documents(nodes).chunk(key) != (array, index):
             why = f"{key!r} would not name chunk {index} of /{array}"
         if why is None:
-            manifest.nodes[array] = doc
-            manifest.chunks[array] = table
-            return
+            return replace(manifest, nodes=nodes, chunks=chunks)
         reasons.append(f"as chunk {index} of /{array}: {why}")
     raise Unrepresentable(
         f"{key!r} is no metadata key and names no chunk of an array that can exist beside "
@@ -202,7 +200,18 @@ def put(manifest: Manifest, key: str, value: bytes) -> None:
     )
 
 
-def _put_document(manifest: Manifest, key: str, path: str, value: bytes) -> None:
+def serve(store: ManifestStore, manifest: Manifest) -> None:
+    """zarr's StoreTests hold one store object and write through the harness: that object
+    serves ``manifest`` from now on, re-initialised (a manifest does not change, and nothing
+    the store derived from the old one stays)."""
+    opened = store._is_open
+    store.__init__(  # type: ignore[misc]
+        manifest, source_options=store.source_options, source_urls=store.source_urls, allow_local=store.allow_local
+    )
+    store._is_open = opened
+
+
+def _put_document(manifest: Manifest, key: str, path: str, value: bytes) -> Manifest:
     try:
         doc = json.loads(value)
     except ValueError:
@@ -230,11 +239,7 @@ def _put_document(manifest: Manifest, key: str, path: str, value: bytes) -> None
     why = _unserved(nodes, chunks)
     if why is not None:
         raise Unrepresentable(f"{key}: {why}")
-    manifest.nodes[path] = doc
-    if node_type == "group":
-        manifest.chunks.pop(path, None)
-    else:
-        manifest.chunks[path] = chunks[path]
+    return replace(manifest, nodes=nodes, chunks=chunks)
 
 
 # -- running zarr's async tests without an asyncio plugin -----------------------------------
@@ -291,9 +296,8 @@ class TestManifestStoreConformance(StoreTests[ManifestStore, CPUBuffer]):
         return self.store_cls(**store_kwargs)
 
     async def set(self, store: ManifestStore, key: str, value: Buffer) -> None:
-        """Write through the manifest (no store method), then have the store serve it."""
-        put(store.manifest, key, value.to_bytes())
-        store.refresh()  # the store derives its metadata and key grammar from the manifest once
+        """Write through a new manifest (no store method), then have the store serve it."""
+        serve(store, put(store.manifest, key, value.to_bytes()))
 
     async def get(self, store: ManifestStore, key: str) -> Buffer:
         """Read back from the manifest itself (no store method)."""
@@ -531,8 +535,7 @@ class TestManifestStoreConformance(StoreTests[ManifestStore, CPUBuffer]):
         one, other = ManifestStore(**store_kwargs), ManifestStore(**{**store_kwargs, "manifest": empty_manifest()})
         assert one == other and one.manifest is not other.manifest
         assert one != ManifestStore(**{**store_kwargs, "source_options": {}})
-        put(other.manifest, "c/0", b"\x01")
-        other.refresh()
+        serve(other, put(other.manifest, "c/0", b"\x01"))
         assert one != other
 
     async def test_list_dir_names_groups_without_a_document(self, store: ManifestStore) -> None:
@@ -653,7 +656,7 @@ def test_listing_equals_a_memory_store_holding_the_same_keys(seed: int) -> None:
     for key in rng.permutation(CANDIDATE_KEYS)[: int(rng.integers(1, len(CANDIDATE_KEYS)))]:
         value = GROUP_DOCUMENT if key.endswith("zarr.json") else bytes([int(rng.integers(256))])
         try:
-            put(manifest, str(key), value)
+            manifest = put(manifest, str(key), value)
         except Unrepresentable:
             pass
     twin = _memory_twin(manifest)

@@ -132,8 +132,11 @@ def test_malformed_reference(released):
 
 
 def test_removed_target_breaks_every_reference(released):
-    del released.nodes["g/target"]
-    del released.chunks["g/target"]
+    released = replace(
+        released,
+        nodes={k: v for k, v in released.nodes.items() if k != "g/target"},
+        chunks={k: v for k, v in released.chunks.items() if k != "g/target"},
+    )
     assert found(released) == [
         "/: attribute 'ref': _REFERENCE to '/g/target', which does not exist",
         "/compound_refs: reference field 'target' paths that do not exist: '/g/target'",
@@ -236,15 +239,15 @@ def test_scalar_marker_on_a_non_scalar(proposal):
 def test_scalar_forms_follow_the_profile(released, proposal):
     assert released.nodes["scalar"]["shape"] == [] and proposal.nodes["scalar"]["shape"] == [1]
     # a proposal scalar inside a released manifest, and the other way round
-    released.nodes["scalar"] = copy.deepcopy(proposal.nodes["scalar"])
-    released.chunks["scalar"] = copy.deepcopy(proposal.chunks["scalar"])
+    released = replace(released, nodes={**released.nodes, "scalar": copy.deepcopy(proposal.nodes["scalar"])})
+    released = replace(released, chunks={**released.chunks, "scalar": copy.deepcopy(proposal.chunks["scalar"])})
     assert found(released) == ["/scalar: _SCALAR in a released-profile manifest (released scalars are 0-d arrays)"]
-    proposal.convention = "proposal"
-    proposal.nodes["scalar"] = copy.deepcopy(released.nodes["scalar"])
+    proposal = replace(proposal, convention="proposal")
+    proposal = replace(proposal, nodes={**proposal.nodes, "scalar": copy.deepcopy(released.nodes["scalar"])})
     proposal.nodes["scalar"]["attributes"].pop("_SCALAR")
     proposal.nodes["scalar"]["shape"] = []
     proposal.nodes["scalar"]["chunk_grid"]["configuration"]["chunk_shape"] = []
-    proposal.chunks["scalar"] = proposal.chunks["scalar"].reshaped(())
+    proposal = replace(proposal, chunks={**proposal.chunks, "scalar": proposal.chunks["scalar"].reshaped(())})
     assert found(proposal) == [
         "/scalar: 0-d array in a proposal-profile manifest (proposal scalars are shape [1] + _SCALAR)"
     ]
@@ -259,7 +262,7 @@ def test_nan_form_follows_the_profile(proposal):
 def test_structured_referenced_chunk_length_mismatch(released):
     table = released.chunks["records"]
     assert table.source[1] == 0 and table.length[1] == 1200
-    released.chunks["records"] = edited(table, length={1: 1199})
+    released = replace(released, chunks={**released.chunks, "records": edited(table, length={1: 1199})})
     assert found(released) == [
         "/records: referenced chunk 1 holds 1199 bytes; a bytes-only chunk of shape [100] and itemsize 12 "
         "([('a', '<i4'), ('b', '<f8')]) holds 1200"
@@ -269,9 +272,9 @@ def test_structured_referenced_chunk_length_mismatch(released):
 def test_structured_inline_chunk_length_mismatch(released):
     table = released.chunks["small_records"]
     assert table.source[0] == INLINE
-    released.chunks["small_records"] = replace(
+    released = replace(released, chunks={**released.chunks, "small_records": replace(
         table, inline={0: table.inline[0][:-1]}, length=table.length - np.uint64(1)
-    )
+    )})
     problems = found(released)
     assert problems == [
         "/small_records: inline chunk 0 holds 35 bytes; a bytes-only chunk of shape [3] and itemsize 12 "
@@ -281,7 +284,7 @@ def test_structured_inline_chunk_length_mismatch(released):
 
 
 def test_referenced_chunk_past_the_source_end(released):
-    released.chunks["records"] = edited(released.chunks["records"], offset={3: released.sources[0].size - 10})
+    released = replace(released, chunks={**released.chunks, "records": edited(released.chunks["records"], offset={3: released.sources[0].size - 10})})
     assert found(released) == [
         f"/records: chunk 3 ends at byte {released.sources[0].size + 1190}, past the source's "
         f"{released.sources[0].size} bytes"
@@ -418,6 +421,6 @@ def test_an_inline_chunk_that_does_not_decode_is_found(tmp_path):
     assert validate(manifest) == []
     table = manifest.chunks["text"]
     garbage = table.inline[0][:-3]  # a truncated chunk
-    manifest.chunks["text"] = replace(table, inline={0: garbage}, length=np.array([len(garbage)], dtype=np.uint64))
+    manifest = replace(manifest, chunks={**manifest.chunks, "text": replace(table, inline={0: garbage}, length=np.array([len(garbage)], dtype=np.uint64))})
     (problem,) = found(manifest)
     assert problem == "/text: inline chunk 0 does not decode with the array's codecs"

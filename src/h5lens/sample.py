@@ -9,6 +9,7 @@ numeric scalars in ``uns``.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import h5py
 import numpy as np
@@ -104,8 +105,8 @@ def publish_refs(directory: str | os.PathLike[str], *, sample: str | os.PathLike
         write_sample(sample_path)
     else:
         sample_path = os.fspath(sample)
-    manifest = h5lens.index(sample_path, url=SAMPLE_NAME)
-    manifest.sources[0] = Source(SAMPLE_NAME, manifest.sources[0].size)
+    indexed = h5lens.index(sample_path, url=SAMPLE_NAME)
+    manifest = replace(indexed, sources=[Source(SAMPLE_NAME, indexed.sources[0].size)])
     out = os.path.join(directory, MANIFEST_NAME)
     manifest.to_json(out)
     return out

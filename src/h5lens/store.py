@@ -123,20 +123,6 @@ class ManifestStore(Store):
             )
         return self
 
-    def refresh(self) -> None:
-        """Forget what this store derived from ``self.manifest`` (metadata documents, key
-        grammar, node tree, source readers and what they fetched), so that the next request
-        serves the manifest as it is now: call it after editing the manifest in place. The
-        read statistics start again from zero."""
-        if self._reads is not None:
-            self._reads.close()
-        self._reads = None
-        self._metadata = None
-        self._grammar = None
-        self._tree = None
-        self._vlen_items = None
-        self._codecs = {}
-
     # -- lookups ------------------------------------------------------------
     @property
     def metadata(self) -> dict[str, bytes]:

@@ -154,7 +154,7 @@ def relative_to[M: ManifestParts](manifest: M, target: str) -> M:
         where = resolve(source.url, manifest.location)
         relative = None if "://" not in where and not os.path.isabs(where) else relative_to_manifest(where, target)
         sources.append(source if relative is None else replace(source, url=relative))
-    return manifest if sources == manifest.sources else replace(manifest, sources=sources)
+    return manifest if tuple(sources) == tuple(manifest.sources) else replace(manifest, sources=sources)
 
 
 def read(

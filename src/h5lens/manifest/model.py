@@ -9,7 +9,8 @@ knowing this class, so imports run one way, up to here.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any
 
 from h5lens.manifest import io
@@ -20,6 +21,8 @@ from h5lens.manifest.tables import (
     MISSING,
     ChunkTable,
     ChunkTableBuilder,
+    FrozenNodes,
+    FrozenTables,
     ManifestParts,
     NodeMap,
     Source,
@@ -34,6 +37,8 @@ __all__ = [
     "MISSING",
     "ChunkTable",
     "ChunkTableBuilder",
+    "FrozenNodes",
+    "FrozenTables",
     "Manifest",
     "ManifestParts",
     "NodeMap",
@@ -43,7 +48,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(eq=False, frozen=True)
 class Manifest(ManifestParts):
     """zarr v3 metadata documents plus chunk references for one HDF5 file.
 
@@ -51,11 +56,19 @@ class Manifest(ManifestParts):
     ``zarr.json`` document; ``chunks`` maps each array path to its table. The fields are
     those of :class:`~h5lens.manifest.tables.ManifestParts`, what the file forms read and
     write.
+
+    A manifest does not change once made (its fields, its ``nodes`` and ``chunks`` and
+    ``sources``): a change is a new manifest, ``dataclasses.replace(manifest, ...)``, as
+    zarr's and VirtualiZarr's metadata are. What a store derives from it stays true.
     """
 
     def __post_init__(self) -> None:
-        if not isinstance(self.nodes, NodeMap):
-            self.nodes = NodeMap(self.nodes)
+        if not isinstance(self.nodes, FrozenNodes):
+            object.__setattr__(self, "nodes", FrozenNodes(self.nodes))
+        if isinstance(self.chunks, dict) and not isinstance(self.chunks, FrozenTables):
+            object.__setattr__(self, "chunks", FrozenTables(self.chunks))
+        if not isinstance(self.sources, tuple):
+            object.__setattr__(self, "sources", tuple(self.sources))
 
     def __eq__(self, other: object) -> bool:
         """Equal content: documents (NaN attributes compare as written), tables, sources."""
@@ -75,9 +88,6 @@ class Manifest(ManifestParts):
         )
 
     __hash__ = None  # type: ignore[assignment]
-    _children_cache: tuple[tuple[int, int], dict[str, list[str]]] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
 
     # -- views -----------------------------------------------------------
     def arrays(self) -> list[str]:
@@ -88,17 +98,12 @@ class Manifest(ManifestParts):
 
     def children(self, path: str) -> list[str]:
         """Names of the direct children of group ``path``, sorted."""
-        return list(self._children_index().get(path, ()))
+        return list(self._children_index.get(path, ()))
 
+    @cached_property
     def _children_index(self) -> dict[str, list[str]]:
-        """parent path -> sorted child names, built once (listing every group stays linear),
-        and again only after a node was added or removed."""
-        if not isinstance(self.nodes, NodeMap):
-            self.nodes = NodeMap(self.nodes)
-        fingerprint = (id(self.nodes), self.nodes.version)
-        if self._children_cache is None or self._children_cache[0] != fingerprint:
-            self._children_cache = (fingerprint, children_index(self.nodes))
-        return self._children_cache[1]
+        """parent path -> sorted child names, built once (listing every group stays linear)."""
+        return children_index(self.nodes)
 
     # -- files (the formats live in h5lens.manifest.io; the model knows none) ---------
     @classmethod

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -79,7 +79,34 @@ class NodeMap(dict[str, dict[str, Any]]):
         return self
 
 
-def children_index(nodes: dict[str, Any]) -> dict[str, list[str]]:
+class Frozen(dict):  # typed by its subclasses below
+    """A dict that does not change once made: a manifest's nodes and tables. A change is a
+    new manifest (``dataclasses.replace(manifest, nodes={**manifest.nodes, path: doc})``),
+    as zarr's and VirtualiZarr's metadata objects are, so that what a store derived from
+    a manifest (documents, key grammar, source readers) stays true for its life."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            "a Manifest does not change: make a new one, e.g. dataclasses.replace(manifest, nodes={**manifest.nodes, ...})"
+        )
+
+    __setitem__ = __delitem__ = pop = popitem = setdefault = update = clear = __ior__ = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle and copy rebuild it whole (their default sets items one by one)
+        return (type(self), (dict(self),))
+
+
+class FrozenNodes(Frozen, dict[str, dict[str, Any]]):
+    """node path -> zarr.json document, in a :class:`Manifest`."""
+
+
+class FrozenTables(Frozen, dict[str, "ChunkTable"]):
+    """array path -> chunk table, in a :class:`Manifest` (the compact form's lazily decoded
+    tables are a read-only mapping of their own)."""
+
+
+def children_index(nodes: Mapping[str, Any]) -> dict[str, list[str]]:
     """parent path -> sorted names of its direct children."""
     index: dict[str, list[str]] = {}
     for node in nodes:
@@ -324,7 +351,7 @@ class ChunkTableBuilder:
         return ChunkTable(self.source, self.offset, self.length, self.inline)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class ManifestParts:
     """zarr v3 metadata documents plus chunk references: what a manifest holds. The readers
     of the file forms return these parts and their writers take them;
@@ -335,9 +362,9 @@ class ManifestParts:
     ``zarr.json`` document; ``chunks`` maps each array path to its table.
     """
 
-    nodes: dict[str, dict[str, Any]]
+    nodes: Mapping[str, dict[str, Any]]
     chunks: Mapping[str, ChunkTable]  # a dict, or tables decoded on first use (compact form)
-    sources: list[Source]
+    sources: Sequence[Source]
     convention: str = "released"
     writer: str = ""
     # where the manifest was read from: relative source URLs resolve against it
