@@ -374,3 +374,27 @@ def test_a_manifest_does_not_change_a_new_one_is_made(tmp_path):
         with pytest.raises(TypeError):
             again.nodes["z"] = {}
         np.testing.assert_array_equal(h5lens.open_group(again)["x"][...], np.arange(10))
+
+
+def test_the_typed_view_of_array_documents_says_what_zarr_reads(tmp_path):
+    """ArrayDocument (what readers use instead of keys into zarr.json) against zarr's own
+    reading of the same documents: shape, chunks, dimension names, fill value, codecs."""
+    from h5lens.manifest.documents import ArrayDocument
+    from h5lens.sample import write_sample
+
+    manifest = h5lens.index(write_sample(tmp_path / "sample.h5ad"))
+    root = h5lens.open_group(manifest)
+    arrays = 0
+    for path, doc in manifest.nodes.items():
+        view = ArrayDocument.of(doc)
+        if doc["node_type"] == "group":
+            assert view is None
+            continue
+        arrays += 1
+        array = root[path]
+        assert view.shape == array.shape and view.chunk_shape == array.chunks
+        assert view.dimension_names == array.metadata.dimension_names
+        assert [c["name"] for c in view.codecs] == [c.to_dict()["name"] for c in array.metadata.codecs]
+        assert view.fill_value == array.metadata.to_dict()["fill_value"] or np.isnan(array.fill_value)
+        assert view.grid_shape == array._async_array._chunk_grid.grid_shape
+    assert arrays > 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from h5lens import convention
+from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import Manifest
 
 
@@ -58,7 +59,8 @@ def print_tree(manifest: Manifest) -> None:
             extra = f" [dim]({len(links)} links)[/dim]" if links else ""
             return f"[bold]{name}/[/bold]{_encoding_label(doc)}{extra}"
         table = manifest.chunks[path]
-        shape = "×".join(map(str, doc["shape"])) or "scalar"
+        view = ArrayDocument.of(doc)
+        shape = "×".join(map(str, view.shape if view is not None else ())) or "scalar"
         if dimension_names(doc) is not None:  # netCDF: (time: 12, lat: 73, lon: 144), as xarray shows them
             shape = escape(shape_text(doc))
         inline = len(table.inline)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from h5lens.errors import H5LensError, InvalidOptionError
+from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import INLINE, MISSING, ChunkTable, Manifest
 
 if TYPE_CHECKING:
@@ -214,12 +215,8 @@ def _phony_names(manifest: Manifest) -> dict[str, list[str]]:
     while pending:
         key = pending.pop(0)
         children = [_join(key, name) for name in manifest.children(key)]
-        shapes = {
-            child: tuple(manifest.nodes[child]["shape"])
-            for child in children
-            if manifest.nodes[child].get("node_type") == "array"
-            and manifest.nodes[child].get("dimension_names") is None
-        }
+        views = {child: ArrayDocument.of(manifest.nodes[child]) for child in children}
+        shapes = {child: view.shape for child, view in views.items() if view is not None and view.dimension_names is None}
         wanted: Counter[int] = Counter()
         for shape in shapes.values():
             wanted |= Counter(shape)

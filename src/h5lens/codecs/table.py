@@ -9,7 +9,7 @@ data with h5py and stores it inline, it never skips the filter.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -278,7 +278,7 @@ DECODERS: dict[str, Callable[[dict[str, Any], int], Decoder]] = {
 }
 
 
-def decoder(codec: dict[str, Any], itemsize: int) -> Decoder | None:
+def decoder(codec: Mapping[str, Any], itemsize: int) -> Decoder | None:
     """The bytes→bytes decoder for one zarr v3 codec JSON; None for a codec not in the table."""
     make = DECODERS.get(codec.get("name", ""))
     return None if make is None else make(dict(codec.get("configuration") or {}), itemsize)

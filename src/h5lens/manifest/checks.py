@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from h5lens.errors import ManifestFormatError
-from h5lens.manifest.documents import chunk_shape_of, grid_shape
+from h5lens.manifest.documents import ArrayDocument, chunk_shape_of
 from h5lens.manifest.tables import ChunkTable, Source
 from h5lens.manifest.zarr_keys import KeyEncoding, chunk_key
 
@@ -37,7 +37,10 @@ def check_node_document(where: str, doc: Any) -> None:
 
 def grid_shape_of(doc: dict[str, Any]) -> tuple[int, ...]:
     """The shape of an array document's chunk grid (chunks per dimension, edge chunks included)."""
-    return grid_shape(doc["shape"], chunk_shape_of(doc))
+    view = ArrayDocument.of(doc)
+    if view is None:
+        raise ManifestFormatError("a group document has no chunk grid")
+    return view.grid_shape
 
 
 VLEN_ALONE = (["vlen-utf8"], ["vlen-bytes"])  # codec lists whose chunks start with their item count

@@ -14,6 +14,7 @@ import json
 import math
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from h5lens.errors import ManifestFormatError
@@ -29,6 +30,41 @@ def chunk_shape_of(doc: Mapping[str, Any]) -> tuple[int, ...]:
 def grid_shape(shape: Sequence[int], chunk_shape: Sequence[int]) -> tuple[int, ...]:
     """Chunks per axis of a regular grid (the last one partial; none along a 0-size chunk axis)."""
     return tuple(-(-s // c) if c else 0 for s, c in zip(shape, chunk_shape, strict=True))
+
+
+@dataclass(frozen=True)
+class ArrayDocument:
+    """A frozen, typed view of an array's ``zarr.json``: the fields readers use, named, so
+    that none dives into the document by key. Made from a document the manifest's checks
+    accepted (:class:`DocumentChecker`: a regular grid, shapes of integers)."""
+
+    shape: tuple[int, ...]
+    chunk_shape: tuple[int, ...]
+    data_type: Any  # a name ("float32"), or a structured type's JSON
+    fill_value: Any
+    codecs: tuple[Mapping[str, Any], ...]
+    attributes: Mapping[str, Any]
+    dimension_names: tuple[str | None, ...] | None
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any]) -> ArrayDocument | None:
+        """The view of an array document; None for a group's."""
+        if doc.get("node_type") != "array":
+            return None
+        names = doc.get("dimension_names")
+        return cls(
+            shape=tuple(doc["shape"]),
+            chunk_shape=chunk_shape_of(doc),
+            data_type=doc.get("data_type"),
+            fill_value=doc.get("fill_value"),
+            codecs=tuple(doc.get("codecs") or ()),
+            attributes=doc.get("attributes", {}),
+            dimension_names=None if names is None else tuple(names),
+        )
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        return grid_shape(self.shape, self.chunk_shape)
 
 
 class DocumentChecker:

@@ -30,6 +30,7 @@ import numpy as np
 from h5lens import convention
 from h5lens.codecs.table import Decoder, decoder
 from h5lens.errors import SourceReadError
+from h5lens.manifest.documents import ArrayDocument
 
 # Below this many chunks a selection is decoded on the calling thread: a pool's hand-off
 # costs more than it saves.
@@ -140,21 +141,18 @@ def _unshuffle(planes: np.ndarray, dtype: np.dtype) -> np.ndarray:
 def array_codec(path: str, doc: dict[str, Any]) -> ArrayCodec | None:
     """The :class:`ArrayCodec` of the array whose ``zarr.json`` is ``doc``; None if its data
     type is not plain numbers, or one of its codecs is not in the filter table."""
-    if doc.get("node_type") != "array" or doc["attributes"].get(convention.SCALAR):
+    view = ArrayDocument.of(doc)
+    if view is None or view.attributes.get(convention.SCALAR):
         return None
-    data_type = doc.get("data_type")
-    if not isinstance(data_type, str):
+    if not isinstance(view.data_type, str):
         return None
     try:
-        dtype = np.dtype(data_type)
+        dtype = np.dtype(view.data_type)
     except TypeError:
         return None
-    if dtype.kind not in "biufc" or not doc.get("shape"):  # 0-d arrays: one chunk, nothing to gain
+    if dtype.kind not in "biufc" or not view.shape:  # 0-d arrays: one chunk, nothing to gain
         return None
-    grid = doc.get("chunk_grid", {})
-    if grid.get("name") != "regular":
-        return None
-    codecs = doc.get("codecs") or []
+    codecs = view.codecs
     if not codecs or codecs[0].get("name") != "bytes":
         return None  # array→array codecs, or another array→bytes codec: zarr's own pipeline
     endian = (codecs[0].get("configuration") or {}).get("endian")
@@ -175,10 +173,10 @@ def array_codec(path: str, doc: dict[str, Any]) -> ArrayCodec | None:
         path=path,
         dtype=dtype,
         stored=stored,
-        shape=tuple(doc["shape"]),
-        chunk_shape=tuple(grid["configuration"]["chunk_shape"]),
+        shape=view.shape,
+        chunk_shape=view.chunk_shape,
         decoders=tuple(decoders[::-1]),
-        fill=_fill(doc, dtype),
+        fill=_fill(view.fill_value, dtype),
         unshuffle=unshuffle,
     )
 
@@ -187,10 +185,10 @@ def array_codec(path: str, doc: dict[str, Any]) -> ArrayCodec | None:
 _SHUFFLES = ("numcodecs.shuffle", "h5lens.shuffle")
 
 
-def _fill(doc: dict[str, Any], dtype: np.dtype) -> Any:
+def _fill(fill_value: Any, dtype: np.dtype) -> Any:
     from zarr.core.dtype import get_data_type_from_native_dtype
 
-    return get_data_type_from_native_dtype(dtype).from_json_scalar(doc["fill_value"], zarr_format=3)
+    return get_data_type_from_native_dtype(dtype).from_json_scalar(fill_value, zarr_format=3)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from h5lens import convention
 from h5lens.errors import InvalidOptionError, SourceNotFoundError
 from h5lens.keys import unescape_key
 from h5lens.locations import is_remote, local_path, resolve
+from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import Manifest
 from h5lens.read.check import read_checked
 from h5lens.store import ManifestStore
@@ -420,9 +421,10 @@ class Dataset(Node):
 
     @property
     def _layout(self) -> _Shape:
-        doc = self._doc
-        attributes = doc.get("attributes", {})
-        stored = tuple(doc["shape"])
+        view = ArrayDocument.of(self._doc)
+        assert view is not None  # a Dataset is made for arrays only
+        attributes = view.attributes
+        stored = view.shape
         scalar = stored == () or (attributes.get(convention.SCALAR) is True and stored == (1,))
         return _Shape(stored, scalar, attributes.get(convention.EMPTY) is True)
 

@@ -15,10 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from h5lens.manifest.documents import ArrayDocument
+
 
 def read_whole(store: Any, path: str) -> np.ndarray | None:
     """All values of the array at ``path`` of a ManifestStore, or None to let zarr read it."""
     doc = store.manifest.nodes.get(path)
-    if doc is None or doc.get("node_type") != "array":
+    view = None if doc is None else ArrayDocument.of(doc)
+    if view is None:
         return None
-    return store.read_region(path, [(0, int(n)) for n in doc["shape"]])
+    return store.read_region(path, [(0, n) for n in view.shape])
