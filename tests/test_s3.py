@@ -14,6 +14,7 @@ import anndata as ad
 import h5py
 import numpy as np
 import pytest
+import s3fs
 from anndata.tests.helpers import assert_equal
 
 import h5lens
@@ -203,10 +204,11 @@ def test_a_request_that_keeps_failing_names_key_and_range(s3, chunky, monkeypatc
 
     # the policy's full patience (8 attempts, up to 60 s) is for real outages, not this test
     monkeypatch.setattr(retry, "POLICY", retry.RetryPolicy(attempts=3, first_backoff=0.01))
+    monkeypatch.setattr(s3fs.S3FileSystem, "retries", 1)  # s3fs's own, a class setting
     url = _upload(s3, chunky, "chunky.h5ad")
     manifest = h5lens.index(url, storage_options=s3.storage_options(), inline_threshold=0)
     with CountingProxy(s3.endpoint_url, fault_rate=1.0) as broken:
-        # botocore's own retries multiply every layer's: keep this test short
+        # botocore's and s3fs's own retries multiply every layer's: keep this test short
         options = {**s3.storage_options(broken.endpoint_url), "config_kwargs": {"retries": {"max_attempts": 1}}}
         group = h5lens.open_group(manifest, storage_options=options, verify=False)
         with pytest.raises(h5lens.SourceReadError) as info:
