@@ -9,6 +9,7 @@ from a source goes through one :class:`~h5lens.fetch.sources.SourceReads`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -424,14 +425,8 @@ class ManifestStore(Store):
         prototype = prototype or default_buffer_prototype()
         found = self._resolve(key, byte_range)
         if isinstance(found, ChunkRead):
-            chunk = found
-            try:
-                found = self.reads.read_sync(chunk)
-                if byte_range is None:
-                    self._check_vlen(key, chunk.path, found)
-            except H5LensError as e:
-                self._note(e, key, chunk)
-                raise
+            with self._naming(key, found):
+                found = self._checked(key, found, self.reads.read_sync(found), byte_range)
         return None if found is None else prototype.buffer.from_bytes(found)
 
     def set_sync(self, key: str, value: Buffer) -> None:
@@ -448,15 +443,23 @@ class ManifestStore(Store):
             raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
         found = self._resolve(key, byte_range)
         if isinstance(found, ChunkRead):
-            chunk = found
-            try:
-                found = await self.reads.read(chunk)
-                if byte_range is None:
-                    self._check_vlen(key, chunk.path, found)
-            except H5LensError as e:
-                self._note(e, key, chunk)
-                raise
+            with self._naming(key, found):
+                found = self._checked(key, found, await self.reads.read(found), byte_range)
         return None if found is None else prototype.buffer.from_bytes(found)
+
+    @contextlib.contextmanager
+    def _naming(self, key: str, chunk: ChunkRead) -> Iterator[None]:
+        """A failed read of ``chunk`` names the key and the bytes the manifest gave it."""
+        try:
+            yield
+        except H5LensError as e:
+            self._note(e, key, chunk)
+            raise
+
+    def _checked(self, key: str, chunk: ChunkRead, data: bytes, byte_range: ByteRequest | None) -> bytes:
+        if byte_range is None:
+            self._check_vlen(key, chunk.path, data)
+        return data
 
     async def get_partial_values(
         self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
