@@ -398,11 +398,6 @@ class ManifestStore(Store):
             sync(start())
         return requested
 
-    def remote_bytes(self, paths: Callable[[str], bool] | None = None) -> int:
-        """The bytes this manifest references in remote sources (of the arrays ``paths``
-        accepts): what :meth:`prefetch_all` would fetch without a budget."""
-        return self.reads.remote_bytes(paths)
-
     def read_chunks(self, path: str, flats: np.ndarray | None = None) -> dict[int, bytes | memoryview]:
         """The stored (encoded) bytes of many chunks of array ``path`` at once, by flat index
         in C order of its chunk grid (every present chunk by default): merged requests for

@@ -211,18 +211,6 @@ class SourceReads:
                 out[i] = block[begin : begin + n]
         return out
 
-    def remote_bytes(self, paths: Callable[[str], bool] | None = None) -> int:
-        """The bytes referenced in remote sources (by the arrays ``paths`` accepts)."""
-        total = 0
-        for path, table in self.tables.items():
-            if paths is not None and not paths(path):
-                continue
-            sources = table.source.reshape(-1)
-            for src in np.unique(sources[sources >= 0]).tolist():
-                if not self.client(src).local:
-                    total += int(table.length.reshape(-1)[sources == src].astype(np.int64).sum())
-        return total
-
     def prefetch(
         self, budget: int = READAHEAD_CACHE_BYTES, paths: Callable[[str], bool] | None = None
     ) -> tuple[int, Callable[[], Any] | None]:
@@ -230,11 +218,14 @@ class SourceReads:
         accepts), in file order, up to ``budget`` bytes. Returns the bytes planned and a
         coroutine function that starts the requests (to run on the event loop the reads
         will use), or None."""
+        if self.all_local:  # nothing to fetch ahead: do not touch (or decode) a table
+            return 0, None
         offsets: dict[int, list[np.ndarray]] = {}
         lengths: dict[int, list[np.ndarray]] = {}
-        for path, table in self.tables.items():
+        for path in self.tables:
             if paths is not None and not paths(path):
-                continue
+                continue  # before the table: the compact form decodes a table when it is read
+            table = self.tables[path]
             sources = table.source.reshape(-1)
             for src in np.unique(sources[sources >= 0]).tolist():
                 if self.client(src).local:

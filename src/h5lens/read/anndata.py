@@ -205,10 +205,11 @@ def read_anndata(
         return _with_legacy_raw(adata, group)
 
 
-# A lazy AnnData over remote sources: a file referencing at most this many bytes is fetched
-# whole, at once (as s3fs's 50 MiB read-ahead does for read_h5ad): one batch of requests
-# costs less than the round trips of reading it element by element (4 MiB: 40 ms at one
-# S3 stream's 100 MB/s, two round trips).
+# A lazy AnnData over remote sources: files of at most this many bytes in all (their sizes
+# as the manifest records them, so no chunk table is read to decide) are fetched whole, at
+# once (as s3fs's 50 MiB read-ahead does for read_h5ad): one batch of requests costs less
+# than the round trips of reading them element by element (4 MiB: 40 ms at one S3
+# stream's 100 MB/s, two round trips).
 LAZY_WHOLE_BYTES = 4 << 20
 # Otherwise the dataframes (obs, var: their indexes and categories are read when the AnnData
 # opens, their columns by any selection on them and by to_memory) and the sparse matrices'
@@ -223,7 +224,8 @@ def _lazy_frames(path: str) -> bool:
 def _prefetch_for_lazy(store: ManifestStore) -> None:
     """Start fetching, in one batch of merged requests, what a lazy AnnData reads anyway,
     instead of one round trip per element as anndata's reader walks the tree."""
-    if store.remote_bytes() <= LAZY_WHOLE_BYTES:
+    sizes = [source.size for source in store.manifest.sources]
+    if all(size is not None for size in sizes) and sum(s for s in sizes if s is not None) <= LAZY_WHOLE_BYTES:
         store.prefetch_all()
     else:
         store.prefetch_all(LAZY_FRAMES_BYTES, paths=_lazy_frames)
