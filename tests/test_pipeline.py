@@ -214,5 +214,5 @@ def test_missing_chunks_refused_when_zarr_is_told_to(arrays):
     _, manifest = arrays
     with pipeline.fast_reads(), zarr.config.set({"array.read_missing_chunks": False}):
         array = h5lens.open_group(manifest)["unwritten"]
-        with pytest.raises(Exception, match="not found"):
+        with pytest.raises(zarr.errors.ChunkNotFoundError, match="not found"):
             array[:]
