@@ -68,4 +68,3 @@ def legacy_anndata_root(root_attributes: Mapping[str, Any], has_member: Callable
     ``encoding-type`` on the root, ``obs`` and ``var`` beside each other. The one rule the
     scanner's AnnData profile and the AnnData reader both go by."""
     return "encoding-type" not in root_attributes and has_member("obs") and has_member("var")
-

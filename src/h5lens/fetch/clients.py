@@ -521,7 +521,6 @@ def _fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[st
     return options
 
 
-
 def past_end(url: str, offset: int, length: int, end: str) -> SourceReadError:
     """A reference whose bytes run past the end of its source (``end``: which end, and how
     it showed): no retry helps, the manifest does not fit the source."""
@@ -529,6 +528,7 @@ def past_end(url: str, offset: int, length: int, end: str) -> SourceReadError:
         f"{url}: bytes {offset}-{offset + length} end past the end of {end}: "
         "the manifest's reference does not fit this source"
     )
+
 
 # Clients with an HTTP session: closed at exit, while zarr's event loop still runs (by the
 # time the garbage collector would get to them, the loop is gone). Weak: a client closed
