@@ -178,6 +178,38 @@ def test_every_encoding_eager(every_encoding, convention, inline_threshold):
 def test_every_encoding_lazy(every_encoding):
     lazy = h5lens.read_anndata(h5lens.index(every_encoding), lazy=True)
     assert_equal(_text_as_object(_axes_only(lazy.to_memory())), _text_as_object(_lazy_original(every_encoding)))
+    # the sparse layer h5lens reads itself comes back where the file has it, beside the dense one
+    named = [name for name in ad.read_h5ad(every_encoding).layers if name is not None]  # anndata lists X as None
+    assert [name for name in lazy.layers if name is not None] == named == ["csc", "dense"]
+    _lazy_source(lazy.layers["csc"])
+
+
+def test_the_lazy_walk_sees_every_node_as_zarr_opens_it(every_encoding):
+    """The consolidated root a lazy read walks (built from the manifest) holds the members
+    zarr lists from the store, in the same order, each with the metadata zarr parses from
+    its zarr.json; hidden subtrees are left out of it, and only them."""
+    import dataclasses
+
+    from zarr.core.group import GroupMetadata
+
+    from h5lens.read.consolidated import consolidated_root
+
+    store = h5lens.open_store(h5lens.index(every_encoding))
+    opened = zarr.open_group(store, mode="r", zarr_format=3)
+    walk = consolidated_root(store)
+    names = [name for name, _ in opened.members(max_depth=None)]
+    assert sorted(names) == [name for name, _ in walk.members(max_depth=None)] and len(names) > 40
+    assert list(opened.keys()) == list(walk.keys())
+    for name in names:
+        walked = walk[name].metadata
+        if isinstance(walked, GroupMetadata):  # a group's members come with it: the point
+            walked = dataclasses.replace(walked, consolidated_metadata=None)
+        assert walked == opened[name].metadata, name
+    assert walk.attrs.asdict() == opened.attrs.asdict()
+    hidden = consolidated_root(store, hide=["X", "layers/csc"])
+    assert sorted(n for n, _ in hidden.members(max_depth=None)) == sorted(
+        n for n in names if n != "X" and not n.startswith(("X/", "layers/csc"))
+    )
 
 
 def test_every_encoding_read_elem_on_each_element(every_encoding):

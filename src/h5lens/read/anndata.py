@@ -23,7 +23,8 @@ from h5lens.errors import H5LensError, ManifestFormatError
 from h5lens.keys import unescape_key
 from h5lens.manifest.limits import Limits
 from h5lens.manifest.model import Manifest
-from h5lens.read.blocks import DEFAULT_BLOCK_BYTES, dense_row_block, sparse_row_block
+from h5lens.read.blocks import DEFAULT_BLOCK_BYTES, dense_row_block, is_sparse_matrix, sparse_row_block
+from h5lens.read.consolidated import consolidated_root
 from h5lens.read.open import PathOrManifest, open_group, store_of
 from h5lens.read.shared import origin_of, shared_group
 
@@ -180,8 +181,6 @@ def read_anndata(
                 "limits": limits,
             },
         )
-    import anndata
-
     root = _open_root(
         cast("PathOrManifest", manifest), ("anndata", "treedata"), storage_options, source_options, source_urls, verify, allow_local, limits
     )
@@ -192,9 +191,9 @@ def read_anndata(
         # a Manifest object may differ from any file (built, edited): it travels whole
         from_file = group is root and not isinstance(manifest, Manifest)
         origin = origin_of(store_of(root), storage_options, limits) if from_file else None
-        group = shared_group(group, origin)
-        _prefetch_for_lazy(store_of(group))
-        return _lazy_blocks(anndata.experimental.read_lazy(group), group, block_bytes)
+        store = store_of(shared_group(group, origin))
+        _prefetch_for_lazy(store)
+        return _read_lazy(store, block_bytes)
     # An eager read touches every chunk: ask for all of them at once (merged requests),
     # instead of one round trip per element as the reader walks the tree.
     store_of(group).prefetch_all()
@@ -267,39 +266,59 @@ def _with_legacy_raw(adata: Any, group: zarr.Group) -> Any:
     return adata
 
 
-def _lazy_blocks(adata: Any, group: zarr.Group, block_bytes: int | None) -> Any:
-    """X and layers re-read lazily in blocks sized by bytes (``block_bytes``, by default
-    :data:`~h5lens.read.blocks.DEFAULT_BLOCK_BYTES`): sparse ones along their major axis
-    (rows of csr, columns of csc) through :mod:`h5lens.read.lazy_sparse`, whose slices
-    read only the rows they ask for; dense ones in whole stored chunks."""
+def _read_lazy(store: ManifestStore, block_bytes: int | None) -> Any:
+    """``anndata.experimental.read_lazy`` over the store's root, as a consolidated group
+    (:mod:`h5lens.read.consolidated`: no zarr node opened through the store), with ``X``
+    and the layers h5lens reads itself (:func:`_lazy_blocks`) left out of its walk."""
+    import anndata
+
+    layers = store.manifest.children("layers") if "layers" in store.manifest.nodes else []
+    sparse = [path for path in ("X", *(f"layers/{name}" for name in layers)) if is_sparse_matrix(store, path)]
+    walk = consolidated_root(store, hide=sparse)
+    return _lazy_blocks(anndata.experimental.read_lazy(walk), walk, sparse, block_bytes)
+
+
+def _lazy_blocks(adata: Any, walk: zarr.Group, sparse: list[str], block_bytes: int | None) -> Any:
+    """X and layers read lazily in blocks sized by bytes (``block_bytes``, by default
+    :data:`~h5lens.read.blocks.DEFAULT_BLOCK_BYTES`): the ``sparse`` ones (left out of
+    anndata's walk) along their major axis (rows of csr, columns of csc) through
+    :mod:`h5lens.read.lazy_sparse`, whose slices read only the rows they ask for; dense
+    ones in whole stored chunks, if ``block_bytes`` is given (else as anndata cut them)."""
     from anndata.experimental import read_elem_lazy
 
     from h5lens.read.lazy_sparse import lazy_sparse
 
-    store = store_of(group)
+    store = store_of(walk)
     target = DEFAULT_BLOCK_BYTES if block_bytes is None else block_bytes
 
     def reblocked(key: str) -> Any:
-        elem = group[key]
-        kind = elem.attrs.get("encoding-type")
-        if kind in ("csr_matrix", "csc_matrix") and isinstance(elem, zarr.Group):
-            return lazy_sparse(store, elem, sparse_row_block(elem, store, target))
-        if block_bytes is not None and isinstance(elem, zarr.Array) and kind == "array" and elem.ndim == 2:
-            rows = dense_row_block(elem, store, block_bytes)
-            return read_elem_lazy(elem, chunks=(rows, -1))
+        if key in sparse:
+            return lazy_sparse(store, key, sparse_row_block(store, key, target))
+        if block_bytes is None:
+            return None
+        elem = walk[key]
+        if isinstance(elem, zarr.Array) and elem.attrs.get("encoding-type") == "array" and elem.ndim == 2:
+            return read_elem_lazy(elem, chunks=(dense_row_block(elem, store, block_bytes), -1))
         return None
 
-    if "X" in group:
+    if "X" in store.manifest.nodes:
         x = reblocked("X")
         if x is not None:
             adata.X = x
-    layers = group.get("layers")
+    layers = walk.get("layers")
     if isinstance(layers, zarr.Group):  # read_lazy has read it as a dict: a group
         escaped = layers.attrs.get("encoding-version") == "0.2.0"
-        for name, _ in layers.members():
+        # anndata keeps X among the layers, under None: only the named ones are re-laid
+        read = {name: layer for name, layer in adata.layers.items() if name is not None}
+        for name in read:
+            del adata.layers[name]
+        for name in store.manifest.children("layers"):  # in the order the store lists them
+            key = unescape_key(name) if escaped else name
             layer = reblocked(f"layers/{name}")
+            if layer is None:
+                layer = read.get(key)
             if layer is not None:
-                adata.layers[unescape_key(name) if escaped else name] = layer
+                adata.layers[key] = layer
     return adata
 
 

@@ -47,21 +47,41 @@ def stored_bytes(store: ManifestStore, paths: list[str]) -> int:
     return total
 
 
-def sparse_row_block(group: zarr.Group, store: ManifestStore, target: int) -> int:
-    """Major-axis rows (columns for CSC) per block of a csr/csc matrix group.
+def sparse_row_block(store: ManifestStore, path: str, target: int) -> int:
+    """Major-axis rows (columns for CSC) per block of the csr/csc matrix group at ``path``.
 
     Sized by the larger of what the block stores and what it holds decoded (data plus
-    indices): a well-compressed matrix must not make blocks that burst a worker."""
-    shape = cast("list[int]", group.attrs["shape"])  # anndata records the shape as a list of ints
-    major = 0 if group.attrs.get("encoding-type") == "csr_matrix" else 1
-    prefix = f"{group.path}/" if group.path else ""
+    indices): a well-compressed matrix must not make blocks that burst a worker. Read from
+    the manifest's documents (:func:`is_sparse_matrix` checked them), not through zarr."""
+    from h5lens.read.consolidated import array_metadata
+
+    attributes = store.manifest.nodes[path].get("attributes", {})
+    shape = cast("list[int]", attributes["shape"])  # anndata records the shape as a list of ints
+    major = 0 if attributes.get("encoding-type") == "csr_matrix" else 1
+    prefix = f"{path}/" if path else ""
     decoded = 0
     for name in ("data", "indices"):
-        member = group.get(name)
-        if isinstance(member, zarr.Array):
-            decoded += math.prod(member.shape) * np.dtype(str(member.dtype)).itemsize
+        member = array_metadata(store, prefix + name)
+        decoded += math.prod(member.shape) * member.dtype.to_native_dtype().itemsize
     stored = stored_bytes(store, [f"{prefix}{name}" for name in ("data", "indices", "indptr")])
     return row_block_for_bytes(int(shape[major]), max(decoded, stored), target)
+
+
+def is_sparse_matrix(store: ManifestStore, path: str) -> bool:
+    """Whether ``path`` is a csr/csc matrix group of anndata's encoding with its three
+    member arrays and a shape of two integers: one h5lens reads lazily itself."""
+    nodes = store.manifest.nodes
+    doc = nodes.get(path)
+    if doc is None or doc.get("node_type") != "group":
+        return False
+    attributes = doc.get("attributes", {})
+    shape = attributes.get("shape")
+    if attributes.get("encoding-type") not in ("csr_matrix", "csc_matrix") or not (
+        isinstance(shape, list) and len(shape) == 2 and all(type(n) is int for n in shape)
+    ):
+        return False
+    prefix = f"{path}/" if path else ""
+    return all(nodes.get(prefix + name, {}).get("node_type") == "array" for name in ("data", "indices", "indptr"))
 
 
 def dense_row_block(array: zarr.Array, store: ManifestStore, target: int) -> int:

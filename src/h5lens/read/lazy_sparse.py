@@ -22,24 +22,27 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 if TYPE_CHECKING:
-    import zarr
-
     from h5lens.store import ManifestStore
 
 
 class LazySparse:
-    """The csr (rows) or csc (columns) matrix group at ``path`` of ``store``."""
+    """The csr (rows) or csc (columns) matrix group at ``path`` of ``store`` (one
+    :func:`h5lens.read.blocks.is_sparse_matrix` accepts), described by its manifest
+    documents: no zarr node is opened to make it."""
 
     ndim = 2
 
-    def __init__(self, store: ManifestStore, group: zarr.Group) -> None:
+    def __init__(self, store: ManifestStore, path: str) -> None:
+        from h5lens.read.consolidated import array_metadata
+
         self.store = store
-        self.path = group.path
-        self.csr = group.attrs["encoding-type"] == "csr_matrix"
-        shape = cast("list[int]", group.attrs["shape"])  # anndata records the shape as a list of ints
+        self.path = path
+        attributes = store.manifest.nodes[path].get("attributes", {})
+        self.csr = attributes["encoding-type"] == "csr_matrix"
+        shape = cast("list[int]", attributes["shape"])  # anndata records the shape as a list of ints
         self.shape = (int(shape[0]), int(shape[1]))
-        self.dtype = np.dtype(str(group["data"].dtype))  # type: ignore[union-attr]
-        self._prefix = f"{self.path}/" if self.path else ""
+        self._prefix = f"{path}/" if path else ""
+        self.dtype = array_metadata(store, f"{self._prefix}data").dtype.to_native_dtype()
 
     def __dask_tokenize__(self) -> tuple[str, str, str]:
         key = getattr(self.store, "key", None) or str(id(self.store))
@@ -134,13 +137,13 @@ def _whole(key: Any, size: int) -> bool:
     return False
 
 
-def lazy_sparse(store: ManifestStore, group: zarr.Group, block: int) -> Any:
-    """A dask array of the csr/csc matrix ``group`` in blocks of ``block`` major-axis rows."""
+def lazy_sparse(store: ManifestStore, path: str, block: int) -> Any:
+    """A dask array of the csr/csc matrix at ``path`` in blocks of ``block`` major-axis rows."""
     import dask.array as da
     import scipy.sparse as sp
     from dask.base import tokenize
 
-    source = LazySparse(store, group)
+    source = LazySparse(store, path)
     chunks = (block, -1) if source.csr else (-1, block)
     meta = (sp.csr_matrix if source.csr else sp.csc_matrix)((0, 0), dtype=source.dtype)
     name = "h5lens-sparse-" + tokenize(source, block)
