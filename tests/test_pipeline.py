@@ -192,6 +192,43 @@ def test_regions_skip_zarrs_per_chunk_list(arrays, monkeypatch):
         assert asked  # a step is not a region: zarr lists its chunks, the pipeline reads them
 
 
+def test_small_local_regions_are_read_on_the_calling_thread(arrays, s3, monkeypatch):
+    """A small region of a local file reads without zarr's event loop (no hop to its
+    thread): ``[...]`` and ``.oindex`` give h5py's values and never reach the async region
+    read; a region of more stored bytes than that, or of a remote source, does."""
+    import threading
+
+    from h5lens.store import ManifestStore
+
+    path, manifest = arrays
+    assert pipeline._install_inline_reads()
+    threads: list[str] = []
+    original = ManifestStore.read_region_async
+
+    async def counted(self, array_path, bounds):
+        threads.append(threading.current_thread().name)
+        return await original(self, array_path, bounds)
+
+    monkeypatch.setattr(ManifestStore, "read_region_async", counted)
+    with pipeline.fast_reads():
+        group = h5lens.open_group(manifest)
+        for name in ("gzip_shuffle/two", "lzf/three", "sparse", "unwritten", "one_chunk"):
+            expected = expected_of(path, name)
+            for selection in (..., tuple(slice(1, -1) for _ in expected.shape), (0,), tuple(0 for _ in expected.shape)):
+                np.testing.assert_array_equal(group[name][selection], expected[selection], err_msg=f"{name} {selection}")
+                np.testing.assert_array_equal(group[name].oindex[selection], expected[selection])
+        assert threads == []
+        big = expected_of(path, "big")
+        np.testing.assert_array_equal(group["big"][...], big)  # 400 KB stored: decoded off the loop
+        assert len(threads) == 1 and threads[0] != threading.current_thread().name
+        key = f"bucket/{uuid.uuid4().hex}/arrays.h5"
+        s3.filesystem().put(str(path), key)
+        options = s3.storage_options()
+        remote = h5lens.open_group(h5lens.index(f"s3://{key}", storage_options=options), storage_options=options)
+        np.testing.assert_array_equal(remote["gzip/one"][5:50], expected_of(path, "gzip/one")[5:50])
+        assert len(threads) == 2
+
+
 def test_a_region_into_out_and_the_scalar_of_a_point(arrays):
     from zarr.core.buffer import default_buffer_prototype
 

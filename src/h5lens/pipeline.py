@@ -7,7 +7,9 @@ the filter table's codecs: the arrays HDF5 files hold), this pipeline reads a se
 one go (:mod:`h5lens.read.bulk`): the chunks' byte ranges from the manifest, fetched at
 once (merged, in parallel), decoded in bulk and written in place. A region (slices of step
 1 and integers, what xarray, anndata and hdmf-zarr ask for) does not even wait for zarr to
-list its chunks one by one: see ``_install_region_reads``. Everything else (other
+list its chunks one by one: see ``_install_region_reads``; and a small one of a local
+file is read on the calling thread, without zarr's event loop: see
+``_install_inline_reads``. Everything else (other
 stores, other codecs, writes) goes to the pipeline that was configured before, unchanged:
 the manifest keeps zarr's standard codecs, and plain zarr without h5lens reads it too.
 
@@ -24,7 +26,7 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, cast, runtime_checkable
 
 import numpy as np
 from zarr.abc.codec import CodecPipeline
@@ -74,6 +76,8 @@ class RegionReadable(BulkReadable, Protocol):
 
     async def read_region_async(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None: ...
 
+    def read_region_now(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None: ...
+
 
 def _configured() -> str:
     from zarr.core.config import config
@@ -96,6 +100,7 @@ def _switch_on() -> None:
     from zarr.core.config import config
 
     _install_region_reads()
+    _install_inline_reads()
     current = _configured()
     if current != PATH:
         _setting.fallback = current
@@ -266,8 +271,19 @@ class H5LensCodecPipeline(CodecPipeline):
     ) -> Any:
         """What zarr's ``_get_selection`` returns, for a region of an array h5lens decodes
         itself (read at once, no per-chunk list); None for anything else (zarr reads it)."""
+        bounds = self.region_of(path, metadata, config, chunk_grid, indexer, prototype)
+        if bounds is None:
+            return None
+        values = await cast("RegionReadable", self.store).read_region_async(path, bounds)
+        return None if values is None else _as_selected(values, metadata, indexer, out)
+
+    def region_of(
+        self, path: str, metadata: Any, config: Any, chunk_grid: Any, indexer: Any, prototype: Any
+    ) -> list[tuple[int, int]] | None:
+        """``[start, stop)`` per axis of the region a selection (a zarr indexer) reads, if
+        h5lens reads it at once: slices of step 1 and integers, C order, numpy output, an
+        array h5lens decodes itself on its regular grid; None for anything else."""
         from zarr.core.buffer import cpu
-        from zarr.core.indexing import BasicIndexer
 
         if not isinstance(self.store, RegionReadable) or prototype.nd_buffer is not cpu.NDBuffer:
             return None
@@ -277,25 +293,7 @@ class H5LensCodecPipeline(CodecPipeline):
         if codec is None or codec.chunk_shape != tuple(chunk_grid.chunk_shape) or codec.shape != tuple(metadata.shape):
             return None
         bounds = _region_bounds(indexer, codec.shape)
-        if bounds is None or not bounds:
-            return None
-        values = await self.store.read_region_async(path, bounds)
-        if values is None:
-            return None
-        values = values.reshape(indexer.shape)
-        dtype = metadata.dtype.to_native_dtype()
-        if out is not None:
-            if out.shape != indexer.shape:
-                return None  # zarr's own message for it
-            out.as_numpy_array()[...] = values
-            result = out
-        else:
-            if values.dtype != dtype or not values.flags.c_contiguous or not values.flags.writeable:
-                values = np.ascontiguousarray(values, dtype=dtype)
-            result = cpu.NDBuffer.from_numpy_array(values)
-        if isinstance(indexer, BasicIndexer) and indexer.shape == ():
-            return result.as_scalar()
-        return result.as_ndarray_like()
+        return bounds or None
 
     def _plan(self, batch: list[Any]) -> tuple[Any, np.ndarray] | None:
         """The array's codec and the flat indices of the chunks, when h5lens decodes them."""
@@ -307,6 +305,28 @@ class H5LensCodecPipeline(CodecPipeline):
 
 
 register_pipeline(H5LensCodecPipeline)
+
+
+def _as_selected(values: np.ndarray, metadata: Any, indexer: Any, out: Any) -> Any:
+    """A region's values as zarr's ``_get_selection`` returns them for ``indexer``: in
+    ``out`` if given, else an array of the array's dtype (a scalar for a 0-d selection)."""
+    from zarr.core.buffer import cpu
+    from zarr.core.indexing import BasicIndexer
+
+    values = values.reshape(indexer.shape)
+    if out is not None:
+        if out.shape != indexer.shape:
+            return None  # zarr's own message for it
+        out.as_numpy_array()[...] = values
+        result = out
+    else:
+        dtype = metadata.dtype.to_native_dtype()
+        if values.dtype != dtype or not values.flags.c_contiguous or not values.flags.writeable:
+            values = np.ascontiguousarray(values, dtype=dtype)
+        result = cpu.NDBuffer.from_numpy_array(values)
+    if isinstance(indexer, BasicIndexer) and indexer.shape == ():
+        return result.as_scalar()
+    return result.as_ndarray_like()
 
 
 # -- whole regions, before zarr lists every chunk ----------------------------------------
@@ -377,5 +397,81 @@ def _region_bounds(indexer: Any, shape: tuple[int, ...]) -> list[tuple[int, int]
         else:
             return None
     return bounds
+
+
+# -- small regions, on the calling thread -------------------------------------------------
+# zarr's synchronous API runs every read on its event-loop thread and waits for it: a hop
+# that costs 0.1-0.5 ms, more than reading and decoding a small region of a local file
+# (libhdf5 reads one in ~10 µs). An AnnData's obs columns, xarray's coordinates and an NWB
+# file's small datasets are dozens of such reads. So ``zarr.Array``'s two synchronous
+# region methods (``get_basic_selection``, ``get_orthogonal_selection``: what ``[...]``
+# and ``.oindex`` call) are wrapped: a region of an array h5lens decodes itself, whose
+# chunks are inline or in local files and few enough bytes to decode without a thread
+# (ManifestStore.read_region_now), is read right here; everything else, and every read of
+# a zarr whose methods do not take the arguments this was written for, goes to zarr's.
+def _install_inline_reads() -> bool:
+    """Wrap ``zarr.Array``'s synchronous region methods (once); whether they now read
+    small local regions on the calling thread."""
+    import inspect
+
+    import zarr
+    from zarr.core.indexing import BasicIndexer, OrthogonalIndexer
+
+    installed = True
+    for name, indexer_class in (("get_basic_selection", BasicIndexer), ("get_orthogonal_selection", OrthogonalIndexer)):
+        original = getattr(zarr.Array, name)
+        if getattr(original, "_h5lens_inline", False):
+            continue
+        parameters = inspect.signature(original).parameters
+        positional = [n for n, p in parameters.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        keywords = {n for n, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        if positional != ["self", "selection"] or keywords != {"out", "prototype", "fields"} or len(parameters) != 5:
+            installed = False
+            continue
+        setattr(zarr.Array, name, _reading_here(original, indexer_class))
+    return installed
+
+
+def _reading_here(original: Any, indexer_class: type) -> Any:
+    @functools.wraps(original)
+    def method(self: Any, selection: Any = Ellipsis, *, out: Any = None, prototype: Any = None, fields: Any = None) -> Any:
+        if out is None and prototype is None and not fields and _integers_and_slices(selection):
+            values = _read_here(self, indexer_class, selection)
+            if values is not None:
+                return values
+        return original(self, selection, out=out, prototype=prototype, fields=fields)
+
+    method._h5lens_inline = True  # type: ignore[attr-defined]
+    return method
+
+
+def _integers_and_slices(selection: Any) -> bool:
+    """Whether a selection is made of integers, slices and Ellipsis only (checked before
+    zarr builds an indexer for it, so that other selections cost nothing more)."""
+    parts = selection if isinstance(selection, tuple) else (selection,)
+    return all(
+        part is Ellipsis or isinstance(part, slice) or (isinstance(part, int | np.integer) and not isinstance(part, bool))
+        for part in parts
+    )
+
+
+def _read_here(array: Any, indexer_class: type, selection: Any) -> Any:
+    """The selection's values read on this thread, or None (zarr's method reads it)."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    async_array = array.async_array
+    pipeline = async_array.codec_pipeline
+    if not isinstance(pipeline, H5LensCodecPipeline) or not isinstance(pipeline.store, RegionReadable):
+        return None
+    chunk_grid = async_array._chunk_grid
+    indexer = indexer_class(selection, array.shape, chunk_grid)  # as zarr's method builds it
+    path = async_array.store_path.path
+    metadata = async_array.metadata
+    bounds = pipeline.region_of(path, metadata, async_array.config, chunk_grid, indexer, default_buffer_prototype())
+    if bounds is None:
+        return None
+    values = pipeline.store.read_region_now(path, bounds)
+    return None if values is None else _as_selected(values, metadata, indexer, None)
+
 
 __all__ = ["ENV", "PATH", "H5LensCodecPipeline", "enable_for_stores", "enabled", "fast_reads"]

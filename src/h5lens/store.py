@@ -253,21 +253,57 @@ class ManifestStore(Store):
     async def read_region_async(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None:
         """The values of array ``path`` in ``[start, stop)`` per axis (within its shape), read
         in bulk; None if h5lens does not decode this array itself (read it through zarr)."""
-        from h5lens.read.bulk import assemble, off_loop, region_chunks
+        from h5lens.read.bulk import assemble, off_loop
+
+        plan = self._region_plan(path, bounds)
+        if plan is None or isinstance(plan, np.ndarray):
+            return plan
+        codec, lo, flats = plan
+        payloads = await self.read_many_async(path, flats)
+        return await off_loop(payloads, assemble, codec, bounds, lo, flats, payloads, self._describer(path))
+
+    def read_region_now(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None:
+        """:meth:`read_region_async` on the calling thread, without zarr's event loop (a hop
+        to it costs more than reading a small region): for a region whose chunks are
+        inline or in local files, and few enough bytes to decode without a thread
+        (:func:`h5lens.read.bulk.decodes_here`). None otherwise: read it the async way."""
+        from h5lens.read.bulk import assemble, decodes_here
+
+        plan = self._region_plan(path, bounds)
+        if plan is None or isinstance(plan, np.ndarray):
+            return plan
+        codec, lo, flats = plan
+        if not decodes_here(int(self.manifest.chunks[path].length.reshape(-1)[flats].sum())):
+            return None
+        try:
+            payloads = self.reads.read_many_now(path, flats)
+        except H5LensError as e:
+            self._name_failed_chunk(path, e)
+            raise
+        if payloads is None:
+            return None
+        return assemble(codec, bounds, lo, flats, payloads, self._describer(path))
+
+    def _region_plan(
+        self, path: str, bounds: list[tuple[int, int]]
+    ) -> tuple[ArrayCodec, np.ndarray, np.ndarray] | np.ndarray | None:
+        """(codec, first chunk index per axis, flat indices of the chunks) of a region; its
+        (empty) values if it holds none; None if h5lens does not decode the array."""
+        from h5lens.read.bulk import region_chunks
 
         codec = self.array_codec(path)
         if codec is None:
             return None
         if any(stop <= start for start, stop in bounds):
             return np.empty(tuple(max(0, stop - start) for start, stop in bounds), dtype=codec.dtype)
-        table = self.manifest.chunks[path]
-        lo, flats = region_chunks(codec, table.grid_shape, bounds)
-        payloads = await self.read_many_async(path, flats)
+        lo, flats = region_chunks(codec, self.manifest.chunks[path].grid_shape, bounds)
+        return codec, lo, flats
 
+    def _describer(self, path: str) -> Callable[[int], str]:
         def describe(flat: int) -> str:
             return self.describe_flat_chunk(path, flat)
 
-        return await off_loop(payloads, assemble, codec, bounds, lo, flats, payloads, describe)
+        return describe
 
     def read_region(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None:
         """:meth:`read_region_async` from synchronous code."""
@@ -288,11 +324,7 @@ class ManifestStore(Store):
         stops = np.asarray(stops, dtype=np.int64)
         flats = run_chunks(codec.chunk_shape[0], starts, stops)
         payloads = await self.read_many_async(path, flats) if flats.size else {}
-
-        def describe(flat: int) -> str:
-            return self.describe_flat_chunk(path, flat)
-
-        return await off_loop(payloads, gather_runs, codec, starts, stops, flats, payloads, describe)
+        return await off_loop(payloads, gather_runs, codec, starts, stops, flats, payloads, self._describer(path))
 
     def read_runs(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray | None:
         """:meth:`read_runs_async` from synchronous code."""
@@ -306,12 +338,16 @@ class ManifestStore(Store):
         try:
             return await self.reads.read_many(path, flats)
         except H5LensError as e:
-            found = getattr(e, "chunk", None)
-            if found is not None:
-                flat, offset, length = found
-                key = chunk_key(path, self._grid_index(path, flat), self.grammar.arrays[path][0])
-                e.add_note(f"while reading chunk {key!r} (/{path}, bytes {offset}-{offset + length})")
+            self._name_failed_chunk(path, e)
             raise
+
+    def _name_failed_chunk(self, path: str, error: H5LensError) -> None:
+        """Add the chunk key and bytes a failed read was about (if it knows) to ``error``."""
+        found = getattr(error, "chunk", None)
+        if found is not None:
+            flat, offset, length = found
+            key = chunk_key(path, self._grid_index(path, flat), self.grammar.arrays[path][0])
+            error.add_note(f"while reading chunk {key!r} (/{path}, bytes {offset}-{offset + length})")
 
     def _resolve(self, key: str, byte_range: ByteRequest | None) -> bytes | ChunkRead | None:
         """What ``key`` holds: bytes in the manifest, a byte range of a source, or None."""

@@ -33,8 +33,8 @@ class Planner:
         """``[lo, hi)`` runs of offset-sorted ranges, one request each (see the module docstring).
         Overlapping and touching ranges always share a request."""
         n = len(offsets)
-        if not n:
-            return []
+        if n <= 1:  # one range (a small region, a single chunk): its own request
+            return [(0, n)] if n else []
         reach = np.maximum.accumulate(offsets + lengths)
         gaps = offsets[1:] - reach[:-1]
         bridge = gaps <= 0

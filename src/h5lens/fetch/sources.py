@@ -8,7 +8,7 @@ remote source (merged requests), so bytes fetched for one purpose serve every ot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,29 +152,57 @@ class SourceReads:
         """The stored bytes of many chunks of one array (all present ones by default), by flat
         index: inline ones from the manifest, the rest requested at once (merged requests for
         remote sources, and using whatever a prefetch already holds)."""
+        out: dict[int, bytes | memoryview] = {}
+        for src, chosen, found in self._read_here(path, flats):
+            if found is None:
+                offsets, lengths = self._ranges(path, chosen)
+                try:
+                    found = await self._fetcher(src).read_ranges(offsets, lengths)
+                except H5LensError as e:
+                    raise self._blame(e, self.client(src), chosen, offsets, lengths) from e.__cause__
+            out.update(zip(chosen.tolist(), found, strict=True))
+        return out
+
+    def read_many_now(self, path: str, flats: np.ndarray) -> dict[int, bytes | memoryview] | None:
+        """:meth:`read_many` on the calling thread, without the event loop: the chunks that
+        are inline or in local files; None if any is in a remote source (read those with
+        :meth:`read_many`)."""
+        out: dict[int, bytes | memoryview] = {}
+        for _, chosen, found in self._read_here(path, flats):
+            if found is None:
+                return None
+            out.update(zip(chosen.tolist(), found, strict=True))
+        return out
+
+    def _read_here(
+        self, path: str, flats: np.ndarray | None
+    ) -> Iterator[tuple[int, np.ndarray, Sequence[bytes | memoryview] | None]]:
+        """Per source, the present chunks among ``flats`` and their bytes if they are
+        inline or local (read here, now); None for a remote source's, not read."""
         table = self.tables[path]
         sources = table.source.reshape(-1)
         present = np.flatnonzero(sources != MISSING) if flats is None else np.asarray(flats, dtype=np.int64)
         present = present[sources[present] != MISSING]
-        out: dict[int, bytes | memoryview] = {}
         present_sources = sources[present]
         for src in np.unique(present_sources).tolist():
             chosen = present[present_sources == src]
             if src == INLINE:
-                out.update((flat, table.inline[flat]) for flat in chosen.tolist())
+                yield src, chosen, [table.inline[flat] for flat in chosen.tolist()]
                 continue
-            offsets = table.offset.reshape(-1)[chosen].astype(np.int64)
-            lengths = table.length.reshape(-1)[chosen].astype(np.int64)
             client = self.client(src)
+            if not isinstance(client, LocalClient):
+                yield src, chosen, None
+                continue
+            offsets, lengths = self._ranges(path, chosen)
             try:
-                if isinstance(client, LocalClient):
-                    payloads: list[Any] = self._read_local(client, offsets, lengths)
-                else:
-                    payloads = await self._fetcher(src).read_ranges(offsets, lengths)
+                found = self._read_local(client, offsets, lengths)
             except H5LensError as e:
                 raise self._blame(e, client, chosen, offsets, lengths) from e.__cause__
-            out.update(zip(chosen.tolist(), payloads, strict=True))
-        return out
+            yield src, chosen, found
+
+    def _ranges(self, path: str, flats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        table = self.tables[path]
+        return table.offset.reshape(-1)[flats].astype(np.int64), table.length.reshape(-1)[flats].astype(np.int64)
 
     def _blame(
         self, error: H5LensError, client: Client, flats: np.ndarray, offsets: np.ndarray, lengths: np.ndarray

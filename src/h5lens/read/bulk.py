@@ -54,10 +54,15 @@ _pool_pid = 0
 _INLINE_BYTES = 256 << 10
 
 
+def decodes_here(nbytes: int) -> bool:
+    """Whether ``nbytes`` of stored chunks are too few for a hop to another thread to pay."""
+    return nbytes < _INLINE_BYTES
+
+
 async def off_loop(payloads: dict[int, bytes | memoryview], work: Callable[..., Any], *args: Any) -> Any:
     """``work(*args)`` on a thread (decoding does not hold up the event loop's other
     reads), or right here when ``payloads`` are too few bytes for the hop to pay."""
-    if sum(len(p) for p in payloads.values()) < _INLINE_BYTES:
+    if decodes_here(sum(len(p) for p in payloads.values())):
         return work(*args)
     return await asyncio.to_thread(work, *args)
 
