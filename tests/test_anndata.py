@@ -197,14 +197,21 @@ def test_the_lazy_walk_sees_every_node_as_zarr_opens_it(every_encoding):
     store = h5lens.open_store(h5lens.index(every_encoding))
     opened = zarr.open_group(store, mode="r", zarr_format=3)
     walk = consolidated_root(store)
+    assert zarr.Group.__getitem__._h5lens_consolidated  # lookups answered here (the pinned zarr)
     names = [name for name, _ in opened.members(max_depth=None)]
     assert sorted(names) == [name for name, _ in walk.members(max_depth=None)] and len(names) > 40
     assert list(opened.keys()) == list(walk.keys())
     for name in names:
-        walked = walk[name].metadata
-        if isinstance(walked, GroupMetadata):  # a group's members come with it: the point
-            walked = dataclasses.replace(walked, consolidated_metadata=None)
-        assert walked == opened[name].metadata, name
+        step = walk  # member by member, as anndata's reader walks it, and by path
+        for part in name.split("/"):
+            step = step[part]
+        for node in (step, walk[name]):
+            walked = node.metadata
+            if isinstance(walked, GroupMetadata):  # a group's members come with it: the point
+                assert list(node.keys()) == list(opened[name].keys()), name
+                walked = dataclasses.replace(walked, consolidated_metadata=None)
+            assert walked == opened[name].metadata, name
+            assert node.path == opened[name].path and type(node) is type(opened[name])
     assert walk.attrs.asdict() == opened.attrs.asdict()
     hidden = consolidated_root(store, hide=["X", "layers/csc"])
     assert sorted(n for n, _ in hidden.members(max_depth=None)) == sorted(

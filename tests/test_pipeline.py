@@ -229,6 +229,35 @@ def test_small_local_regions_are_read_on_the_calling_thread(arrays, s3, monkeypa
         assert len(threads) == 2
 
 
+def test_text_regions_read_as_h5py_and_zarr_read_them(tmp_path):
+    """Variable-length strings (vlen-utf8 chunks in the manifest): every region (edge chunks,
+    a chunk never written) and every other selection give h5py's values, with the dtype
+    zarr's own pipeline gives."""
+    path = tmp_path / "text.h5"
+    words = np.array([f"w{i}-é" * (i % 4) for i in range(103)], dtype=object)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("one", data=words, dtype=h5py.string_dtype(), chunks=(10,))
+        f.create_dataset("two", data=words[:99].reshape(9, 11), dtype=h5py.string_dtype(), chunks=(4, 5))
+        holes = f.create_dataset("holes", shape=(30,), dtype=h5py.string_dtype(), chunks=(7,))
+        holes[14:21] = ["x"] * 7
+    with h5py.File(path) as f:
+        expected = {name: f[name].asstr()[()] for name in ("one", "two", "holes")}
+    manifest = h5lens.index(path)
+    with pipeline.fast_reads(False):
+        plain = h5lens.open_group(manifest)
+        dtypes = {name: plain[name][...].dtype for name in expected}
+    group = h5lens.open_group(manifest)
+    assert group.store.region_codec("one") is not None
+    for name, want in expected.items():
+        for kind, selection in [*_selections(want.shape), ("basic", (slice(3, 5),) * want.ndim)]:
+            got = group[name][selection] if kind == "basic" else _read(group[name], kind, selection)
+            with pipeline.fast_reads(False):
+                zarrs = plain[name][selection] if kind == "basic" else _read(plain[name], kind, selection)
+            assert type(got) is type(zarrs) and np.shape(got) == np.shape(zarrs) == np.shape(_numpy(want, kind, selection))
+            np.testing.assert_array_equal(np.asarray(got).astype(object), _numpy(want, kind, selection), err_msg=f"{name} {selection}")
+            assert np.asarray(got).dtype == dtypes[name]
+
+
 def test_a_region_into_out_and_the_scalar_of_a_point(arrays):
     from zarr.core.buffer import default_buffer_prototype
 

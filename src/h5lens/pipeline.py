@@ -78,6 +78,8 @@ class RegionReadable(BulkReadable, Protocol):
 
     def read_region_now(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None: ...
 
+    def region_codec(self, path: str) -> Any: ...
+
 
 def _configured() -> str:
     from zarr.core.config import config
@@ -289,7 +291,7 @@ class H5LensCodecPipeline(CodecPipeline):
             return None
         if config.order != "C" or config.read_missing_chunks is False or not chunk_grid.is_regular:
             return None
-        codec = self.store.array_codec(path)
+        codec = self.store.region_codec(path)
         if codec is None or codec.chunk_shape != tuple(chunk_grid.chunk_shape) or codec.shape != tuple(metadata.shape):
             return None
         bounds = _region_bounds(indexer, codec.shape)
@@ -322,7 +324,7 @@ def _as_selected(values: np.ndarray, metadata: Any, indexer: Any, out: Any) -> A
     else:
         dtype = metadata.dtype.to_native_dtype()
         if values.dtype != dtype or not values.flags.c_contiguous or not values.flags.writeable:
-            values = np.ascontiguousarray(values, dtype=dtype)
+            values = np.array(values, dtype=dtype, order="C")  # a copy that keeps 0-d as 0-d
         result = cpu.NDBuffer.from_numpy_array(values)
     if isinstance(indexer, BasicIndexer) and indexer.shape == ():
         return result.as_scalar()

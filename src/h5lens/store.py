@@ -30,6 +30,7 @@ from h5lens.manifest.refs_json import dumps_document
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key
 from h5lens.pipeline import enable_for_stores
 from h5lens.read.bulk import ArrayCodec, array_codec
+from h5lens.read.text import TextCodec, text_codec
 
 __all__ = ["ManifestStore", "ReadStats"]
 
@@ -84,6 +85,7 @@ class ManifestStore(Store):
         self._vlen_items: dict[str, int] | None = None
         self._tree: dict[str, list[str]] | None = None
         self._codecs: dict[str, ArrayCodec | None] = {}
+        self._text_codecs: dict[str, TextCodec | None] = {}
         enable_for_stores()  # h5lens's codec pipeline for zarr arrays of h5lens stores (h5lens.pipeline)
 
     # -- identity and pickling -------------------------------------------
@@ -237,6 +239,17 @@ class ManifestStore(Store):
             self._codecs[path] = None if doc is None or path not in self.manifest.chunks else array_codec(path, doc)
         return self._codecs[path]
 
+    def region_codec(self, path: str) -> ArrayCodec | TextCodec | None:
+        """How array ``path``'s chunks decode in a region read: its :meth:`array_codec`, or
+        for a text array its :class:`~h5lens.read.text.TextCodec` (cached)."""
+        found = self.array_codec(path)
+        if found is not None:
+            return found
+        if path not in self._text_codecs:
+            doc = self.manifest.nodes.get(path)
+            self._text_codecs[path] = None if doc is None or path not in self.manifest.chunks else text_codec(path, doc)
+        return self._text_codecs[path]
+
     def bulk_plan(self, keys: list[str]) -> tuple[ArrayCodec, np.ndarray] | None:
         """The codec of the one array ``keys`` are chunks of, and their flat indices in its
         grid; None if they are not all chunks of one array h5lens decodes itself."""
@@ -286,12 +299,12 @@ class ManifestStore(Store):
 
     def _region_plan(
         self, path: str, bounds: list[tuple[int, int]]
-    ) -> tuple[ArrayCodec, np.ndarray, np.ndarray] | np.ndarray | None:
+    ) -> tuple[ArrayCodec | TextCodec, np.ndarray, np.ndarray] | np.ndarray | None:
         """(codec, first chunk index per axis, flat indices of the chunks) of a region; its
         (empty) values if it holds none; None if h5lens does not decode the array."""
         from h5lens.read.bulk import region_chunks
 
-        codec = self.array_codec(path)
+        codec = self.region_codec(path)
         if codec is None:
             return None
         if any(stop <= start for start, stop in bounds):

@@ -26,7 +26,7 @@ from h5lens.manifest.model import Manifest
 from h5lens.read.blocks import DEFAULT_BLOCK_BYTES, dense_row_block, is_sparse_matrix, sparse_row_block
 from h5lens.read.consolidated import consolidated_root
 from h5lens.read.open import PathOrManifest, open_group, store_of
-from h5lens.read.shared import origin_of, shared_group
+from h5lens.read.shared import origin_of, shared_store
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -191,7 +191,7 @@ def read_anndata(
         # a Manifest object may differ from any file (built, edited): it travels whole
         from_file = group is root and not isinstance(manifest, Manifest)
         origin = origin_of(store_of(root), storage_options, limits) if from_file else None
-        store = store_of(shared_group(group, origin))
+        store = shared_store(group, origin)
         _prefetch_for_lazy(store)
         return _read_lazy(store, block_bytes)
     # An eager read touches every chunk: ask for all of them at once (merged requests),

@@ -31,6 +31,7 @@ from h5lens import convention
 from h5lens.codecs.table import Decoder, decoder
 from h5lens.errors import SourceReadError
 from h5lens.manifest.documents import ArrayDocument
+from h5lens.read.text import TextCodec
 
 # Below this many chunks a selection is decoded on the calling thread: a pool's hand-off
 # costs more than it saves.
@@ -308,10 +309,12 @@ def _decode_all(
 
 
 def _decoded(
-    codec: ArrayCodec, flats: list[int], payloads: dict[int, bytes | memoryview], describe: Callable[[int], str]
+    codec: ArrayCodec | TextCodec, flats: list[int], payloads: dict[int, bytes | memoryview], describe: Callable[[int], str]
 ) -> np.ndarray:
     """The values of chunks ``flats`` (all in ``payloads``), ``(n, *chunk_shape)``; a chunk
     that does not decode to a whole chunk raises SourceReadError naming it."""
+    if isinstance(codec, TextCodec):
+        return codec.values(flats, payloads, describe)
     raws = _decode_all(codec, [payloads[flat] for flat in flats], flats, describe)
     for flat, raw in zip(flats, raws, strict=True):
         if len(raw) != codec.chunk_nbytes:
@@ -338,7 +341,7 @@ def _contiguous_1d(codec: ArrayCodec, flats: np.ndarray, selection: Selection) -
     return bool(first.stop == codec.chunk_shape[0] and last.start == 0)
 
 
-def region_chunks(codec: ArrayCodec, grid: tuple[int, ...], bounds: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+def region_chunks(codec: ArrayCodec | TextCodec, grid: tuple[int, ...], bounds: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """The chunks a region (``[start, stop)`` per axis, non-empty, within the shape) covers:
     their first grid position per axis and their flat indices, in C order."""
     chunk = np.asarray(codec.chunk_shape, dtype=np.int64)
@@ -349,7 +352,7 @@ def region_chunks(codec: ArrayCodec, grid: tuple[int, ...], bounds: Sequence[tup
 
 
 def assemble(
-    codec: ArrayCodec,
+    codec: ArrayCodec | TextCodec,
     bounds: Sequence[tuple[int, int]],
     lo: np.ndarray,
     flats: np.ndarray,
@@ -362,7 +365,7 @@ def assemble(
     nd = len(bounds)
     counts = tuple(int(n) for n in (((np.asarray([b[1] for b in bounds]) - 1) // np.asarray(codec.chunk_shape)) + 1 - lo))
     flat_list = flats.tolist()
-    if codec.chunk_nbytes >= _BIG_CHUNK:  # each chunk straight into its place in the result
+    if isinstance(codec, ArrayCodec) and codec.chunk_nbytes >= _BIG_CHUNK:  # each chunk straight into its place
         result = np.empty(tuple(stop - start for start, stop in bounds), dtype=codec.dtype)
         positions = np.asarray(np.unravel_index(np.arange(len(flat_list)), counts)).T + lo
         chunk_sel, out_sel = [], []

@@ -156,12 +156,11 @@ def _build(key: str, handle: tuple[Any, ...]) -> SharedManifestStore:
     )
 
 
-def shared_group(group: zarr.Group, origin: Origin | None) -> zarr.Group:
-    """``group`` (the root of a manifest's store) over a :class:`SharedManifestStore`."""
+def shared_store(group: zarr.Group, origin: Origin | None) -> SharedManifestStore:
+    """The store of ``group`` (the root of a manifest's store) as a :class:`SharedManifestStore`."""
     from h5lens.read.open import store_of
 
-    store = SharedManifestStore.of(store_of(group), origin)
-    return zarr.open_group(store, mode="r", zarr_format=3)
+    return SharedManifestStore.of(store_of(group), origin)
 
 
 def origin_of(store: ManifestStore, storage_options: dict[str, Any] | None, limits: Limits | None) -> Origin | None:
