@@ -19,6 +19,7 @@ import numpy as np
 
 from h5lens import convention
 from h5lens.errors import SourceReadError
+from h5lens.manifest.checks import vlen_count_problem
 from h5lens.manifest.documents import ArrayDocument
 
 
@@ -43,6 +44,10 @@ class TextCodec:
         items = math.prod(self.chunk_shape)
         out = np.empty((len(flats), items), dtype=object)
         for row, flat in enumerate(flats):
+            # numcodecs allocates the item count it reads before reading an item: checked first
+            problem = vlen_count_problem(payloads[flat], items)
+            if problem is not None:
+                raise SourceReadError(f"{describe(flat)}: {problem}; the manifest or its source is damaged")
             try:
                 decoded = codec.decode(payloads[flat])
             except Exception as e:  # noqa: BLE001 - any refusal, named with its chunk
