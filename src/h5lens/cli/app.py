@@ -147,8 +147,22 @@ def _on_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+# typer builds click's command tree from the commands' signatures and type hints each time it
+# is asked (~50 ms); in one process (tests, a notebook calling main() again) the tree is the
+# same while no command is added, so it is built once.
+_built: tuple[int, Any] | None = None
+
+
+def _command() -> Any:
+    global _built
+    registered = len(app.registered_commands) + len(app.registered_groups)
+    if _built is None or _built[0] != registered:
+        _built = (registered, typer.main.get_command(app))
+    return _built[1]
+
+
 def _run(argv: list[str] | None) -> int:
-    command = typer.main.get_command(app)
+    command = _command()
     try:
         code = command.main(args=argv, prog_name="h5lens", standalone_mode=False)
     except typer.Exit as e:

@@ -472,8 +472,8 @@ class FsspecClient:
         """Size and ETag (object storage identifies versions by ETag: no fingerprint)."""
         del fingerprint
         fs, path = self._sync_filesystem(probe)
-        try:
-            info = fs.info(path)
+        try:  # retried as reads are: a 503 on the HEAD is as transient as on a GET
+            info = (PROBE_POLICY if probe else retry.policy()).run_sync(lambda: fs.info(path), is_transient)
         except Exception as e:  # noqa: BLE001
             raise storage_error(e, self.url, "checking", anon=anon_requested(self.storage_options)) from e
         if info.get("type") == "directory":

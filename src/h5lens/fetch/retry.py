@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -52,17 +53,41 @@ class RetryPolicy:
         (how many were made) set on it."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.deadline
-        delays = self.delays()
         made = 0
         while True:
             made += 1
             try:
                 return await attempt()
             except Exception as e:
-                if made > len(delays) or not transient(e) or loop.time() + delays[made - 1] > give_up:
-                    e.attempts = made  # type: ignore[attr-defined]  # said in the error's message
+                wait = self._backoff(made, e, loop.time(), give_up, transient)
+                if wait is None:
                     raise
-                await asyncio.sleep(delays[made - 1])
+                await asyncio.sleep(wait)
+
+    def run_sync(self, attempt: Callable[[], T], transient: Callable[[BaseException], bool]) -> T:
+        """:meth:`run` for a synchronous ``attempt`` (a blocking call: a HEAD through fsspec)."""
+        give_up = time.monotonic() + self.deadline
+        made = 0
+        while True:
+            made += 1
+            try:
+                return attempt()
+            except Exception as e:
+                wait = self._backoff(made, e, time.monotonic(), give_up, transient)
+                if wait is None:
+                    raise
+                time.sleep(wait)
+
+    def _backoff(
+        self, made: int, error: Exception, now: float, give_up: float, transient: Callable[[BaseException], bool]
+    ) -> float | None:
+        """Seconds to wait before the next attempt, or None (``error`` is the last: its
+        ``attempts`` set) when it is not transient or the attempts or the deadline are spent."""
+        delays = self.delays()
+        if made > len(delays) or not transient(error) or now + delays[made - 1] > give_up:
+            error.attempts = made  # type: ignore[attr-defined]  # said in the error's message
+            return None
+        return delays[made - 1]
 
 
 POLICY = RetryPolicy()
