@@ -86,6 +86,9 @@ def test_bad_option_value_exits_2(sample, tmp_path, option):
 
 
 def test_inspect_ls_cat(sample, tmp_path):
+    # what the commands print, in this process (cli_runner): the process itself is checked above
+    from cli_runner import h5lens as h5lens_cli
+
     out = tmp_path / "out.json"
     assert h5lens_cli("index", sample, "-o", out).returncode == 0
     inspect = h5lens_cli("inspect", out)
@@ -110,6 +113,8 @@ def test_demo_runs(tmp_path):
 
 
 def test_validate_clean_and_broken(sample, tmp_path):
+    from cli_runner import h5lens as h5lens_cli
+
     out = tmp_path / "out.json"
     assert h5lens_cli("index", sample, "-o", out).returncode == 0
     ok = h5lens_cli("validate", out)
