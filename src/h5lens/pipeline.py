@@ -463,7 +463,7 @@ def _read_here(array: Any, indexer_class: type, selection: Any) -> Any:
 
     async_array = array.async_array
     pipeline = async_array.codec_pipeline
-    if not isinstance(pipeline, H5LensCodecPipeline) or not isinstance(pipeline.store, RegionReadable):
+    if not isinstance(pipeline, H5LensCodecPipeline):
         return None
     chunk_grid = async_array._chunk_grid
     indexer = indexer_class(selection, array.shape, chunk_grid)  # as zarr's method builds it
@@ -472,7 +472,7 @@ def _read_here(array: Any, indexer_class: type, selection: Any) -> Any:
     bounds = pipeline.region_of(path, metadata, async_array.config, chunk_grid, indexer, default_buffer_prototype())
     if bounds is None:
         return None
-    values = pipeline.store.read_region_now(path, bounds)
+    values = cast("RegionReadable", pipeline.store).read_region_now(path, bounds)  # region_of checked it
     return None if values is None else _as_selected(values, metadata, indexer, None)
 
 

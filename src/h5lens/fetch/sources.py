@@ -167,12 +167,21 @@ class SourceReads:
         """:meth:`read_many` on the calling thread, without the event loop: the chunks that
         are inline or in local files; None if any is in a remote source (read those with
         :meth:`read_many`)."""
+        present, present_sources = self._present(path, flats)
+        if any(src != INLINE and not isinstance(self.client(src), LocalClient) for src in np.unique(present_sources).tolist()):
+            return None  # before reading anything: the async read reads it all
         out: dict[int, bytes | memoryview] = {}
         for _, chosen, found in self._read_here(path, flats):
-            if found is None:
-                return None
+            assert found is not None  # inline or local, checked above
             out.update(zip(chosen.tolist(), found, strict=True))
         return out
+
+    def _present(self, path: str, flats: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The present chunks among ``flats`` (all by default) and the source of each."""
+        sources = self.tables[path].source.reshape(-1)
+        present = np.flatnonzero(sources != MISSING) if flats is None else np.asarray(flats, dtype=np.int64)
+        present = present[sources[present] != MISSING]
+        return present, sources[present]
 
     def _read_here(
         self, path: str, flats: np.ndarray | None
@@ -180,10 +189,7 @@ class SourceReads:
         """Per source, the present chunks among ``flats`` and their bytes if they are
         inline or local (read here, now); None for a remote source's, not read."""
         table = self.tables[path]
-        sources = table.source.reshape(-1)
-        present = np.flatnonzero(sources != MISSING) if flats is None else np.asarray(flats, dtype=np.int64)
-        present = present[sources[present] != MISSING]
-        present_sources = sources[present]
+        present, present_sources = self._present(path, flats)
         for src in np.unique(present_sources).tolist():
             chosen = present[present_sources == src]
             if src == INLINE:
