@@ -471,7 +471,24 @@ def test_bitshuffle_encode_is_what_the_filter_writes(tmp_path, cname, nelems, dt
         return bshuf_mod.encode_hdf5_bitshuffle(full.tobytes(), full.dtype.itemsize, nelems, cname, level), 0
 
     same = _round_trip(tmp_path, data, chunks, dict(hdf5plugin.Bitshuffle(nelems=nelems, cname=cname)), encode)
-    assert all(same)  # byte for byte what bshuf_h5filter wrote
+    if cname != "lz4" or _same_lz4("bshuf"):
+        assert all(same)  # byte for byte what bshuf_h5filter wrote
+    # else: LZ4's output differs from one LZ4 release to the next (the round trip above
+    # still checks that the filter decodes what h5lens wrote to h5py's values)
+
+
+def _same_lz4(plugin: str) -> bool:
+    """Whether hdf5plugin's ``plugin`` filter and imagecodecs carry the same LZ4 release."""
+    import ctypes
+
+    import imagecodecs
+
+    try:
+        version = ctypes.CDLL(hdf5plugin.get_config().registered_filters[plugin]).LZ4_versionString
+    except (AttributeError, KeyError, OSError):
+        return False
+    version.restype = ctypes.c_char_p
+    return imagecodecs.lz4_version().split()[-1] == version().decode()
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,7 @@ import math
 import struct
 from collections.abc import Buffer as BytesLike
 from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -207,8 +208,7 @@ def _plain_frame(chunk: bytes, nbytes: int, typesize: int, compressor: int, clev
         imagecodecs.blosc2_encode(
             _items(memoryview(struct.pack("<Q", offset)), 8),
             5,
-            compressor="blosclz",
-            shuffle=1,
+            **_settings("blosclz", 1, 8),
             splitmode=_FORWARD_COMPAT_SPLIT,
         )
     )
@@ -237,6 +237,30 @@ def _plain_frame(chunk: bytes, nbytes: int, typesize: int, compressor: int, clev
     return bytes(frame)
 
 
+@cache
+def _named_codec() -> bool:
+    """Whether imagecodecs' Blosc2 encoders take ``codec`` and ``filters`` (imagecodecs
+    2026.11.11 and later) rather than ``compressor`` and ``shuffle`` (before)."""
+    import imagecodecs
+
+    try:
+        imagecodecs.blosc2_encode(b"\0" * 8, 1, codec="blosclz")
+    except TypeError:
+        return False
+    return True
+
+
+def _settings(compressor: str, shuffle: int, typesize: int | None = None) -> dict[str, Any]:
+    """The compressor and shuffle as the installed imagecodecs takes them: c-blosc2's filter
+    pipeline with the shuffle last (filters[5]), as hdf5-blosc2's filter sets it."""
+    if not _named_codec():
+        return {"compressor": compressor, "shuffle": shuffle}
+    found: dict[str, Any] = {"codec": compressor, "filters": [0, 0, 0, 0, 0, shuffle]}
+    if typesize is not None:
+        found["typesize"] = typesize
+    return found
+
+
 def _items(src: memoryview, typesize: int) -> np.ndarray:
     """``src`` as an array of ``typesize``-byte items: imagecodecs' ``blosc2_encode`` takes Blosc's
     type size from the item size of what it is given (8 for bytes, whatever ``typesize`` says)."""
@@ -259,7 +283,8 @@ def encode_hdf5_blosc2(
 
     src = memoryview(data).cast("B")
     code = {name: c for c, name in COMPRESSORS.items()}[compressor]
-    params: dict[str, Any] = {"compressor": compressor, "shuffle": shuffle, "splitmode": _FORWARD_COMPAT_SPLIT}
+    items = _items(src, typesize)
+    params: dict[str, Any] = {**_settings(compressor, shuffle, items.itemsize), "splitmode": _FORWARD_COMPAT_SPLIT}
     b2nd = (
         chunkshape is not None
         and 1 < len(chunkshape) <= _MAX_DIM
@@ -274,10 +299,10 @@ def encode_hdf5_blosc2(
         values = np.frombuffer(src, dtype=f"V{typesize}").reshape(chunkshape)
         return bytes(
             imagecodecs.b2nd_encode(
-                values, clevel, chunkshape=chunkshape, blockshape=blockshape, compressor=compressor, shuffle=shuffle
+                values, clevel, chunkshape=chunkshape, blockshape=blockshape, **_settings(compressor, shuffle)
             )
         )
-    chunk = imagecodecs.blosc2_encode(_items(src, typesize), clevel, blocksize=blocksize or None, **params)
+    chunk = imagecodecs.blosc2_encode(items, clevel, blocksize=blocksize or None, **params)
     return _plain_frame(bytes(chunk), len(src), typesize, code, clevel, shuffle)
 
 
