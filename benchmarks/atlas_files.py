@@ -11,10 +11,12 @@ import warnings
 import numpy as np
 
 
-def write_atlas(path: str, n_obs: int, n_vars: int, density: float, *, chunk: int = 800, fmt: str = "csr",
-                seed: int = 0) -> int:
+def write_atlas(path: str, n_obs: int, n_vars: int, density: float, *, chunk: int | None = 800, fmt: str = "csr",
+                seed: int = 0, compression: str = "gzip") -> int:
     """Write the atlas at ``path`` (atomically: a ``.partial`` file renamed); X is CSR or CSC
-    float32 in gzip chunks of ``chunk`` elements. Returns its number of stored values."""
+    float32 in ``compression`` chunks of ``chunk`` elements, or (``chunk=None``) the whole
+    AnnData by one ``write_h5ad(compression=...)``, anndata choosing every chunk. Returns
+    its number of stored values."""
     import anndata as ad
     import h5py
     import pandas as pd
@@ -40,8 +42,11 @@ def write_atlas(path: str, n_obs: int, n_vars: int, density: float, *, chunk: in
     tmp = path + ".partial"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ad.AnnData(obs=obs, var=var).write_h5ad(tmp, compression="gzip")
-        with h5py.File(tmp, "a") as f:
-            ad.io.write_elem(f, "X", matrix, dataset_kwargs={"chunks": (chunk,), "compression": "gzip"})
+        if chunk is None:
+            ad.AnnData(X=matrix, obs=obs, var=var).write_h5ad(tmp, compression=compression)
+        else:
+            ad.AnnData(obs=obs, var=var).write_h5ad(tmp, compression="gzip")
+            with h5py.File(tmp, "a") as f:
+                ad.io.write_elem(f, "X", matrix, dataset_kwargs={"chunks": (chunk,), "compression": compression})
     os.replace(tmp, path)
     return nnz

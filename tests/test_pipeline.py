@@ -1,6 +1,7 @@
-"""h5lens's zarr codec pipeline (h5lens.pipeline): every selection zarr can make reads what
-h5py reads, with the pipeline on and with zarr's own (the fallback); other stores are left
-to zarr's pipeline; turning it on and off behaves as documented."""
+"""h5lens's zarr codec pipeline (h5lens.pipeline) and hooks (h5lens.hooks), on with
+h5lens.fast_reads(): every selection zarr can make reads what h5py reads, with them on and
+with zarr's own pipeline; arrays of other stores keep exactly the pipeline they had;
+turning it on and off behaves as documented."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import h5lens
-from h5lens import pipeline
+from h5lens import fast, hooks
+from h5lens.fast import fast_reads
 
 FILTERS = {
     "none": {},
@@ -88,9 +90,9 @@ def _numpy(values: np.ndarray, kind: str, selection: object) -> np.ndarray:
 def test_every_selection_reads_as_h5py(arrays, name, on):
     path, manifest = arrays
     expected = expected_of(path, name)
-    with pipeline.fast_reads(on):
+    with fast_reads(on):
         array = h5lens.open_group(manifest)[name]
-        assert pipeline.enabled() is on
+        assert fast.enabled() is on
         for kind, selection in _selections(expected.shape):
             got = _read(array, kind, selection)
             want = _numpy(expected, kind, selection)
@@ -109,34 +111,67 @@ def test_random_slices_read_as_h5py(arrays, data):
         slice(data.draw(st.integers(-n, n)), data.draw(st.integers(-n, n)), data.draw(st.sampled_from([None, 1, 2, 5])))
         for n in expected.shape
     )
-    with pipeline.fast_reads():
+    with fast_reads():
         got = np.asarray(h5lens.open_group(manifest)[name][selection])
     np.testing.assert_array_equal(got, expected[selection])
 
 
-def test_a_store_turns_it_on_and_fast_reads_false_keeps_it_off(arrays):
+def test_a_store_turns_nothing_on_and_fast_reads_false_turns_it_off(arrays):
     _, manifest = arrays
-    with pipeline.fast_reads(False):
-        h5lens.open_store(manifest)
-        assert not pipeline.enabled()  # declined: a new store does not turn it on
     before = zarr.config.get("codec_pipeline.path")
-    with pipeline.fast_reads():
-        assert pipeline.enabled()
+    store = h5lens.open_store(manifest)
+    h5lens.open_group(manifest)["gzip/one"][:5]
+    assert not fast.enabled() and not hooks.installed()
+    assert zarr.config.get("codec_pipeline.path") == before
+    fast_reads()
+    try:
+        assert fast.enabled() and hooks.installed()
+        group = zarr.open_group(store, mode="r")
+        assert type(group["gzip/one"]._async_array.codec_pipeline).__name__ == "H5LensCodecPipeline"
+    finally:
+        fast_reads(False)
+    assert not fast.enabled() and not hooks.installed()
     assert zarr.config.get("codec_pipeline.path") == before  # what was there comes back
+    with fast_reads():
+        assert fast.enabled()
+        with fast_reads(False):
+            assert not fast.enabled() and not hooks.installed()
+        assert fast.enabled() and hooks.installed()
+    assert zarr.config.get("codec_pipeline.path") == before and not hooks.installed()
 
 
-def test_other_stores_keep_zarrs_pipeline(arrays):
-    """While it is on, arrays of any other store are built with the pipeline configured
-    before it (here zarr's FusedCodecPipeline) and write and read as zarr does."""
-    with zarr.config.set({"codec_pipeline.path": "zarr.core.codec_pipeline.FusedCodecPipeline"}):
-        with pipeline.fast_reads():
-            array = zarr.create_array(zarr.storage.MemoryStore(), shape=(100,), chunks=(7,), dtype="f8")
-            assert type(array._async_array.codec_pipeline).__name__ == "FusedCodecPipeline"
+def _pipeline_of(array: zarr.Array) -> object:
+    return array._async_array.codec_pipeline
+
+
+@pytest.mark.parametrize(
+    "configured", [None, "zarr.core.codec_pipeline.FusedCodecPipeline"], ids=["zarr default", "fused"]
+)
+def test_other_stores_keep_exactly_their_pipeline(arrays, tmp_path, configured):
+    """While it is on, arrays of a MemoryStore and a LocalStore are built exactly as zarr
+    builds them with it off (the pipeline configured before: same class, equal), and write
+    and read as zarr does; arrays of h5lens stores wrap that pipeline."""
+    setting = {} if configured is None else {"codec_pipeline.path": configured}
+
+    def arrays_of_other_stores(where: str) -> list[zarr.Array]:
+        made = []
+        for store in (zarr.storage.MemoryStore(), zarr.storage.LocalStore(tmp_path / where)):
+            array = zarr.create_array(store, shape=(100,), chunks=(7,), dtype="f8", compressors=None)
             array[:] = np.arange(100.0)
-            np.testing.assert_array_equal(array[::3], np.arange(100.0)[::3])
+            made.append(array)
+        return made
+
+    with zarr.config.set(setting):
+        plain = arrays_of_other_stores("off")
+        with fast_reads():
+            assert fast.enabled()
+            during = arrays_of_other_stores("on")
+            for a, b in zip(plain, during, strict=True):
+                assert type(_pipeline_of(a)) is type(_pipeline_of(b)) and _pipeline_of(a) == _pipeline_of(b)
+                np.testing.assert_array_equal(b[::3], np.arange(100.0)[::3])
             h5 = h5lens.open_group(arrays[1])["gzip/one"]
-            assert type(h5._async_array.codec_pipeline).__name__ == "H5LensCodecPipeline"
-            assert type(h5._async_array.codec_pipeline.inner).__name__ == "FusedCodecPipeline"
+            assert type(_pipeline_of(h5)).__name__ == "H5LensCodecPipeline"
+            assert type(_pipeline_of(h5).inner) is type(_pipeline_of(plain[0]))  # type: ignore[attr-defined]
 
 
 def test_a_chunk_that_does_not_decode_is_named(tmp_path):
@@ -148,7 +183,7 @@ def test_a_chunk_that_does_not_decode_is_named(tmp_path):
     with open(path, "r+b") as f:
         f.seek(offset)
         f.write(b"\x00" * 16)
-    with pipeline.fast_reads(), pytest.raises(h5lens.SourceReadError, match=r"chunk 'x/c/4' of /x .* does not decode"):
+    with fast_reads(), pytest.raises(h5lens.SourceReadError, match=r"chunk 'x/c/4' of /x .* does not decode"):
         h5lens.open_group(manifest, verify=False)["x"][:]
 
 
@@ -158,7 +193,7 @@ def test_reads_from_s3_through_the_pipeline(s3, arrays):
     s3.filesystem().put(str(path), key)
     options = s3.storage_options()
     manifest = h5lens.index(f"s3://{key}", storage_options=options, inline_threshold=0)
-    with pipeline.fast_reads():
+    with fast_reads():
         group = h5lens.open_group(manifest, storage_options=options)
         for name in ("gzip_shuffle/two", "sparse", "lzf/three"):
             np.testing.assert_array_equal(group[name][...], expected_of(path, name))
@@ -168,18 +203,20 @@ def test_regions_skip_zarrs_per_chunk_list(arrays, monkeypatch):
     """Slices of step 1 and integers are read as one region: the pipeline's per-chunk read
     is never asked (under the zarr this is pinned to, whose private ``_get_selection`` is
     wrapped; a failure here means that zarr changed it)."""
+    from h5lens.pipeline import H5LensCodecPipeline
+
     path, manifest = arrays
-    assert pipeline._install_region_reads()
     asked: list[int] = []
-    original = pipeline.H5LensCodecPipeline.read
+    original = H5LensCodecPipeline.read
 
     async def counted(self, batch_info, out, drop_axes=()):
         batch = list(batch_info)
         asked.append(len(batch))
         return await original(self, batch, out, drop_axes)
 
-    monkeypatch.setattr(pipeline.H5LensCodecPipeline, "read", counted)
-    with pipeline.fast_reads():
+    monkeypatch.setattr(H5LensCodecPipeline, "read", counted)
+    with fast_reads():
+        assert hooks.installed()
         group = h5lens.open_group(manifest)
         for name in ("gzip_shuffle/two", "sparse", "big", "lzf/three", "unwritten"):
             expected = expected_of(path, name)
@@ -201,7 +238,6 @@ def test_small_local_regions_are_read_on_the_calling_thread(arrays, s3, monkeypa
     from h5lens.store import ManifestStore
 
     path, manifest = arrays
-    assert pipeline._install_inline_reads()
     threads: list[str] = []
     original = ManifestStore.read_region_async
 
@@ -210,7 +246,8 @@ def test_small_local_regions_are_read_on_the_calling_thread(arrays, s3, monkeypa
         return await original(self, array_path, bounds)
 
     monkeypatch.setattr(ManifestStore, "read_region_async", counted)
-    with pipeline.fast_reads():
+    with fast_reads():
+        assert hooks.installed()
         group = h5lens.open_group(manifest)
         for name in ("gzip_shuffle/two", "lzf/three", "sparse", "unwritten", "one_chunk"):
             expected = expected_of(path, name)
@@ -243,15 +280,23 @@ def test_text_regions_read_as_h5py_and_zarr_read_them(tmp_path):
     with h5py.File(path) as f:
         expected = {name: f[name].asstr()[()] for name in ("one", "two", "holes")}
     manifest = h5lens.index(path)
-    with pipeline.fast_reads(False):
+    with fast_reads(False):
         plain = h5lens.open_group(manifest)
         dtypes = {name: plain[name][...].dtype for name in expected}
+    fast_reads()  # the hooks read regions of text
+    try:
+        _text_regions_read_as_zarr_reads(manifest, expected, dtypes, plain)
+    finally:
+        fast_reads(False)
+
+
+def _text_regions_read_as_zarr_reads(manifest, expected, dtypes, plain):
     group = h5lens.open_group(manifest)
     assert group.store.region_codec("one") is not None
     for name, want in expected.items():
         for kind, selection in [*_selections(want.shape), ("basic", (slice(3, 5),) * want.ndim)]:
             got = group[name][selection] if kind == "basic" else _read(group[name], kind, selection)
-            with pipeline.fast_reads(False):
+            with fast_reads(False):
                 zarrs = plain[name][selection] if kind == "basic" else _read(plain[name], kind, selection)
             assert type(got) is type(zarrs) and np.shape(got) == np.shape(zarrs) == np.shape(_numpy(want, kind, selection))
             np.testing.assert_array_equal(np.asarray(got).astype(object), _numpy(want, kind, selection), err_msg=f"{name} {selection}")
@@ -263,7 +308,7 @@ def test_a_region_into_out_and_the_scalar_of_a_point(arrays):
 
     path, manifest = arrays
     expected = expected_of(path, "gzip_shuffle/three")
-    with pipeline.fast_reads():
+    with fast_reads():
         array = h5lens.open_group(manifest)["gzip_shuffle/three"]
         out = default_buffer_prototype().nd_buffer.create(shape=(5, 9, 3), dtype=np.dtype("f8"), fill_value=0)
         array.get_basic_selection((slice(2, 7), slice(None), slice(4, 7)), out=out)
@@ -278,7 +323,7 @@ def test_a_region_into_out_and_the_scalar_of_a_point(arrays):
 def test_missing_chunks_refused_when_zarr_is_told_to(arrays):
     """``array.read_missing_chunks=False`` is zarr's: the region route leaves it to zarr."""
     _, manifest = arrays
-    with pipeline.fast_reads(), zarr.config.set({"array.read_missing_chunks": False}):
+    with fast_reads(), zarr.config.set({"array.read_missing_chunks": False}):
         array = h5lens.open_group(manifest)["unwritten"]
         with pytest.raises(zarr.errors.ChunkNotFoundError, match="not found"):
             array[:]

@@ -426,7 +426,8 @@ def test_a_lazy_selection_fetches_in_batches_not_element_by_element(s3, s3_proxy
     """A lazy AnnData over S3 fetches what it reads anyway in one batch when it opens: a
     small file whole (as s3fs's read-ahead gives read_h5ad), a big one its dataframes and
     indptr; a selection then costs the round trips of an eager read, not one per element."""
-    import h5lens.read.anndata as reader
+    import h5lens.read.anndata as lazy_reader_entry
+    import h5lens.read.anndata_lazy as lazy_reader
 
     local = write_sample(tmp_path / "sample.h5ad")
     url = _upload(s3, local, "sample.h5ad")
@@ -438,10 +439,10 @@ def test_a_lazy_selection_fetches_in_batches_not_element_by_element(s3, s3_proxy
     eager_gets = s3_proxy.stats.gets
 
     counts = {}
-    for case, whole_bytes, batches in (("small", reader.LAZY_WHOLE_BYTES, True), ("big", 0, True), ("none", 0, False)):
-        monkeypatch.setattr(reader, "LAZY_WHOLE_BYTES", whole_bytes)
+    for case, whole_bytes, batches in (("small", lazy_reader.LAZY_WHOLE_BYTES, True), ("big", 0, True), ("none", 0, False)):
+        monkeypatch.setattr(lazy_reader, "LAZY_WHOLE_BYTES", whole_bytes)
         if not batches:
-            monkeypatch.setattr(reader, "_prefetch_for_lazy", lambda store: None)
+            monkeypatch.setattr(lazy_reader_entry, "prefetch_for_lazy", lambda store: None)
         s3_proxy.stats.reset()
         mask, got = _lazy_selection(manifest, options, expected.obs["cell_type"].iloc[0])
         counts[case] = s3_proxy.stats.gets

@@ -32,7 +32,7 @@ _EXPORTS = {
     "validate": "h5lens.validation",
     "ManifestStore": "h5lens.store",
     "Limits": "h5lens.manifest.limits",
-    "fast_reads": "h5lens.pipeline",
+    "fast_reads": "h5lens.fast",
     **{
         name: "h5lens.errors"
         for name in (
@@ -114,7 +114,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
     from h5lens.icechunk import to_icechunk
     from h5lens.manifest.limits import Limits
     from h5lens.manifest.model import Manifest
-    from h5lens.pipeline import fast_reads
+    from h5lens.fast import fast_reads
     from h5lens.many import FileRecord, IndexManyResult, index_many
     from h5lens.read.anndata import read_anndata, read_treedata
     from h5lens.read.navigate import Dataset, Group

@@ -1,23 +1,23 @@
 """Bulk reads of a manifest's arrays: regions, runs and many chunks at once.
 
-What h5lens's codec pipeline (:mod:`h5lens.pipeline`), lazy sparse matrices
-(:mod:`h5lens.read.lazy_sparse`) and whole-array reads (:mod:`h5lens.read.whole`) ask a
-:class:`~h5lens.store.ManifestStore` for, beside zarr's Store contract: the chunks a
-selection covers, planned from the chunk table, fetched together (:mod:`h5lens.fetch`)
-and decoded in bulk (:mod:`h5lens.read.bulk`, :mod:`h5lens.read.text`). A failed read
-names the chunk key and the bytes the manifest gave it.
+What h5lens's readers (the xarray engine, navigation, AnnData, lazy arrays) and its codec
+pipeline ask a :class:`~h5lens.store.ManifestStore` for, beside zarr's Store contract:
+each a read plan (:mod:`h5lens.read.plan`) run on the calling thread where that pays and
+on the event loop otherwise. A failed read names the chunk key and the bytes the manifest
+gave it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from h5lens.errors import H5LensError
 from h5lens.manifest.zarr_keys import chunk_key
 from h5lens.read.bulk import ArrayCodec, array_codec
+from h5lens.read.plan import region_plan, runs_plan
 from h5lens.read.text import TextCodec, text_codec
 
 if TYPE_CHECKING:
@@ -66,100 +66,47 @@ class RegionReads:
             self._text_codecs[path] = None if doc is None or path not in self.manifest.chunks else text_codec(path, doc)
         return self._text_codecs[path]
 
-    def bulk_plan(self, keys: list[str]) -> tuple[ArrayCodec, np.ndarray] | None:
-        """The codec of the one array ``keys`` are chunks of, and their flat indices in its
-        grid; None if they are not all chunks of one array h5lens decodes itself."""
-        located = self.grammar.chunk(keys[0])
-        if located is None:
-            return None
-        path, _ = located
-        codec = self.array_codec(path)
-        if codec is None:
-            return None
-        flats = self.grammar.flat_indices(path, keys, self.manifest.chunks[path].grid_shape)
-        return None if flats is None else (codec, flats)
-
-    async def read_region_async(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None:
+    def read_region(self, path: str, bounds: Sequence[tuple[int, int]]) -> np.ndarray | None:
         """The values of array ``path`` in ``[start, stop)`` per axis (within its shape), read
-        in bulk; None if h5lens does not decode this array itself (read it through zarr)."""
-        from h5lens.read.bulk import assemble, off_loop
-
-        plan = self._region_plan(path, bounds)
+        in bulk (:func:`h5lens.read.plan.region_plan`): on the calling thread when its chunks
+        are inline or local and few bytes, else on the event loop. None if h5lens does not
+        decode this array itself (read it through zarr)."""
+        plan = region_plan(self, path, bounds)
         if plan is None or isinstance(plan, np.ndarray):
             return plan
-        codec, lo, flats = plan
-        payloads = await self.read_many_async(path, flats)
-        return await off_loop(payloads, assemble, codec, bounds, lo, flats, payloads, self._describer(path))
+        found = plan.now(self)
+        return found if found is not None else _sync(plan.run(self))
 
-    def read_region_now(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None:
-        """:meth:`read_region_async` on the calling thread, without zarr's event loop (a hop
-        to it costs more than reading a small region): for a region whose chunks are
-        inline or in local files, and few enough bytes to decode without a thread
-        (:func:`h5lens.read.bulk.decodes_here`). None otherwise: read it the async way."""
-        from h5lens.read.bulk import assemble, decodes_here
-
-        plan = self._region_plan(path, bounds)
+    async def read_region_async(self, path: str, bounds: Sequence[tuple[int, int]]) -> np.ndarray | None:
+        """:meth:`read_region` on the event loop."""
+        plan = region_plan(self, path, bounds)
         if plan is None or isinstance(plan, np.ndarray):
             return plan
-        codec, lo, flats = plan
-        if not decodes_here(int(self.manifest.chunks[path].length.reshape(-1)[flats].sum())):
-            return None
-        try:
-            payloads = self.reads.read_many_now(path, flats)
-        except H5LensError as e:
-            self._name_failed_chunk(path, e)
-            raise
-        if payloads is None:
-            return None
-        return assemble(codec, bounds, lo, flats, payloads, self._describer(path))
+        return await plan.run(self)
 
-    def _region_plan(
-        self, path: str, bounds: list[tuple[int, int]]
-    ) -> tuple[ArrayCodec | TextCodec, np.ndarray, np.ndarray] | np.ndarray | None:
-        """(codec, first chunk index per axis, flat indices of the chunks) of a region; its
-        (empty) values if it holds none; None if h5lens does not decode the array."""
-        from h5lens.read.bulk import region_chunks
-
-        codec = self.region_codec(path)
-        if codec is None:
-            return None
-        if any(stop <= start for start, stop in bounds):
-            return np.empty(tuple(max(0, stop - start) for start, stop in bounds), dtype=codec.dtype)
-        lo, flats = region_chunks(codec, self.manifest.chunks[path].grid_shape, bounds)
-        return codec, lo, flats
-
-    def _describer(self, path: str) -> Callable[[int], str]:
-        def describe(flat: int) -> str:
-            return self.describe_flat_chunk(path, flat)
-
-        return describe
-
-    def read_region(self, path: str, bounds: list[tuple[int, int]]) -> np.ndarray | None:
-        """:meth:`read_region_async` from synchronous code."""
-        from zarr.core.sync import sync
-
-        return sync(self.read_region_async(path, bounds))
-
-    async def read_runs_async(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray | None:
-        """The values of runs ``[starts[i], stops[i])`` of 1-d array ``path`` (within its
-        length), one after the other, every chunk they touch read at once; None if h5lens
-        does not decode this array itself (read it through zarr)."""
-        from h5lens.read.bulk import gather_runs, off_loop, run_chunks
-
-        codec = self.array_codec(path)
-        if codec is None or len(codec.shape) != 1:
-            return None
-        starts = np.asarray(starts, dtype=np.int64)
-        stops = np.asarray(stops, dtype=np.int64)
-        flats = run_chunks(codec.chunk_shape[0], starts, stops)
-        payloads = await self.read_many_async(path, flats) if flats.size else {}
-        return await off_loop(payloads, gather_runs, codec, starts, stops, flats, payloads, self._describer(path))
+    def read_region_now(self, path: str, bounds: Sequence[tuple[int, int]]) -> np.ndarray | None:
+        """:meth:`read_region` on the calling thread only: None where that does not apply
+        (remote chunks, too many bytes, an array h5lens does not decode)."""
+        plan = region_plan(self, path, bounds)
+        if plan is None or isinstance(plan, np.ndarray):
+            return plan
+        return plan.now(self)
 
     def read_runs(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray | None:
-        """:meth:`read_runs_async` from synchronous code."""
-        from zarr.core.sync import sync
+        """The values of runs ``[starts[i], stops[i])`` of 1-d array ``path`` (within its
+        length), one after the other, every chunk they touch read at once
+        (:func:`h5lens.read.plan.runs_plan`); None if h5lens does not decode this array
+        itself (read it through zarr)."""
+        plan = runs_plan(self, path, starts, stops)
+        if plan is None:
+            return None
+        found = plan.now(self)
+        return found if found is not None else _sync(plan.run(self))
 
-        return sync(self.read_runs_async(path, starts, stops))
+    async def read_runs_async(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray | None:
+        """:meth:`read_runs` on the event loop."""
+        plan = runs_plan(self, path, starts, stops)
+        return None if plan is None else await plan.run(self)
 
     async def read_many_async(self, path: str, flats: np.ndarray) -> dict[int, bytes | memoryview]:
         """The stored bytes of the present chunks among ``flats`` of array ``path``; a failed
@@ -167,16 +114,30 @@ class RegionReads:
         try:
             return await self.reads.read_many(path, flats)
         except H5LensError as e:
-            self._name_failed_chunk(path, e)
+            self.name_failed_chunk(path, e)
             raise
 
-    def _name_failed_chunk(self, path: str, error: H5LensError) -> None:
+    def describer(self, path: str) -> Callable[[int], str]:
+        """Names a chunk of array ``path`` by its flat index, for messages."""
+
+        def describe(flat: int) -> str:
+            return self.describe_flat_chunk(path, flat)
+
+        return describe
+
+    def name_failed_chunk(self, path: str, error: H5LensError) -> None:
         """Add the chunk key and bytes a failed read was about (if it knows) to ``error``."""
         found = getattr(error, "chunk", None)
         if found is not None:
             flat, offset, length = found
             key = chunk_key(path, self._grid_index(path, flat), self.grammar.arrays[path][0])
             error.add_note(f"while reading chunk {key!r} (/{path}, bytes {offset}-{offset + length})")
+
+
+def _sync(coroutine: Any) -> Any:
+    from zarr.core.sync import sync
+
+    return sync(coroutine)
 
 
 __all__ = ["RegionReads"]

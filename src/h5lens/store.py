@@ -28,7 +28,6 @@ from h5lens.manifest.documents import chunk_shape_of
 from h5lens.manifest.model import MISSING, Manifest
 from h5lens.manifest.refs_json import dumps_document
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key
-from h5lens.pipeline import enable_for_stores
 from h5lens.read.bulk import ArrayCodec
 from h5lens.read.text import TextCodec
 from h5lens.regions import RegionReads
@@ -87,7 +86,6 @@ class ManifestStore(RegionReads, Store):
         self._tree: dict[str, list[str]] | None = None
         self._codecs: dict[str, ArrayCodec | None] = {}
         self._text_codecs: dict[str, TextCodec | None] = {}
-        enable_for_stores()  # h5lens's codec pipeline for zarr arrays of h5lens stores (h5lens.pipeline)
 
     # -- identity and pickling -------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -114,11 +112,11 @@ class ManifestStore(RegionReads, Store):
         state["_vlen_items"] = None
         state["_tree"] = None
         state["_codecs"] = {}
+        state["_text_codecs"] = {}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        enable_for_stores()  # a store unpickled in a dask worker reads as fast as the original
 
     def with_read_only(self, read_only: bool = False) -> ManifestStore:
         if not read_only:

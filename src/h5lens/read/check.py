@@ -23,7 +23,12 @@ _SLAB_BYTES = 64 << 20  # decoded bytes read at once by check_array
 
 
 def read_checked(array: zarr.Array, selection: Any = ...) -> np.ndarray:
-    """``array[selection]``; if a chunk fails to decode, :class:`SourceReadError` names it."""
+    """``array[selection]``, as zarr gives it; if a chunk fails to decode,
+    :class:`SourceReadError` names it. A region of an array of an h5lens store is read by
+    h5lens's read plan (:func:`read_region_of`)."""
+    found = read_region_of(array, selection)
+    if found is not None:
+        return found
     try:
         return np.asarray(array[selection])
     except H5LensError:
@@ -33,6 +38,29 @@ def read_checked(array: zarr.Array, selection: Any = ...) -> np.ndarray:
         if bad is None:
             raise
         raise _decode_error(array, bad, e) from e
+
+
+def read_region_of(array: zarr.Array, selection: Any) -> np.ndarray | None:
+    """``np.asarray(array[selection])`` read by h5lens's read plan
+    (:meth:`h5lens.store.ManifestStore.read_region`), with the dtype zarr gives, for a basic
+    selection of an array of an h5lens store whose chunks h5lens decodes; None otherwise."""
+    from h5lens.read.plan import decoder, region_of
+    from h5lens.store import ManifestStore
+
+    store = array.store
+    if not isinstance(store, ManifestStore):
+        return None
+    codec = decoder(store, array.path)
+    if codec is None:
+        return None
+    found = region_of(selection, codec.shape, codec.chunk_shape)
+    if found is None:
+        return None
+    bounds, post = found
+    values = store.read_region(array.path, bounds)
+    if values is None:
+        return None
+    return np.asarray(values[post], dtype=array.dtype)
 
 
 def check_array(array: zarr.Array) -> int:

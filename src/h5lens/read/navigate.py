@@ -41,7 +41,7 @@ import numpy as np
 import zarr
 
 from h5lens import convention
-from h5lens.errors import InvalidOptionError, SourceNotFoundError
+from h5lens.errors import InvalidOptionError, NotAManifestError, SourceNotFoundError
 from h5lens.keys import unescape_key
 from h5lens.locations import is_remote, local_path, resolve
 from h5lens.manifest.documents import ArrayDocument
@@ -85,8 +85,8 @@ def open(  # noqa: A001 - the module's entry point; h5lens.open passes h5lens.in
 ) -> Group:
     """The root group of a manifest (object, manifest JSON path/URL, or HDF5 file to index).
 
-    A path ending in ``.json`` is read as a manifest; any other path is indexed with
-    ``index`` first (:func:`h5lens.open` passes :func:`h5lens.index`). ``storage_options``
+    A manifest file is read in either form (JSON or compact, whatever its name); an HDF5
+    file is indexed with ``index`` first (:func:`h5lens.open` passes :func:`h5lens.index`). ``storage_options``
     apply to the manifest, its source files and the files external links reach.
     """
     manifest = _load(manifest_or_path, storage_options, index)
@@ -129,10 +129,13 @@ def _load(
     if isinstance(manifest, Manifest):
         return manifest
     location = os.fspath(manifest)
-    if location.endswith(".json"):
-        return Manifest.from_json(location, storage_options=storage_options)
-    if index is None:
-        raise InvalidOptionError(f"{location}: not a manifest (.json); pass index=h5lens.index to index an HDF5 file")
+    try:  # a manifest in either form, whatever its name says; an HDF5 file is indexed
+        return Manifest.load(location, storage_options=storage_options)
+    except NotAManifestError as e:
+        if e.kind != "hdf5":
+            raise
+        if index is None:
+            raise InvalidOptionError(f"{location}: an HDF5 file; pass index=h5lens.index to index it") from None
     return index(location, storage_options=storage_options, convention=convention.DEFAULT_PROFILE)
 
 

@@ -3,25 +3,22 @@
 zarr's codec pipeline costs a few hundred microseconds per chunk in asyncio
 bookkeeping, which dominates full reads of h5ad matrices stored in tens of
 thousands of small chunks. An eager read is the region read of the whole array
-(:meth:`h5lens.store.ManifestStore.read_region`, :mod:`h5lens.read.bulk`): every
+(:meth:`h5lens.store.ManifestStore.read_region`, :mod:`h5lens.read.plan`): every
 chunk asked for in one batch, decoded on a few threads with the filter table's
-functions. Arrays whose codecs or data type that does not cover return None, and
-the caller reads them through zarr.
+functions. Arrays h5lens does not decode return None, and the caller reads them
+through zarr.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from h5lens.manifest.documents import ArrayDocument
+from h5lens.read.plan import decoder, whole
+from h5lens.store import ManifestStore
 
 
-def read_whole(store: Any, path: str) -> np.ndarray | None:
-    """All values of the array at ``path`` of a ManifestStore, or None to let zarr read it."""
-    doc = store.manifest.nodes.get(path)
-    view = None if doc is None else ArrayDocument.of(doc)
-    if view is None or store.array_codec(path) is None:  # numbers only: text is zarr's to type
-        return None
-    return store.read_region(path, [(0, n) for n in view.shape])
+def read_whole(store: ManifestStore, path: str, *, text: bool = False) -> np.ndarray | None:
+    """All values of the array at ``path`` (numbers; text too with ``text``: ``object``
+    arrays of ``str``, as h5py gives them), or None to let zarr read it."""
+    codec = decoder(store, path, text=text)
+    return None if codec is None else store.read_region(path, whole(codec.shape))

@@ -3,8 +3,9 @@
 ``engine="h5lens"`` opens a manifest through xarray's own zarr backend (every decoding
 option, group and chunking is xarray's); this subclass of its ``ZarrStore`` changes one
 thing: a variable's values are read by :meth:`h5lens.store.ManifestStore.read_region`
-(the chunks a selection covers fetched at once, decoded together, laid out with one
-transpose) instead of zarr's per-chunk indexing, which costs tens of microseconds a chunk
+(h5lens's read plan: the chunks a selection covers fetched at once, decoded together,
+laid out with one transpose; on the calling thread when they are local and few bytes)
+instead of zarr's per-chunk indexing and event loop, which costs tens of microseconds a chunk
 before any byte is read. Selections it does not cover (arrays of points, arrays h5lens
 does not decode itself) go to zarr as before. Imported when a manifest is opened, never
 by the backend's entry point.
@@ -19,36 +20,8 @@ from xarray.backends.zarr import ZarrArrayWrapper, ZarrStore
 from xarray.core import indexing
 from xarray.core.variable import Variable
 
-
-def region_of(key: tuple[Any, ...], shape: tuple[int, ...]) -> tuple[list[tuple[int, int]], tuple[Any, ...]] | None:
-    """A basic key (integers, slices) as the region it covers, ``[start, stop)`` per axis,
-    and what to take of that region to give the key's result; None for other keys."""
-    if len(key) != len(shape):
-        return None
-    bounds: list[tuple[int, int]] = []
-    post: list[Any] = []
-    for item, n in zip(key, shape, strict=True):
-        if isinstance(item, (int, np.integer)):
-            i = int(item) + (n if item < 0 else 0)
-            if not 0 <= i < n:
-                return None  # let zarr say what it says
-            bounds.append((i, i + 1))
-            post.append(0)
-        elif isinstance(item, slice):
-            start, stop, step = item.indices(n)
-            if step < 0:
-                return None
-            count = len(range(start, stop, step))
-            if count == 0:
-                bounds.append((0, 0))
-                post.append(slice(None))
-                continue
-            last = start + (count - 1) * step
-            bounds.append((start, last + 1))
-            post.append(slice(None, None, step) if step != 1 else slice(None))
-        else:
-            return None
-    return bounds, tuple(post)
+from h5lens.read.plan import decoder, region_of
+from h5lens.store import ManifestStore
 
 
 class RegionArrayWrapper(ZarrArrayWrapper):
@@ -62,7 +35,7 @@ class RegionArrayWrapper(ZarrArrayWrapper):
         self._path = path
 
     def _region(self, key: tuple[Any, ...]) -> np.ndarray | None:
-        found = region_of(key, tuple(self.shape))
+        found = region_of(key, tuple(self.shape), tuple(self._array.chunks))
         if found is None:
             return None
         bounds, post = found
@@ -86,10 +59,10 @@ class RegionZarrStore(ZarrStore):
         zarr_array = self.members[name]
         store = zarr_array.store
         path = zarr_array.path
-        if not hasattr(store, "array_codec") or store.array_codec(path) is None:
-            return variable
+        if not isinstance(store, ManifestStore) or decoder(store, path, text=False) is None:
+            return variable  # zarr reads it (text too: xarray types it as zarr gives it)
         data = indexing.LazilyIndexedArray(RegionArrayWrapper(zarr_array, store, path))
         return Variable(variable.dims, data, variable.attrs, variable.encoding)
 
 
-__all__ = ["RegionArrayWrapper", "RegionZarrStore", "region_of"]
+__all__ = ["RegionArrayWrapper", "RegionZarrStore"]

@@ -1,0 +1,297 @@
+"""The private hooks into zarr that h5lens can install: the only module that does, and only
+when the user asks (:func:`h5lens.fast_reads`).
+
+h5lens's own entry points (``read_anndata``, ``engine="h5lens"``, navigation,
+``store.read_region``) read through h5lens's read plan (:mod:`h5lens.read.plan`) and need
+nothing of this. Readers that go through zarr's API (``anndata.read_zarr``, hdmf-zarr,
+xarray's zarr engine) meet zarr's public extension point, the codec pipeline
+(:mod:`h5lens.pipeline`), only after zarr has done per-read work that costs more than small
+reads themselves, and zarr has no public hook before it:
+
+* ``zarr.core.array._get_selection`` (``regions``): zarr lists a selection's chunks one by
+  one (20-30 µs each) before any pipeline sees them; wrapped, a region of an array of an
+  h5lens store is read as one plan instead;
+* ``zarr.Array.get_basic_selection`` / ``get_orthogonal_selection`` (``calling thread``):
+  zarr's synchronous API hands every read to its event-loop thread and waits (0.1-0.5 ms,
+  more than a small local read); wrapped, a small region of inline or local chunks is read
+  on the calling thread;
+* ``zarr.Group.__getitem__`` / ``keys`` (``lookups``): a group with consolidated metadata
+  still answers each member through the event loop; wrapped, groups of h5lens stores answer
+  from it on the calling thread.
+
+Each wrapper acts for h5lens stores only and hands everything else to zarr's own function.
+:func:`install` records every original it replaces; :func:`uninstall` puts each back (the
+same objects). The hooks were written for the zarr releases in :data:`WRITTEN_FOR`: under
+any other, none is installed, h5lens warns once naming the version, and every read stays
+correct (through h5lens's codec pipeline, or zarr's). Upstream work that would make them
+unnecessary: zarr-python #3725, #3885, #4243, #4112/#4113, zarrs-python #64.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import warnings
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any
+
+import numpy as np
+
+# zarr releases (major, minor) the hooks were written for and tested with.
+WRITTEN_FOR = ((3, 4),)
+
+
+class HookWarning(UserWarning):
+    """A zarr release h5lens's hooks were not written for: they are not installed."""
+
+
+@dataclass(frozen=True)
+class _Replaced:
+    owner: Any
+    name: str
+    original: Any
+
+
+_replaced: list[_Replaced] = []
+_warned: set[str] = set()
+
+
+def zarr_release() -> tuple[int, int] | None:
+    """The installed zarr's (major, minor)."""
+    found = re.match(r"(\d+)\.(\d+)", version("zarr"))
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def installed() -> bool:
+    """Whether the hooks are in place now."""
+    return bool(_replaced)
+
+
+def install() -> bool:
+    """Install every hook (once); whether they are in place. Under a zarr release they were
+    not written for (or whose functions take other arguments) nothing is installed and
+    h5lens warns, once per release."""
+    if _replaced:
+        return True
+    release = zarr_release()
+    if release not in WRITTEN_FOR or not _signatures_fit():
+        said = version("zarr")
+        if said not in _warned:
+            _warned.add(said)
+            written = ", ".join(f"{major}.{minor}.x" for major, minor in WRITTEN_FOR)
+            warnings.warn(
+                f"h5lens.fast_reads: zarr {said} is not a release h5lens's zarr hooks were written for ({written}); "
+                "they are not installed. h5lens's codec pipeline is on and every read is correct; small reads "
+                "through zarr's API take zarr's own route.",
+                HookWarning,
+                stacklevel=3,
+            )
+        return False
+    import zarr
+    import zarr.core.array as zarr_array
+
+    _replace(zarr_array, "_get_selection", _regions(zarr_array._get_selection))
+    from zarr.core.indexing import BasicIndexer, OrthogonalIndexer
+
+    for name, indexer in (("get_basic_selection", BasicIndexer), ("get_orthogonal_selection", OrthogonalIndexer)):
+        _replace(zarr.Array, name, _calling_thread(getattr(zarr.Array, name), indexer))
+    _replace(zarr.Group, "__getitem__", _lookup(zarr.Group.__getitem__))
+    _replace(zarr.Group, "keys", _keys(zarr.Group.keys))
+    return True
+
+
+def uninstall() -> None:
+    """Put back every original :func:`install` replaced."""
+    while _replaced:
+        done = _replaced.pop()
+        setattr(done.owner, done.name, done.original)
+
+
+def _replace(owner: Any, name: str, wrapper: Any) -> None:
+    _replaced.append(_Replaced(owner, name, owner.__dict__[name]))
+    setattr(owner, name, wrapper)
+
+
+def _signatures_fit() -> bool:
+    """Whether zarr's functions take the arguments the hooks were written for."""
+    import zarr
+    import zarr.core.array as zarr_array
+
+    selection = (
+        "store_path", "metadata", "codec_pipeline", "config", "chunk_grid", "indexer", "prototype", "out", "fields",
+    )  # fmt: skip
+    if tuple(inspect.signature(zarr_array._get_selection).parameters) != selection:
+        return False
+    for name in ("get_basic_selection", "get_orthogonal_selection"):
+        parameters = inspect.signature(getattr(zarr.Array, name)).parameters
+        positional = [n for n, p in parameters.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        keywords = {n for n, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        if positional != ["self", "selection"] or keywords != {"out", "prototype", "fields"} or len(parameters) != 5:
+            return False
+    getitem, keys = inspect.signature(zarr.Group.__getitem__), inspect.signature(zarr.Group.keys)
+    return list(getitem.parameters) == ["self", "path"] and list(keys.parameters) == ["self"]
+
+
+# -- regions before zarr's per-chunk list ------------------------------------------------------
+def _regions(original: Any) -> Any:
+    @functools.wraps(original)
+    async def _get_selection(
+        store_path: Any,
+        metadata: Any,
+        codec_pipeline: Any,
+        config: Any,
+        chunk_grid: Any,
+        indexer: Any,
+        *,
+        prototype: Any,
+        out: Any = None,
+        fields: Any = None,
+    ) -> Any:
+        if not fields:  # zarr passes [] for none
+            region = _region(store_path.store, store_path.path, metadata, config, chunk_grid, indexer, prototype)
+            if region is not None:
+                values = await store_path.store.read_region_async(store_path.path, region)
+                if values is not None:
+                    return _as_selected(values, metadata, indexer, out)
+        return await original(
+            store_path, metadata, codec_pipeline, config, chunk_grid, indexer, prototype=prototype, out=out, fields=fields
+        )
+
+    return _get_selection
+
+
+def _region(store: Any, path: str, metadata: Any, config: Any, chunk_grid: Any, indexer: Any, prototype: Any) -> Any:
+    """The region (``[start, stop)`` per axis) a zarr indexer selects, if h5lens reads it as
+    one: slices of step 1 and integers, C order, numpy output, an array of an h5lens store
+    whose chunks h5lens decodes, on its regular grid; None for anything else."""
+    from zarr.core.buffer import cpu
+    from zarr.core.indexing import BasicIndexer, IntDimIndexer, OrthogonalIndexer, SliceDimIndexer
+
+    from h5lens.read.plan import decoder, region_of
+    from h5lens.store import ManifestStore
+
+    if not isinstance(store, ManifestStore) or prototype.nd_buffer is not cpu.NDBuffer:
+        return None
+    if config.order != "C" or config.read_missing_chunks is False or not chunk_grid.is_regular:
+        return None
+    if type(indexer) not in (BasicIndexer, OrthogonalIndexer):
+        return None
+    codec = decoder(store, path)
+    if codec is None or codec.chunk_shape != tuple(chunk_grid.chunk_shape) or codec.shape != tuple(metadata.shape):
+        return None
+    key: list[Any] = []
+    for dim in indexer.dim_indexers:  # zarr's normalised selection, as a key
+        if type(dim) is SliceDimIndexer and dim.step == 1:
+            key.append(slice(dim.start, max(dim.start, dim.stop)))
+        elif type(dim) is IntDimIndexer:
+            key.append(int(dim.dim_sel))
+        else:
+            return None
+    found = region_of(tuple(key), codec.shape, codec.chunk_shape)
+    return None if found is None or not found[0] else found[0]
+
+
+def _as_selected(values: np.ndarray, metadata: Any, indexer: Any, out: Any) -> Any:
+    """A region's values as zarr's ``_get_selection`` returns them for ``indexer``: in
+    ``out`` if given, else an array of the array's dtype (a scalar for a 0-d selection)."""
+    from zarr.core.buffer import cpu
+    from zarr.core.indexing import BasicIndexer
+
+    values = values.reshape(indexer.shape)
+    if out is not None:
+        if out.shape != indexer.shape:
+            return None  # zarr's own message for it
+        out.as_numpy_array()[...] = values
+        result = out
+    else:
+        dtype = metadata.dtype.to_native_dtype()
+        if values.dtype != dtype or not values.flags.c_contiguous or not values.flags.writeable:
+            values = np.array(values, dtype=dtype, order="C")  # a copy that keeps 0-d as 0-d
+        result = cpu.NDBuffer.from_numpy_array(values)
+    if isinstance(indexer, BasicIndexer) and indexer.shape == ():
+        return result.as_scalar()
+    return result.as_ndarray_like()
+
+
+# -- small regions on the calling thread ------------------------------------------------------
+def _calling_thread(original: Any, indexer_class: type) -> Any:
+    @functools.wraps(original)
+    def method(self: Any, selection: Any = Ellipsis, *, out: Any = None, prototype: Any = None, fields: Any = None) -> Any:
+        if out is None and prototype is None and not fields and _integers_and_slices(selection):
+            values = _read_here(self, indexer_class, selection)
+            if values is not None:
+                return values
+        return original(self, selection, out=out, prototype=prototype, fields=fields)
+
+    return method
+
+
+def _integers_and_slices(selection: Any) -> bool:
+    """Whether a selection is made of integers, slices and Ellipsis only (checked before
+    zarr builds an indexer for it, so that other selections cost nothing more)."""
+    parts = selection if isinstance(selection, tuple) else (selection,)
+    return all(
+        part is Ellipsis or isinstance(part, slice) or (isinstance(part, int | np.integer) and not isinstance(part, bool))
+        for part in parts
+    )
+
+
+def _read_here(array: Any, indexer_class: type, selection: Any) -> Any:
+    """The selection's values read on this thread, or None (zarr's method reads it)."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    async_array = array.async_array
+    store_path = async_array.store_path
+    chunk_grid = async_array._chunk_grid
+    metadata = async_array.metadata
+    prototype = default_buffer_prototype()
+    if not hasattr(store_path.store, "read_region_now"):
+        return None
+    indexer = indexer_class(selection, array.shape, chunk_grid)  # as zarr's method builds it
+    region = _region(store_path.store, store_path.path, metadata, async_array.config, chunk_grid, indexer, prototype)
+    if region is None:
+        return None
+    values = store_path.store.read_region_now(store_path.path, region)
+    return None if values is None else _as_selected(values, metadata, indexer, None)
+
+
+# -- consolidated member lookups on the calling thread -----------------------------------------
+def _consolidated(group: Any) -> Any:
+    from h5lens.store import ManifestStore
+
+    async_group = group._async_group
+    found = async_group.metadata.consolidated_metadata
+    return found if found is not None and isinstance(async_group.store_path.store, ManifestStore) else None
+
+
+def _lookup(original: Any) -> Any:
+    import zarr
+    from zarr.core.group import AsyncGroup
+
+    @functools.wraps(original)
+    def __getitem__(self: Any, path: str) -> Any:
+        found = _consolidated(self)
+        if found is None or path not in found.metadata:
+            return original(self, path)
+        group = self._async_group
+        member = group._getitem_consolidated(group.store_path / path, path, prefix=group.name)
+        return zarr.Group(member) if isinstance(member, AsyncGroup) else zarr.Array(member)
+
+    return __getitem__
+
+
+def _keys(original: Any) -> Any:
+    @functools.wraps(original)
+    def keys(self: Any) -> Any:
+        found = _consolidated(self)
+        if found is None:
+            yield from original(self)
+        else:
+            yield from list(found.metadata)
+
+    return keys
+
+
+__all__ = ["WRITTEN_FOR", "HookWarning", "install", "installed", "uninstall", "zarr_release"]

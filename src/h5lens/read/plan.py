@@ -1,0 +1,204 @@
+"""The one read plan: a selection of one array → its chunks → their bytes → decoded → laid out.
+
+Every route h5lens takes to read an array's values goes through a :class:`ReadPlan`:
+regions (``store.read_region``: the xarray engine, navigation, ``read_anndata``'s whole
+arrays, text), runs of a 1-d array (lazy sparse rows), and the chunk list zarr hands
+h5lens's codec pipeline (:mod:`h5lens.pipeline`). A plan is
+
+1. the chunks: flat indices into the array's chunk grid, from the chunk table
+   (:func:`region_plan`, :func:`runs_plan`, :func:`chunks_plan`);
+2. their stored bytes, asked for at once (:class:`~h5lens.fetch.sources.SourceReads`:
+   inline bytes from the manifest, ``pread`` of local files, merged and parallel requests
+   to object storage);
+3. decoded by the array's codec (:func:`decoder`: numbers through the filter table,
+   text through ``vlen-utf8``), the one place that decides whether h5lens decodes an array;
+4. laid out by the plan's layout (a region, runs one after the other, or zarr's
+   per-chunk selections), :mod:`h5lens.read.bulk`.
+
+It runs two ways, the same steps either way: :meth:`ReadPlan.now` on the calling thread,
+for chunks that are inline or in local files and few enough bytes to decode without a
+thread (no hop to an event loop, which costs more than such a read), and
+:meth:`ReadPlan.run` on the event loop (decoding moved to a thread when it is long).
+
+:func:`region_of` is the one converter from a selection to a region.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from h5lens.errors import H5LensError
+from h5lens.read.bulk import (
+    ArrayCodec,
+    Selection,
+    assemble,
+    decodes_here,
+    gather_runs,
+    off_loop,
+    region_chunks,
+    run_chunks,
+    scatter,
+)
+from h5lens.read.text import TextCodec
+
+if TYPE_CHECKING:
+    from h5lens.regions import RegionReads
+
+Codec = ArrayCodec | TextCodec
+Payloads = dict[int, bytes | memoryview]
+Bounds = list[tuple[int, int]]
+
+
+def decoder(store: RegionReads, path: str, *, text: bool = True) -> Codec | None:
+    """How h5lens decodes the chunks of array ``path`` of ``store``; None when it does not
+    (zarr's own codec pipeline reads that array). ``text=False``: numbers only."""
+    return store.region_codec(path) if text else store.array_codec(path)
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """The chunks ``flats`` of array ``path``, and how their values are laid out
+    (``layout(payloads)``, given every present chunk's stored bytes)."""
+
+    path: str
+    codec: Codec
+    flats: np.ndarray
+    layout: Callable[[Payloads], Any]
+
+    def stored_bytes(self, store: RegionReads) -> int:
+        """The stored bytes the plan reads (from the chunk table, nothing fetched)."""
+        table = store.manifest.chunks[self.path]
+        return int(table.length.reshape(-1)[self.flats].sum()) if self.flats.size else 0
+
+    def now(self, store: RegionReads) -> Any:
+        """The plan run on the calling thread, if its chunks are inline or local and few
+        enough bytes (:func:`~h5lens.read.bulk.decodes_here`); None otherwise (run it with
+        :meth:`run`)."""
+        if not decodes_here(self.stored_bytes(store)):
+            return None
+        try:
+            payloads = store.reads.read_many_now(self.path, self.flats)
+        except H5LensError as e:
+            store.name_failed_chunk(self.path, e)
+            raise
+        return None if payloads is None else self.layout(payloads)
+
+    async def run(self, store: RegionReads) -> Any:
+        """The plan run on the event loop: fetched at once, decoded off the loop if long."""
+        payloads = await store.read_many_async(self.path, self.flats) if self.flats.size else {}
+        return await off_loop(payloads, self.layout, payloads)
+
+
+def region_plan(store: RegionReads, path: str, bounds: Sequence[tuple[int, int]]) -> ReadPlan | np.ndarray | None:
+    """The plan of the region ``[start, stop)`` per axis (within the shape) of array
+    ``path``; its values at once if it holds none; None if h5lens does not decode it."""
+    codec = decoder(store, path)
+    if codec is None:
+        return None
+    if any(stop <= start for start, stop in bounds):
+        return np.empty(tuple(max(0, stop - start) for start, stop in bounds), dtype=codec.dtype)
+    lo, flats = region_chunks(codec, store.manifest.chunks[path].grid_shape, bounds)
+    describe = store.describer(path)
+
+    def layout(payloads: Payloads) -> np.ndarray:
+        return assemble(codec, bounds, lo, flats, payloads, describe)
+
+    return ReadPlan(path, codec, flats, layout)
+
+
+def runs_plan(store: RegionReads, path: str, starts: np.ndarray, stops: np.ndarray) -> ReadPlan | None:
+    """The plan of runs ``[starts[i], stops[i])`` of 1-d array ``path``, one after the
+    other; None if h5lens does not decode its numbers."""
+    codec = decoder(store, path, text=False)
+    if not isinstance(codec, ArrayCodec) or len(codec.shape) != 1:
+        return None
+    starts = np.asarray(starts, dtype=np.int64)
+    stops = np.asarray(stops, dtype=np.int64)
+    flats = run_chunks(codec.chunk_shape[0], starts, stops)
+    describe = store.describer(path)
+
+    def layout(payloads: Payloads) -> np.ndarray:
+        return gather_runs(codec, starts, stops, flats, payloads, describe)
+
+    return ReadPlan(path, codec, flats, layout)
+
+
+def chunks_plan(store: RegionReads, keys: list[str], selection: Selection, out: np.ndarray) -> ReadPlan | None:
+    """The plan of the chunks zarr lists for a selection (its pipeline's ``read``): each
+    chunk's part written into ``out`` (the layout returns, per chunk, whether it was
+    present); None unless they are all chunks of one array whose numbers h5lens decodes."""
+    located = store.grammar.chunk(keys[0]) if keys else None
+    if located is None:
+        return None
+    path = located[0]
+    codec = decoder(store, path, text=False)
+    if not isinstance(codec, ArrayCodec):
+        return None
+    flats = store.grammar.flat_indices(path, keys, store.manifest.chunks[path].grid_shape)
+    if flats is None:
+        return None
+    describe = store.describer(path)
+
+    def layout(payloads: Payloads) -> list[bool]:
+        return scatter(codec, flats, payloads, selection, out, describe)
+
+    return ReadPlan(path, codec, flats, layout)
+
+
+# -- selections -> regions -----------------------------------------------------------------
+def region_of(
+    key: Any, shape: tuple[int, ...], chunks: tuple[int, ...] | None = None
+) -> tuple[Bounds, tuple[Any, ...]] | None:
+    """A basic selection (integers, slices of positive step, one Ellipsis) as the region it
+    covers, ``[start, stop)`` per axis, and what to take of that region's values to give
+    the selection's result (as numpy gives it: an integer drops its axis). None for any
+    other selection, an integer out of range (whoever reads it says what it says), or, given
+    the ``chunks`` shape, a step longer than a chunk (the region would read chunks the
+    selection skips)."""
+    parts = key if isinstance(key, tuple) else (key,)
+    ellipses = [i for i, part in enumerate(parts) if part is Ellipsis]
+    if len(ellipses) > 1:
+        return None
+    if ellipses:
+        at, fill = ellipses[0], len(shape) - (len(parts) - 1)
+        if fill < 0:
+            return None
+        parts = parts[:at] + (slice(None),) * fill + parts[at + 1 :]
+    if len(parts) > len(shape):
+        return None
+    parts = parts + (slice(None),) * (len(shape) - len(parts))
+    bounds: Bounds = []
+    post: list[Any] = []
+    for axis, (item, n) in enumerate(zip(parts, shape, strict=True)):
+        if isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
+            i = int(item) + (n if item < 0 else 0)
+            if not 0 <= i < n:
+                return None
+            bounds.append((i, i + 1))
+            post.append(0)
+        elif isinstance(item, slice):
+            start, stop, step = item.indices(n)
+            if step < 1 or (chunks is not None and step > 1 and step > chunks[axis]):
+                return None
+            count = len(range(start, stop, step))
+            if count == 0:
+                bounds.append((0, 0))
+                post.append(slice(None))
+                continue
+            bounds.append((start, start + (count - 1) * step + 1))
+            post.append(slice(None, None, step) if step != 1 else slice(None))
+        else:
+            return None
+    return bounds, tuple(post)
+
+
+def whole(shape: tuple[int, ...]) -> Bounds:
+    """The region of a whole array."""
+    return [(0, n) for n in shape]
+
+
+__all__ = ["ReadPlan", "chunks_plan", "decoder", "region_of", "region_plan", "runs_plan", "whole"]
