@@ -2,7 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read clean
+.PHONY: demo test test-oldest typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $$(scripts/find-python) -m venv $(VENV)
@@ -15,6 +15,24 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile
+
+# The read, AnnData and store tests again, under the oldest zarr, numcodecs, anndata and
+# xarray h5lens supports (.ci/oldest.txt); CI runs it after `make test`.
+OLDEST := .venv-oldest
+OLDEST_TESTS := tests/test_pipeline.py tests/test_store.py tests/test_whole.py tests/test_navigate.py \
+	tests/test_anndata.py tests/test_treedata.py tests/test_xarray_backend.py tests/test_netcdf.py \
+	tests/test_patch_nobody.py tests/test_s3.py tests/test_fetch.py tests/test_check.py
+
+$(OLDEST)/.installed: pyproject.toml .ci/oldest.txt
+	@test -x $(OLDEST)/bin/python || $$(scripts/find-python) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python -m pip install --quiet -c .ci/oldest.txt -e ".[anndata]" pytest pytest-xdist hypothesis \
+		hdf5plugin s3fs obstore "moto[server]" netCDF4 h5netcdf awkward kerchunk==0.2.10
+	@touch $@
+
+test-oldest: $(OLDEST)/.installed
+	$(OLDEST)/bin/python -c "import zarr, numcodecs, anndata, xarray; print('oldest:', 'zarr', zarr.__version__, 'numcodecs', numcodecs.__version__, 'anndata', anndata.__version__, 'xarray', xarray.__version__)" 2>/dev/null
+	$(OLDEST)/bin/python -m pytest -q -n auto --dist loadfile $(OLDEST_TESTS)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -44,4 +62,4 @@ mutate: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/mutate
 
 clean:
-	rm -rf $(VENV) h5lens-demo
+	rm -rf $(VENV) $(OLDEST) h5lens-demo

@@ -7,6 +7,15 @@ import pytest
 from h5lens.testing.s3 import CountingProxy, LocalS3
 
 
+@pytest.fixture(autouse=True)
+def _fast_reads_as_before():
+    """A test that calls h5lens.fast_reads leaves the next one the state it found."""
+    from h5lens.fast import preserved
+
+    with preserved():
+        yield
+
+
 @pytest.fixture(scope="session")
 def s3():
     pytest.importorskip("moto")

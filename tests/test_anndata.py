@@ -609,3 +609,16 @@ def test_the_private_anndata_names_h5lens_uses_are_there():
         assert anndata_reads(kind, version) == _REGISTRY.has_read(node, IOSpec(kind, version))
     assert anndata_reads("dataframe", "0.2.0")
 
+
+
+def test_without_anndata_the_error_names_the_extra(monkeypatch):
+    """A plain ``pip install h5lens`` has no anndata: read_anndata says what to install
+    (checked before the manifest is opened)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "anndata", None)  # what an environment without it gives import
+    with pytest.raises(ModuleNotFoundError, match=r"read_anndata needs anndata: pip install 'h5lens\[anndata\]'"):
+        h5lens.read_anndata("never-opened.json")
+    monkeypatch.setitem(sys.modules, "treedata", None)
+    with pytest.raises(ModuleNotFoundError, match=r"read_treedata needs treedata: pip install 'h5lens\[anndata\]'"):
+        h5lens.read_treedata("never-opened.json")

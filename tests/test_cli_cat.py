@@ -104,6 +104,27 @@ def test_cat_obs_index_of_an_anndata_file(manifest, read_back):
     assert "\n".join(part[1:]) == printed(names[10:40])
 
 
+def test_obs_index_is_the_index_whatever_its_column_is_called(tmp_path):
+    """A dataframe whose index column anndata wrote as ``cell_id`` (scanpy's pbmc68k calls
+    it ``index``): ``obs/_index`` is that column in ``cat``, ``ls`` and navigation."""
+    obs = pd.DataFrame({"n": np.arange(20)}, index=pd.Index([f"c{i}" for i in range(20)], name="cell_id"))
+    path = tmp_path / "named.h5ad"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ad.AnnData(obs=obs).write_h5ad(path)
+    with h5py.File(path) as f:
+        assert f["obs"].attrs["_index"] == "cell_id" and "_index" not in f["obs"]
+    out = tmp_path / "named.h5ad.json"
+    h5lens.index(path).to_json(out)
+    names = list(ad.read_h5ad(path).obs_names)
+    assert ok(h5lens_cli("cat", out, "obs/_index")).splitlines()[1:] == ok(h5lens_cli("cat", out, "obs/cell_id")).splitlines()[1:]
+    assert printed(names) in ok(h5lens_cli("cat", out, "obs/_index"))
+    assert ok(h5lens_cli("ls", out, "obs/_index")) == ok(h5lens_cli("ls", out, "obs/cell_id"))
+    frame = h5lens.open(out)["obs"]
+    assert frame["_index"].path == frame["cell_id"].path == "/obs/cell_id"
+    assert list(frame["_index"]["values"][...]) == names
+
+
 @pytest.mark.parametrize("column", ["cell_type", "stage", "count", "flag", "note"])
 def test_cat_decodes_anndata_encodings(manifest, read_back, column):
     lines = ok(h5lens_cli("cat", manifest, f"obs/{column}", "--slice", "0:40")).splitlines()

@@ -58,7 +58,16 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
 
-ROUTES = ("h5lens", "fsspec")
+# plain zarr over fsspec's reference filesystem: zarr before 3.4.1 lists a subgroup of an
+# FsspecStore without its arrays (zarr-python#3922), whoever wrote the references
+_PLAIN_LISTS_GROUPS = tuple(int(x) for x in zarr.__version__.split(".")[:3] if x.isdigit()) >= (3, 4, 1)
+ROUTES = (
+    "h5lens",
+    pytest.param(
+        "fsspec",
+        marks=pytest.mark.skipif(not _PLAIN_LISTS_GROUPS, reason=f"zarr {zarr.__version__} lists subgroups of an FsspecStore empty (zarr-python#3922, fixed in 3.4.1)"),
+    ),
+)
 THRESHOLDS = (0, 1000)
 
 

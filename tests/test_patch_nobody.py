@@ -147,7 +147,11 @@ def test_using_h5lens_changes_nothing_of_zarr_anndata_or_xarray(tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["untouched"] == [] and result["settings"], result
     # fast_reads() is seen (the check is not blind), and fast_reads(False) undoes it, as a block's end does
-    assert "zarr.core.array.Array.get_basic_selection" in result["on"] and not result["on settings"], result
+    from h5lens import hooks
+
+    if hooks.zarr_release() in hooks.WRITTEN_FOR:  # the hooks go in only on the zarr they were written for
+        assert "zarr.core.array.Array.get_basic_selection" in result["on"], result
+    assert not result["on settings"], result
     assert result["off"] == [] and result["off settings"], result
     assert result["block"] == [] and result["block settings"], result
 

@@ -12,12 +12,16 @@ import h5py
 import numpy as np
 import pytest
 import zarr
+import zarr.core.codec_pipeline
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import h5lens
 from h5lens import fast, hooks
 from h5lens.fast import fast_reads
+
+# whether this zarr is one h5lens's hooks are written for (fast_reads() installs them)
+HOOKED = hooks.zarr_release() in hooks.WRITTEN_FOR
 
 FILTERS = {
     "none": {},
@@ -123,20 +127,20 @@ def test_a_store_turns_nothing_on_and_fast_reads_false_turns_it_off(arrays):
     h5lens.open_group(manifest)["gzip/one"][:5]
     assert not fast.enabled() and not hooks.installed()
     assert zarr.config.get("codec_pipeline.path") == before
-    fast_reads()
-    try:
-        assert fast.enabled() and hooks.installed()
+    with fast_reads(False):  # restores the default at the end: h5lens's own routes decode
+        fast_reads()
+        assert fast.enabled() and hooks.installed() is HOOKED
         group = zarr.open_group(store, mode="r")
         assert type(group["gzip/one"]._async_array.codec_pipeline).__name__ == "H5LensCodecPipeline"
-    finally:
         fast_reads(False)
-    assert not fast.enabled() and not hooks.installed()
-    assert zarr.config.get("codec_pipeline.path") == before  # what was there comes back
+        assert not fast.enabled() and not hooks.installed() and not fast.decodes()
+        assert zarr.config.get("codec_pipeline.path") == before  # what was there comes back
+    assert fast.decodes()
     with fast_reads():
         assert fast.enabled()
         with fast_reads(False):
             assert not fast.enabled() and not hooks.installed()
-        assert fast.enabled() and hooks.installed()
+        assert fast.enabled() and hooks.installed() is HOOKED
     assert zarr.config.get("codec_pipeline.path") == before and not hooks.installed()
 
 
@@ -145,7 +149,17 @@ def _pipeline_of(array: zarr.Array) -> object:
 
 
 @pytest.mark.parametrize(
-    "configured", [None, "zarr.core.codec_pipeline.FusedCodecPipeline"], ids=["zarr default", "fused"]
+    "configured",
+    [
+        pytest.param(None, id="zarr default"),
+        pytest.param(
+            "zarr.core.codec_pipeline.FusedCodecPipeline",
+            id="fused",
+            marks=pytest.mark.skipif(
+                not hasattr(zarr.core.codec_pipeline, "FusedCodecPipeline"), reason="zarr has FusedCodecPipeline from 3.3"
+            ),
+        ),
+    ],
 )
 def test_other_stores_keep_exactly_their_pipeline(arrays, tmp_path, configured):
     """While it is on, arrays of a MemoryStore and a LocalStore are built exactly as zarr
@@ -199,6 +213,7 @@ def test_reads_from_s3_through_the_pipeline(s3, arrays):
             np.testing.assert_array_equal(group[name][...], expected_of(path, name))
 
 
+@pytest.mark.skipif(not HOOKED, reason=f"h5lens's zarr hooks are written for zarr {hooks.WRITTEN_FOR}, not {zarr.__version__}")
 def test_regions_skip_zarrs_per_chunk_list(arrays, monkeypatch):
     """Slices of step 1 and integers are read as one region: the pipeline's per-chunk read
     is never asked (under the zarr this is pinned to, whose private ``_get_selection`` is
@@ -216,7 +231,6 @@ def test_regions_skip_zarrs_per_chunk_list(arrays, monkeypatch):
 
     monkeypatch.setattr(H5LensCodecPipeline, "read", counted)
     with fast_reads():
-        assert hooks.installed()
         group = h5lens.open_group(manifest)
         for name in ("gzip_shuffle/two", "sparse", "big", "lzf/three", "unwritten"):
             expected = expected_of(path, name)
@@ -229,6 +243,7 @@ def test_regions_skip_zarrs_per_chunk_list(arrays, monkeypatch):
         assert asked  # a step is not a region: zarr lists its chunks, the pipeline reads them
 
 
+@pytest.mark.skipif(not HOOKED, reason=f"h5lens's zarr hooks are written for zarr {hooks.WRITTEN_FOR}, not {zarr.__version__}")
 def test_small_local_regions_are_read_on_the_calling_thread(arrays, s3, monkeypatch):
     """A small region of a local file reads without zarr's event loop (no hop to its
     thread): ``[...]`` and ``.oindex`` give h5py's values and never reach the async region
@@ -247,7 +262,6 @@ def test_small_local_regions_are_read_on_the_calling_thread(arrays, s3, monkeypa
 
     monkeypatch.setattr(ManifestStore, "read_region_async", counted)
     with fast_reads():
-        assert hooks.installed()
         group = h5lens.open_group(manifest)
         for name in ("gzip_shuffle/two", "lzf/three", "sparse", "unwritten", "one_chunk"):
             expected = expected_of(path, name)
@@ -283,11 +297,8 @@ def test_text_regions_read_as_h5py_and_zarr_read_them(tmp_path):
     with fast_reads(False):
         plain = h5lens.open_group(manifest)
         dtypes = {name: plain[name][...].dtype for name in expected}
-    fast_reads()  # the hooks read regions of text
-    try:
+    with fast_reads():  # the hooks read regions of text
         _text_regions_read_as_zarr_reads(manifest, expected, dtypes, plain)
-    finally:
-        fast_reads(False)
 
 
 def _text_regions_read_as_zarr_reads(manifest, expected, dtypes, plain):
@@ -327,3 +338,48 @@ def test_missing_chunks_refused_when_zarr_is_told_to(arrays):
         array = h5lens.open_group(manifest)["unwritten"]
         with pytest.raises(zarr.errors.ChunkNotFoundError, match="not found"):
             array[:]
+
+
+def test_under_a_zarr_the_hooks_were_not_written_for_they_stay_out_and_say_so(arrays, monkeypatch):
+    """A zarr release outside hooks.WRITTEN_FOR (here: every release) gets no hook and one
+    HookWarning naming the version; the pipeline is still on and every read is h5py's."""
+    import zarr.core.array as zarr_array
+
+    path, manifest = arrays
+    monkeypatch.setattr(hooks, "WRITTEN_FOR", ((0, 1),))
+    monkeypatch.setattr(hooks, "_warned", set())
+    original = zarr_array._get_selection
+    with pytest.warns(hooks.HookWarning, match=rf"zarr {zarr.__version__} .*not installed"):
+        with fast_reads():
+            assert fast.enabled() and not hooks.installed()
+            assert zarr_array._get_selection is original
+            group = h5lens.open_group(manifest)
+            for name in ("gzip_shuffle/two", "lzf/three", "sparse"):
+                np.testing.assert_array_equal(group[name][1:4], expected_of(path, name)[1:4])
+    assert not fast.enabled() and zarr_array._get_selection is original
+
+
+def test_fast_reads_false_means_h5lens_decodes_nothing(arrays, monkeypatch):
+    """Off means off: h5lens's own routes read through zarr too (no read plan runs), and
+    give the same values; leaving the block brings h5lens's decoding back."""
+    from h5lens.read import plan as read_plan
+
+    path, manifest = arrays
+    ran: list[str] = []
+    for name in ("now", "run"):
+        original = getattr(read_plan.ReadPlan, name)
+
+        def counted(self, store, _original=original, _name=name):
+            ran.append(_name)
+            return _original(self, store)
+
+        monkeypatch.setattr(read_plan.ReadPlan, name, counted)
+    expected = expected_of(path, "gzip_shuffle/two")
+    with fast_reads(False):
+        store = h5lens.open_store(manifest)
+        assert store.read_region("gzip_shuffle/two", [(0, 5), (0, 5)]) is None
+        np.testing.assert_array_equal(h5lens.open(manifest)["gzip_shuffle/two"][2:9], expected[2:9])
+        np.testing.assert_array_equal(h5lens.open_group(manifest)["gzip_shuffle/two"][...], expected)
+        assert ran == []
+    np.testing.assert_array_equal(h5lens.open(manifest)["gzip_shuffle/two"][2:9], expected[2:9])
+    assert ran

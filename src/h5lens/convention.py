@@ -68,3 +68,19 @@ def legacy_anndata_root(root_attributes: Mapping[str, Any], has_member: Callable
     ``encoding-type`` on the root, ``obs`` and ``var`` beside each other. The one rule the
     scanner's AnnData profile and the AnnData reader both go by."""
     return "encoding-type" not in root_attributes and has_member("obs") and has_member("var")
+
+
+# anndata's dataframes name their index column in the ``_index`` attribute ("_index" when
+# anndata writes it, often "index" or "cell_id" in files from elsewhere); the member path
+# ``<frame>/_index`` means that column whatever it is called.
+INDEX_ALIAS = "_index"
+
+
+def dataframe_index(attributes: Mapping[str, Any]) -> str | None:
+    """The name of a dataframe's index column (its ``_index`` attribute), None for a node
+    that is not an anndata dataframe."""
+    if attributes.get("encoding-type") != "dataframe":
+        return None
+    found = attributes.get("_index")
+    return found if isinstance(found, str) else None
+

@@ -11,8 +11,10 @@ codec pipeline, as for any store, unless the user asks for more:
   store are built by the pipeline configured before, exactly) and installs h5lens's
   private zarr hooks (:mod:`h5lens.hooks`) when the zarr release is one they were written
   for (otherwise h5lens warns once and leaves zarr's functions alone);
-* ``fast_reads(False)`` undoes both: the setting goes back to what was configured before,
-  every hooked function of zarr's is zarr's own again (the same objects);
+* ``fast_reads(False)`` turns everything of h5lens's off: the setting goes back to what was
+  configured before, every hooked function of zarr's is zarr's own again (the same
+  objects), and h5lens's own entry points read through zarr's API too (zarr decodes every
+  chunk: for comparing, or to rule h5lens's decoding out);
 * as a context manager, either holds for the block, and the state before comes back after.
 
 Building, opening or unpickling a store changes nothing of zarr's, anndata's or xarray's.
@@ -20,10 +22,12 @@ Building, opening or unpickling a store changes nothing of zarr's, anndata's or 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from h5lens import hooks
-from h5lens.pipeline import PATH, fallback
+from h5lens.read.plan import decoding
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,12 @@ class _State:
     configured: str  # zarr's codec_pipeline.path
     fallback: str  # the pipeline h5lens's hands other arrays to
     hooked: bool
+    off: bool  # fast_reads(False): h5lens decodes nothing, not even on its own routes
+
+
+def decodes() -> bool:
+    """Whether h5lens decodes chunks itself on its own routes (unless ``fast_reads(False)``)."""
+    return decoding.on
 
 
 def _configured() -> str:
@@ -46,10 +56,15 @@ def _set(path: str) -> None:
 
 
 def _state() -> _State:
-    return _State(_configured(), fallback.path, hooks.installed())
+    from h5lens.pipeline import fallback
+
+    return _State(_configured(), fallback.path, hooks.installed(), not decoding.on)
 
 
 def _turn(on: bool) -> None:
+    from h5lens.pipeline import PATH, fallback
+
+    decoding.on = on
     if on:
         current = _configured()
         if current != PATH:
@@ -63,8 +78,11 @@ def _turn(on: bool) -> None:
 
 
 def _restore(state: _State) -> None:
+    from h5lens.pipeline import fallback
+
     _set(state.configured)
     fallback.path = state.fallback
+    decoding.on = not state.off
     if state.hooked:
         hooks.install()
     else:
@@ -86,9 +104,21 @@ class fast_reads:  # noqa: N801 - a function to its callers, a context manager t
         _restore(self._before)
 
 
+@contextmanager
+def preserved() -> Iterator[None]:
+    """Whatever ``fast_reads`` calls happen inside, the state before comes back after."""
+    before = _state()
+    try:
+        yield
+    finally:
+        _restore(before)
+
+
 def enabled() -> bool:
     """Whether zarr builds arrays of h5lens stores with h5lens's codec pipeline now."""
+    from h5lens.pipeline import PATH
+
     return _configured() == PATH
 
 
-__all__ = ["enabled", "fast_reads"]
+__all__ = ["decodes", "enabled", "fast_reads", "preserved"]

@@ -85,25 +85,14 @@ class H5LensCodecPipeline(CodecPipeline):
             # exactly what zarr does with the configured class (which may decline too: zarr
             # then builds it from_codecs, above)
             return fallback_class().from_array_metadata_and_store(array_metadata, store)  # type: ignore[return-value]
-        from zarr.core.array_spec import ArrayConfig, ArraySpec
-        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.array import create_codec_pipeline
         from zarr.core.metadata import ArrayV3Metadata
-        from zarr.core.metadata.v3 import RegularChunkGridMetadata
 
         if not isinstance(array_metadata, ArrayV3Metadata):
             raise NotImplementedError("h5lens manifests are zarr v3")
-        # what zarr's create_codec_pipeline does with the configured class
-        inner = fallback_class().from_codecs(array_metadata.codecs)
-        grid = array_metadata.chunk_grid
-        chunk_shape = grid.chunk_shape if isinstance(grid, RegularChunkGridMetadata) else (1,) * len(array_metadata.shape)
-        spec = ArraySpec(
-            shape=chunk_shape,
-            dtype=array_metadata.data_type,
-            fill_value=array_metadata.fill_value,
-            config=ArrayConfig.from_dict({}),
-            prototype=default_buffer_prototype(),
-        )
-        return cls(inner.evolve_from_array_spec(spec), store)
+        # what zarr builds for this array without a store: from_codecs below (the pipeline
+        # configured before), as each zarr release builds it (3.4 also evolves it to the chunk)
+        return cls(create_codec_pipeline(array_metadata), store)
 
     def evolve_from_array_spec(self, array_spec: ArraySpec) -> Self:
         return type(self)(self.inner.evolve_from_array_spec(array_spec), self.store)
@@ -166,7 +155,8 @@ class H5LensCodecPipeline(CodecPipeline):
         return tuple({"status": "present" if p else "missing"} for p in present)
 
 
+# zarr finds a pipeline named by codec_pipeline.path in its registry: registered here, when this
+# module is imported (by fast_reads(), or by a user who sets codec_pipeline.path to PATH)
 register_pipeline(H5LensCodecPipeline)
-
 
 __all__ = ["DEFAULT", "PATH", "H5LensCodecPipeline", "fallback", "fallback_class"]

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 
 def node_of(loaded: Loaded, manifest: str, key: str, path: str) -> dict[str, Any]:
-    doc = loaded.nodes.get(key)
+    from h5lens.describe.nodes import resolve
+
+    doc = loaded.nodes.get(resolve(loaded, key))
     if doc is None:
         from h5lens.describe import link_at, link_target
 
@@ -67,7 +69,9 @@ def ls(
     Groups end in /, links in @; anndata elements show their encoding and size.
     """
     loaded = open_manifest(manifest, storage_options(storage_option, anon, endpoint_url), index_hdf5=True)
-    key = path.strip("/")
+    from h5lens.describe.nodes import resolve
+
+    key = resolve(loaded, path.strip("/"))
     doc = node_of(loaded, manifest, key, path)
     from h5lens.describe import describe_array, list_members
 
@@ -108,7 +112,10 @@ def cat(
     with reporting(manifest, "reading", anon=anon):
         from h5lens.describe import split_selection
 
+        from h5lens.describe.nodes import resolve
+
         key, selection = split_selection(loaded, path, slice_)
+        key = resolve(loaded, key)
     node_of(loaded, manifest, key, path)
     with reporting(manifest, "reading", anon=anon, stale_hint="index it again, or pass --no-verify to read it anyway"):
         import numpy as np

@@ -56,6 +56,17 @@ def member(manifest: Manifest, path: str, name: str) -> str | None:
     return None
 
 
+def resolve(manifest: Manifest, key: str) -> str:
+    """``key``, or for ``<frame>/_index`` of a dataframe whose index column has another name,
+    that column's key (an anndata dataframe's index, whatever its column is called)."""
+    parent, _, name = key.rpartition("/")
+    if key in manifest.nodes or name != convention.INDEX_ALIAS or parent not in manifest.nodes:
+        return key
+    index = convention.dataframe_index(manifest.nodes[parent].get("attributes", {}))
+    found = None if index is None else member(manifest, parent, index)
+    return found if found is not None else key
+
+
 def links(doc: dict[str, Any]) -> list[dict[str, str]]:
     found = doc.get("attributes", {}).get(convention.LINKS, [])
     return [link for link in found if isinstance(link, dict) and "name" in link] if isinstance(found, list) else []

@@ -23,7 +23,7 @@ from h5lens import convention
 from h5lens.errors import H5LensError, ManifestFormatError
 from h5lens.manifest.limits import Limits
 from h5lens.manifest.model import Manifest
-from h5lens.read.anndata_adapter import OwnEncodings, read_legacy_raw, scalar_value
+from h5lens.read.anndata_adapter import OwnEncodings, read_legacy_raw, require, scalar_value
 from h5lens.read.anndata_lazy import prefetch_for_lazy, read_lazy
 from h5lens.read.open import PathOrManifest, open_group, store_of
 from h5lens.read.shared import origin_of, shared_store
@@ -139,6 +139,10 @@ def read_anndata(
     asks for, whatever the block size. Dense ones are cut into row blocks of about this
     many bytes if given (whole stored chunks), else into their stored chunks.
     """
+    require("anndata", "h5lens.read_anndata")
+    if lazy:
+        require("dask", "h5lens.read_anndata(lazy=True)")
+        require("xarray", "h5lens.read_anndata(lazy=True)")
     if isinstance(manifest, (list, tuple)):
         from h5lens.read.collection import read_collection
 
@@ -256,6 +260,7 @@ def read_treedata(
     ``lazy=True`` reads the AnnData part as :func:`read_anndata` does lazily (dask-backed,
     reading only the chunks a computation needs) and the trees, which are small, eagerly.
     """
+    require("treedata", "h5lens.read_treedata")
     import treedata
 
     group = _open_root(

@@ -24,6 +24,7 @@ import zarr
 
 from h5lens import convention
 from h5lens.keys import unescape_key
+from h5lens.read.consolidated import members
 
 if TYPE_CHECKING:
     from h5lens.manifest.model import Manifest
@@ -36,6 +37,16 @@ OWN_ENCODINGS = {("dict", "0.2.0"): zarr.Group, ("accessor", "0.1.0"): zarr.Arra
 
 # The members of anndata's AnnData (and raw) encoding, in the order its reader takes them.
 ANNDATA_ELEMENTS = ("X", "obs", "var", "obsm", "varm", "obsp", "varp", "layers", "uns", "raw")
+
+
+def require(module: str, what: str) -> None:
+    """Import ``module`` (anndata, treedata, dask, xarray), or say which extra installs it."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError(f"{what} needs {module}: pip install 'h5lens[anndata]'", name=module) from e
 
 
 @cache
@@ -94,12 +105,12 @@ class OwnEncodings:
             import anndata
 
             return anndata.AnnData(**{k: self.read(elem[k]) for k in ANNDATA_ELEMENTS if k in elem})
-        return {name: self.read(child) for name, child in dict(elem).items()}
+        return {name: self.read(child) for name, child in members(elem)}
 
     def read(self, elem: Any) -> Any:
         found = own_encoding(dict(elem.attrs))
         if found == ("dict", "0.2.0"):
-            return {unescape_key(name): self.read(child) for name, child in dict(elem).items()}
+            return {unescape_key(name): self.read(child) for name, child in members(elem)}
         if found == ("accessor", "0.1.0"):
             from anndata.acc import A
 
@@ -134,5 +145,6 @@ __all__ = [
     "anndata_reads",
     "own_encoding",
     "read_legacy_raw",
+    "require",
     "scalar_value",
 ]

@@ -19,7 +19,7 @@ import zarr
 from h5lens.keys import unescape_key
 from h5lens.read.anndata_adapter import OwnEncodings
 from h5lens.read.blocks import DEFAULT_BLOCK_BYTES, dense_row_block, is_sparse_matrix, sparse_row_block
-from h5lens.read.consolidated import consolidated_root
+from h5lens.read.consolidated import consolidated_root, members
 from h5lens.read.lazy_dense import lazy_dense
 from h5lens.read.open import store_of
 from h5lens.read.plan import decoder
@@ -89,7 +89,7 @@ class _LazyReads:
         if kind in ("anndata", "raw") or elem_name.endswith("/"):
             import anndata
 
-            return anndata.AnnData(**{name: self.own.read(member) for name, member in dict(elem).items()})
+            return anndata.AnnData(**{name: self.own.read(member) for name, member in members(elem)})
         if kind in self.LAZY or "nullable" in kind:
             if kind == "array" and isinstance(elem, zarr.Array) and decoder(self.store, elem.path, text=False) is not None:
                 return lazy_dense(self.store, elem.path)
@@ -99,7 +99,7 @@ class _LazyReads:
         if kind == "awkward-array":
             return read_dispatched(elem, None)  # type: ignore[arg-type]  # anndata reads it in memory
         if kind == "dict":
-            return {name: self.own.read(member) for name, member in dict(elem).items()}
+            return {name: self.own.read(member) for name, member in members(elem)}
         return read_func(elem)
 
 

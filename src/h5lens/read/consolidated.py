@@ -50,6 +50,30 @@ def consolidated_root(store: ManifestStore, *, hide: Collection[str] = ()) -> za
     return zarr.Group(AsyncGroup(metadata=metadata, store_path=StorePath(store, "")))
 
 
+def members(group: zarr.Group) -> list[tuple[str, zarr.Array | zarr.Group]]:
+    """``dict(group).items()`` (zarr's order), answered from the group's consolidated
+    metadata on the calling thread: each member built as zarr builds it from consolidated
+    metadata (``zarr.AsyncArray`` / ``zarr.AsyncGroup`` over the same store), without the hop
+    to zarr's event loop that ``Group.members`` and ``Group.__getitem__`` take. A group
+    without consolidated metadata is listed by zarr."""
+    from zarr.core.group import GroupMetadata
+    from zarr.storage import StorePath
+
+    found = group.metadata.consolidated_metadata
+    if found is None:
+        return list(dict(group).items())
+    store = group.store_path.store
+    prefix = f"{group.path}/" if group.path else ""
+    out: list[tuple[str, zarr.Array | zarr.Group]] = []
+    for name, metadata in found.metadata.items():
+        where = StorePath(store, prefix + name)
+        if isinstance(metadata, GroupMetadata):
+            out.append((name, zarr.Group(zarr.AsyncGroup(metadata=metadata, store_path=where))))
+        else:
+            out.append((name, zarr.Array(zarr.AsyncArray(metadata=metadata, store_path=where))))
+    return out
+
+
 def array_metadata(store: ManifestStore, path: str) -> ArrayV3Metadata:
     """zarr's metadata of the array at ``path``, parsed from its document (no store read)."""
     from zarr.core.metadata.v3 import ArrayV3Metadata
@@ -61,4 +85,4 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == root or path.startswith(root + "/") for root in roots)
 
 
-__all__ = ["array_metadata", "consolidated_root"]
+__all__ = ["array_metadata", "consolidated_root", "members"]

@@ -368,6 +368,9 @@ class Group(Node, Mapping[str, Node]):
         members = self._members()
         if name in members:
             return self._follow(*members[name])
+        index = convention.dataframe_index(self._doc.get("attributes", {})) if name == convention.INDEX_ALIAS else None
+        if index is not None and index in members:  # a dataframe's index, whatever its column is called
+            return self._follow(*members[index])
         if "/" in name:
             node: Node = self._file.root() if name.startswith("/") else self
             for part in (p for p in name.split("/") if p):

@@ -53,9 +53,20 @@ Payloads = dict[int, bytes | memoryview]
 Bounds = list[tuple[int, int]]
 
 
+@dataclass
+class _Decoding:
+    on: bool = True  # h5lens.fast_reads(False) turns it off (h5lens.fast)
+
+
+decoding = _Decoding()
+
+
 def decoder(store: RegionReads, path: str, *, text: bool = True) -> Codec | None:
     """How h5lens decodes the chunks of array ``path`` of ``store``; None when it does not
-    (zarr's own codec pipeline reads that array). ``text=False``: numbers only."""
+    (zarr's own codec pipeline reads that array), and for every array while
+    ``h5lens.fast_reads(False)`` holds (``decoding.on`` is False). ``text=False``: numbers only."""
+    if not decoding.on:
+        return None
     return store.region_codec(path) if text else store.array_codec(path)
 
 
@@ -201,4 +212,4 @@ def whole(shape: tuple[int, ...]) -> Bounds:
     return [(0, n) for n in shape]
 
 
-__all__ = ["ReadPlan", "chunks_plan", "decoder", "region_of", "region_plan", "runs_plan", "whole"]
+__all__ = ["ReadPlan", "decoding", "chunks_plan", "decoder", "region_of", "region_plan", "runs_plan", "whole"]
