@@ -21,7 +21,7 @@ test: $(STAMP)
 OLDEST := .venv-oldest
 OLDEST_TESTS := tests/test_pipeline.py tests/test_store.py tests/test_whole.py tests/test_navigate.py \
 	tests/test_anndata.py tests/test_treedata.py tests/test_xarray_backend.py tests/test_netcdf.py \
-	tests/test_patch_nobody.py tests/test_s3.py tests/test_fetch.py tests/test_check.py
+	tests/test_patch_nobody.py tests/test_s3.py tests/test_fetch.py tests/test_check.py tests/test_hdf5_types.py
 
 $(OLDEST)/.installed: pyproject.toml .ci/oldest.txt
 	@test -x $(OLDEST)/bin/python || $$(scripts/find-python) -m venv $(OLDEST)

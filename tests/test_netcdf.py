@@ -8,8 +8,9 @@ fsspec + zarr (the manifest written to JSON, fsspec's reference filesystem in
 small arrays inlined (the default).
 
 One known difference is tested as such: an ``int16`` packed with a ``float32``
-``scale_factor`` decodes as float64 through zarr, since JSON attributes carry no float32
-(``xarray.Dataset.to_zarr`` round trips give the same).
+``scale_factor`` decodes as float64 through xarray's zarr engine, since JSON attributes carry
+no float32 (``xarray.Dataset.to_zarr`` round trips give the same); ``engine="h5lens"``,
+which applies the attribute types the manifest records, gives h5netcdf's float32.
 """
 
 from __future__ import annotations
@@ -390,6 +391,42 @@ def test_float32_packing_is_the_one_known_difference(tmp_path):
     np.testing.assert_allclose(got["p"].values, expected["p"].values, rtol=1e-6)
     zarr_round_trip = xr.open_zarr(_to_zarr(expected, tmp_path / "rt.zarr")).load()
     assert zarr_round_trip["p"].dtype == np.float64  # xarray's own zarr writer: the same
+
+
+@pytest.mark.parametrize("form", ["json", "compact", "object"])
+def test_float32_packing_through_the_h5lens_engine_is_h5netcdfs(form, tmp_path):
+    """The manifest records attributes' HDF5 types (float32 scale_factor / add_offset, int16
+    _FillValue and valid_range, a float32 global attribute), in both forms: engine="h5lens"
+    decodes the packed variable to float32 and the same numbers as h5netcdf, and
+    navigation gives each attribute h5py's type."""
+    import h5py
+    import netCDF4
+
+    path = tmp_path / "packed.nc"
+    with netCDF4.Dataset(path, "w") as f:
+        f.createDimension("t", 6)
+        v = f.createVariable("temp", "i2", ("t",), fill_value=np.int16(-32767))
+        v.scale_factor, v.add_offset, v.units = np.float32(0.01), np.float32(250.0), "K"
+        v.valid_range = np.array([-30000, 30000], "i2")
+        v.set_auto_maskandscale(False)
+        v[:] = np.array([909, 1000, -32767, 0, 5, 12], "i2")
+        f.version = np.float32(1.5)
+    manifest = h5lens.index(path)
+    opened: object = manifest
+    if form != "object":
+        opened = tmp_path / f"packed.{'json' if form == 'json' else 'h5lens'}"
+        manifest.save(opened)
+        assert h5lens.Manifest.load(opened).attribute_types == manifest.attribute_types
+    expected = xr.open_dataset(path, engine="h5netcdf").load()
+    got = xr.open_dataset(opened, engine="h5lens").load()
+    assert expected["temp"].dtype == got["temp"].dtype == np.float32
+    xr.testing.assert_identical(got, expected)
+    np.testing.assert_array_equal(got["temp"].values, expected["temp"].values)  # the same numbers, exactly
+    assert type(got.attrs["version"]) is type(expected.attrs["version"]) is np.float32
+    node = h5lens.open(manifest)["temp"]
+    with h5py.File(path) as f:
+        for name in ("scale_factor", "add_offset", "_FillValue", "valid_range"):
+            assert np.asarray(node.attrs[name]).dtype == f["temp"].attrs[name].dtype, name
 
 
 def _to_zarr(ds: xr.Dataset, path: Path) -> Path:

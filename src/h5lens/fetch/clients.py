@@ -231,6 +231,44 @@ def _shared_store(config: dict[str, Any], policy: retry.RetryPolicy) -> Any:
 PROBE_POLICY = retry.RetryPolicy(attempts=4, first_backoff=0.1, max_backoff=0.4, deadline=20.0)
 
 
+class RangeIgnoredError(SourceReadError):
+    """The server answers ranged requests with the whole file (a SourceReadError)."""
+
+
+class FirstRequest:
+    """For an HTTP(S) source, which may ignore ``Range`` and answer every request with the
+    whole file: its first request goes alone, and requests made meanwhile wait for it. A
+    server found to ignore ``Range`` then fails them all with that error, without sending
+    them (a reader that asks for many chunks at once, as zarr's pipeline does, would
+    otherwise download the whole file once per chunk in flight). Other sources pass."""
+
+    def __init__(self, url: str) -> None:
+        self.applies = url.startswith(("http://", "https://"))
+        self.refused: RangeIgnoredError | None = None
+        self._passed = not self.applies
+        self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+
+    async def run(self, request: Any) -> Any:
+        """``await request()``, the first one alone (see the class docstring)."""
+        if self._passed:
+            return await request()
+        lock = self._locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        async with lock:
+            if self.refused is not None:
+                raise RangeIgnoredError(str(self.refused))
+            if self._passed:
+                pass  # another request went first and was answered: go on without the lock
+            else:
+                try:
+                    found = await request()
+                except RangeIgnoredError as e:
+                    self.refused = e
+                    raise
+                self._passed = True
+                return found
+        return await request()
+
+
 class ObstoreClient:
     """Ranged GETs of one object through obstore (see the module docstring); falls back to
     an :class:`FsspecClient` when its first request fails for another reason than the
@@ -245,6 +283,7 @@ class ObstoreClient:
         self.config = config
         self._fallback: FsspecClient | None = None
         self._confirmed = forced_client() == "obstore"  # forced: no falling back
+        self._first = FirstRequest(url)
 
     @property
     def name(self) -> str:
@@ -254,6 +293,11 @@ class ObstoreClient:
         return _shared_store(self.config, PROBE_POLICY if probe else retry.policy())
 
     async def get(self, offset: int, length: int) -> bytes | memoryview:
+        if self._fallback is not None:
+            return await self._fallback.get(offset, length)
+        return await self._first.run(lambda: self._get(offset, length))
+
+    async def _get(self, offset: int, length: int) -> bytes | memoryview:
         if self._fallback is not None:
             return await self._fallback.get(offset, length)
         import obstore
@@ -314,7 +358,7 @@ class ObstoreClient:
         if isinstance(error, (oe.PermissionDeniedError, oe.UnauthenticatedError)):
             return AccessDeniedError(f"{self.url}: access denied while reading {where} ({detail})")
         if isinstance(error, oe.NotSupportedError):
-            return SourceReadError(
+            return RangeIgnoredError(
                 f"{self.url}: the server ignores HTTP Range requests (it answers with the whole file), "
                 "so chunks cannot be read one by one; download the file and index or read the local copy"
             )
@@ -398,6 +442,7 @@ class FsspecClient:
         self._path: str | None = None
         self._client: Any = None  # the HTTP session set_session made: ours to close
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._first = FirstRequest(url)
 
     def _sync_filesystem(self, probe: bool = False) -> tuple[Any, str]:
         import fsspec
@@ -435,6 +480,9 @@ class FsspecClient:
         return self._fs, self._path
 
     async def get(self, offset: int, length: int, *, exact: bool = True) -> bytes:
+        return await self._first.run(lambda: self._get(offset, length, exact))
+
+    async def _get(self, offset: int, length: int, exact: bool) -> bytes:
         fs, path = await self._filesystem()
 
         async def attempt() -> bytes:
@@ -447,7 +495,7 @@ class FsspecClient:
         except Exception as e:  # noqa: BLE001 - classified by type and status
             raise self._read_error(e, offset, length, getattr(e, "attempts", 1)) from e
         if len(data) > length:  # an HTTP server that ignores Range sent the whole file
-            raise SourceReadError(
+            raise RangeIgnoredError(
                 f"{self.url}: the server ignores HTTP Range requests (it answered with {len(data)} bytes for "
                 f"{length}), so chunks cannot be read one by one; download the file and index or read the local copy"
             )

@@ -48,6 +48,8 @@ from h5lens.manifest.checks import (
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 from h5lens.manifest.tables import (
+    attribute_types_json,
+    checked_attribute_types,
     INLINE,
     MISSING,
     ChunkTable,
@@ -251,6 +253,7 @@ def encode(manifest: ManifestParts) -> bytes:
             "version": manifest.writer,
             "convention": manifest.convention,
             "sources": [s.to_dict() for s in manifest.sources],
+            **attribute_types_json(manifest),
         },
         "nodes": {path: manifest.nodes[path] for path in sorted(manifest.nodes)},
         "arrays": entries,
@@ -398,4 +401,5 @@ def decode(
         writer=info.get("version", ""),
         location=location,
         recorded={path: {"chunks": e.get("chunks"), "digest": e.get("digest")} for path, e in entries.items()},
+        attribute_types=checked_attribute_types(info.get("attribute_types"), nodes, location or "manifest"),
     )

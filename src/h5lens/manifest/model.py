@@ -69,12 +69,15 @@ class Manifest(ManifestParts):
             object.__setattr__(self, "chunks", FrozenTables(self.chunks))
         if not isinstance(self.sources, tuple):
             object.__setattr__(self, "sources", tuple(self.sources))
+        object.__setattr__(self, "attribute_types", {p: dict(n) for p, n in self.attribute_types.items() if n})
 
     def __eq__(self, other: object) -> bool:
         """Equal content: documents (NaN attributes compare as written), tables, sources."""
         if not isinstance(other, Manifest):
             return NotImplemented
         if (self.sources, self.convention, self.location) != (other.sources, other.convention, other.location):
+            return False
+        if self.attribute_types != other.attribute_types:
             return False
         if self.nodes.keys() != other.nodes.keys() or self.chunks.keys() != other.chunks.keys():
             return False

@@ -38,6 +38,8 @@ from h5lens.manifest.tables import (
     ChunkTableBuilder,
     ManifestParts,
     Source,
+    attribute_types_json,
+    checked_attribute_types,
 )
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar, chunk_key, join, metadata_key, metadata_path
 
@@ -74,6 +76,7 @@ def manifest_to_refs(manifest: ManifestParts) -> dict[str, Any]:
                 path: {"chunks": manifest.chunks[path].n_present, "digest": manifest.chunks[path].digest()}
                 for path in sorted(manifest.chunks)
             },
+            **attribute_types_json(manifest),
         },
     }
 
@@ -193,6 +196,7 @@ def parts_from_refs(
         writer=info.get("version", ""),
         location=location,
         recorded=_recorded(info.get("arrays")),
+        attribute_types=checked_attribute_types(info.get("attribute_types"), nodes, location or "manifest"),
     )
 
 

@@ -372,7 +372,59 @@ class ManifestParts:
     # what the writer recorded of each array's chunk table ({"chunks": n, "digest": crc}),
     # for validate to compare with the tables as read; None when the file recorded none
     recorded: dict[str, dict[str, Any]] | None = None
+    # node path -> attribute name -> numpy type name, for the attributes whose HDF5 type a
+    # JSON value loses (a float32 scale_factor reads back as float64): see attribute_types
+    attribute_types: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def n_chunks(self) -> int:
         return sum(t.n_present for t in self.chunks.values())
+
+
+# Numeric types an attribute's JSON value does not say: JSON numbers read back as int64 or
+# float64 (and true / false as bool), so only these are recorded.
+ATTRIBUTE_TYPES = frozenset(
+    {"int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64", "float16", "float32"}
+)
+
+
+def parse_attribute_types(value: Any, where: str) -> dict[str, dict[str, str]]:
+    """The ``attribute_types`` record of a manifest file, checked: node path -> attribute
+    name -> one of :data:`ATTRIBUTE_TYPES`."""
+    from h5lens.errors import ManifestFormatError
+
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ManifestFormatError(f"{where}: Expected 'attribute_types' to be an object. Got {type(value).__name__}.")
+    out: dict[str, dict[str, str]] = {}
+    for path, names in value.items():
+        if not isinstance(path, str) or not isinstance(names, dict):
+            raise ManifestFormatError(f"{where}: Expected 'attribute_types' to map node paths to objects. Got {path!r}.")
+        for name, type_name in names.items():
+            if not isinstance(name, str) or type_name not in ATTRIBUTE_TYPES:
+                raise ManifestFormatError(
+                    f"{where}: attribute type {type_name!r} of /{path} attribute {name!r} is not one of "
+                    f"{sorted(ATTRIBUTE_TYPES)}"
+                )
+        out[path] = dict(names)
+    return out
+
+
+def attribute_types_json(manifest: ManifestParts) -> dict[str, Any]:
+    """The ``attribute_types`` member of the ``h5lens`` object (nothing when none is recorded)."""
+    found = {path: dict(sorted(names.items())) for path, names in sorted(manifest.attribute_types.items()) if names}
+    return {"attribute_types": found} if found else {}
+
+
+def checked_attribute_types(value: Any, nodes: dict[str, dict[str, Any]], where: str) -> dict[str, dict[str, str]]:
+    """The recorded attribute types, of attributes the manifest's nodes hold."""
+    found = parse_attribute_types(value, where)
+    for path, names in found.items():
+        held = nodes.get(path, {}).get("attributes", {})
+        missing = sorted(name for name in names if name not in held)
+        if missing:
+            from h5lens.errors import ManifestFormatError
+
+            raise ManifestFormatError(f"{where}: attribute types for attributes /{path} does not hold: {missing[:3]}")
+    return found

@@ -41,6 +41,7 @@ import numpy as np
 import zarr
 
 from h5lens import convention
+from h5lens.read.attribute_types import typed
 from h5lens.errors import InvalidOptionError, NotAManifestError, SourceNotFoundError
 from h5lens.keys import unescape_key
 from h5lens.locations import is_remote, local_path, resolve
@@ -287,7 +288,7 @@ class Node:
     def attrs(self) -> Attributes:
         """User attributes; references resolve to nodes when read."""
         raw = {k: v for k, v in self._doc.get("attributes", {}).items() if k not in RESERVED_ATTRIBUTES}
-        return Attributes(self._file, raw)
+        return Attributes(self._file, raw, self._file.manifest.attribute_types.get(self._key))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Node) and other._file is self._file and other.path == self.path
@@ -302,12 +303,15 @@ class Node:
 class Attributes(Mapping[str, Any]):
     """A node's attributes, read-only; ``_REFERENCE`` values resolve on access."""
 
-    def __init__(self, file: _File, raw: dict[str, Any]) -> None:
+    def __init__(self, file: _File, raw: dict[str, Any], types: Mapping[str, str] | None = None) -> None:
         self._file = file
         self.raw = raw
+        self._types = types or {}
 
     def __getitem__(self, name: str) -> Any:
-        return self._decode(self.raw[name])
+        value = self._decode(self.raw[name])
+        found = self._types.get(name)
+        return value if found is None else typed(value, found)  # the HDF5 type JSON lost
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.raw)

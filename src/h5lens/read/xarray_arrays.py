@@ -20,6 +20,7 @@ from xarray.backends.zarr import ZarrArrayWrapper, ZarrStore
 from xarray.core import indexing
 from xarray.core.variable import Variable
 
+from h5lens.read.attribute_types import typed_attributes
 from h5lens.read.plan import decoder, region_of
 from h5lens.store import ManifestStore
 
@@ -52,17 +53,29 @@ class RegionArrayWrapper(ZarrArrayWrapper):
 
 
 class RegionZarrStore(ZarrStore):
-    """xarray's ZarrStore, with :class:`RegionArrayWrapper` for the arrays h5lens decodes."""
+    """xarray's ZarrStore, with :class:`RegionArrayWrapper` for the arrays h5lens decodes and
+    attributes of the HDF5 types the manifest records (:mod:`h5lens.read.attribute_types`)."""
 
     def open_store_variable(self, name: str) -> Variable:
         variable = super().open_store_variable(name)
         zarr_array = self.members[name]
         store = zarr_array.store
         path = zarr_array.path
-        if not isinstance(store, ManifestStore) or decoder(store, path, text=False) is None:
-            return variable  # zarr reads it (text too: xarray types it as zarr gives it)
-        data = indexing.LazilyIndexedArray(RegionArrayWrapper(zarr_array, store, path))
-        return Variable(variable.dims, data, variable.attrs, variable.encoding)
+        attrs = variable.attrs
+        if isinstance(store, ManifestStore):
+            attrs = typed_attributes(store.manifest.attribute_types.get(path), attrs)
+        data = variable._data
+        if isinstance(store, ManifestStore) and decoder(store, path, text=False) is not None:
+            data = indexing.LazilyIndexedArray(RegionArrayWrapper(zarr_array, store, path))
+        # text stays zarr's to read: xarray types it as zarr gives it
+        return Variable(variable.dims, data, attrs, variable.encoding)
+
+    def get_attrs(self) -> dict[str, Any]:
+        attrs = super().get_attrs()
+        store = self.zarr_group.store
+        if not isinstance(store, ManifestStore):
+            return attrs
+        return typed_attributes(store.manifest.attribute_types.get(self.zarr_group.path), attrs)
 
 
 __all__ = ["RegionArrayWrapper", "RegionZarrStore"]

@@ -57,6 +57,26 @@ def read_attributes(
     return out
 
 
+def attribute_types(obj: h5py.HLObject) -> dict[str, str]:
+    """The numeric types of ``obj``'s attributes that their JSON values do not say (a float32
+    ``scale_factor`` reads back from JSON as float64): name -> numpy type name, one of
+    :data:`~h5lens.manifest.tables.ATTRIBUTE_TYPES`. Read from the attributes' types alone."""
+    from h5lens.manifest.tables import ATTRIBUTE_TYPES
+
+    out: dict[str, str] = {}
+    for name in obj.attrs.keys():
+        try:
+            dtype = obj.attrs.get_id(name).dtype
+        except (OSError, TypeError, ValueError, RuntimeError, KeyError):
+            continue  # read_attributes says what is wrong with it
+        base = dtype.base
+        if base.kind in "iuf" and base.names is None:
+            found = base.newbyteorder("=").name
+            if found in ATTRIBUTE_TYPES:
+                out[name] = found
+    return out
+
+
 def to_json(value: Any, where: str, resolve: ResolveRef) -> Any:
     """Convert one value as h5py returns it."""
     try:

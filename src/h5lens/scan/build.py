@@ -31,7 +31,7 @@ from h5lens.scan.arrays import (
     store_inline,
     value_codecs,
 )
-from h5lens.scan.attrs import read_attributes
+from h5lens.scan.attrs import attribute_types, read_attributes
 from h5lens.scan.codecs import (
     Filter,
     ambiguous_length,
@@ -40,6 +40,7 @@ from h5lens.scan.codecs import (
     untranslatable,
 )
 from h5lens.scan.dtypes import BYTE_STRING_PLAN, TypePlan, plan_type
+from h5lens.scan.hdf5_types import element_dtype, stored_layout
 from h5lens.scan.global_heap import HeapCheck
 from h5lens.scan.hdf5 import reader_for
 from h5lens.scan.materialize import (
@@ -116,8 +117,10 @@ def _build(
     # local files: preads (a few µs a header), not the buffered reader's seek and read
     read_at = reader_for(opened.raw) if not isinstance(opened.raw, TrackedFile) else opened.read
     heaps = HeapCheck(h5, read_at, opened.source.size, indexes.superblock)
+    types: dict[str, dict[str, str]] = {}  # node -> attribute -> numpy type name (attribute_types)
     for group in found.groups:
         nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps)
+        types[group.key] = attribute_types(h5[group.h5_path])
     state: _ScanState = {"done": 0, "path": "/", "chunks": 0}
 
     def report() -> None:
@@ -144,6 +147,7 @@ def _build(
         _check_inside_file(record.h5_path, table, opened.source.size)
         nodes[record.key] = doc
         tables[record.key] = table
+        types[record.key] = attribute_types(h5[record.h5_path])
         state["chunks"] += table.n_present
     state["done"], state["path"] = len(found.datasets), ""
     report()
@@ -157,7 +161,22 @@ def _build(
     if opened.remote:
         logger.info("%s: scanned; %s", opened.source.url, opened.read_summary())
     check_documents(nodes)
-    return Manifest(nodes, tables, [opened.source], options.convention, writer)
+    return Manifest(
+        nodes, tables, [opened.source], options.convention, writer, attribute_types=_kept_types(types, nodes)
+    )
+
+
+def _kept_types(types: dict[str, dict[str, str]], nodes: NodeMap) -> dict[str, dict[str, str]]:
+    """The attribute types of the attributes the manifest holds once profiles have rewritten
+    nodes (netCDF bookkeeping hidden, old encodings upgraded)."""
+    kept: dict[str, dict[str, str]] = {}
+    for path, names in types.items():
+        doc = nodes.get(path)
+        held = {} if doc is None else doc.get("attributes", {})
+        found = {name: type_name for name, type_name in names.items() if name in held}
+        if found:
+            kept[path] = found
+    return kept
 
 
 def _chunk_index_addresses(h5: h5py.File, found: Walk) -> list[int]:
@@ -173,9 +192,16 @@ def _chunk_index_addresses(h5: h5py.File, found: Walk) -> list[int]:
     return addresses
 
 
+def _plan_of(ds: h5py.Dataset, path: str) -> TypePlan:
+    """How ``ds``'s elements are written: their numpy dtype as h5py reads them, and how the
+    stored bytes relate to it (:mod:`h5lens.scan.hdf5_types`)."""
+    dtype = element_dtype(ds, path)
+    return plan_type(dtype, path).with_layout(stored_layout(ds.id.get_type(), dtype))
+
+
 def _referenced_chunked(ds: h5py.Dataset, path: str) -> bool:
     """Whether ``_array`` will reference ``ds``'s chunks (and so needs its chunk table)."""
-    if ds.shape is None or 0 in ds.shape or not plan_type(ds.dtype, path).raw:
+    if ds.shape is None or 0 in ds.shape or not _plan_of(ds, path).raw:
         return False
     dcpl = ds.id.get_create_plist()
     if dcpl.get_layout() != h5py.h5d.CHUNKED or _external(dcpl):
@@ -253,7 +279,7 @@ def _array(
     heaps: HeapCheck | None = None,
 ) -> tuple[dict[str, Any], ChunkTable]:
     path = record.h5_path
-    plan = plan_type(ds.dtype, path)
+    plan = _plan_of(ds, path)
     if heaps is not None:
         heaps.check_attributes(ds, path)  # before h5py parses their heap
     attributes = read_attributes(ds, path, resolve, nan_as_string=nan_strings)
@@ -279,7 +305,7 @@ def _array(
         referencable = False
 
     if referencable and pipeline is not None:  # pipeline is None only when not referencable
-        codecs = [bytes_codec(plan)] + pipeline
+        codecs = [*plan.array_codecs, bytes_codec(plan)] + pipeline
         if hdf5_chunks is not None:  # chunked
             doc = document(path, plan, shape, hdf5_chunks, codecs, ds.fillvalue, attributes)
             walked = indexes.get(ds.id) if indexes is not None and 0 not in shape else None
@@ -307,7 +333,7 @@ def _array(
     # Everything else is decoded by h5py and stored inline.
     reason = _materialize_reason(plan, layout, dcpl, filters, base_itemsize)
     estimate = int(np.prod(shape, dtype=np.int64)) * max(base_itemsize, 1)
-    _check_limit(path, options, estimate, reason, values=not plan.raw)
+    _check_limit(path, options, estimate, reason, values=not plan.raw and not plan.converted)
     if heaps is not None:
         heaps.check_dataset(ds, path)  # before h5py parses them: damage can make libhdf5 loop
     values = read_values(ds, plan, (), path, resolve)
@@ -326,6 +352,8 @@ def _external(dcpl: h5py.h5p.PropDCID) -> bool:
 def _materialize_reason(
     plan: TypePlan, layout: int, dcpl: h5py.h5p.PropDCID, filters: list[Filter], itemsize: int
 ) -> str:
+    if plan.converted:
+        return "its elements are stored in a layout only libhdf5 converts (a user-defined float, or compound members of such types)"
     if not plan.raw:
         return f"{plan.kind} values are not stored in the dataset's chunks"
     if layout == h5py.h5d.COMPACT:

@@ -46,6 +46,20 @@ class TypePlan:
     reference_fields: tuple[str, ...] = ()
     enum: dict[str, int] | None = None
     string_fields: tuple[str, ...] = field(default=())  # compound fields re-stored as U{N}
+    # array->array codecs before the bytes codec that give the stored elements h5py's values
+    # (bit fields, space padding: h5lens.scan.hdf5_types)
+    array_codecs: tuple[dict[str, Any], ...] = ()
+    # the stored elements are in a layout only libhdf5 converts (a user-defined float, a
+    # compound with such members): h5py's values are stored, as for a filter without a codec
+    converted: bool = False
+
+    def with_layout(self, layout: Any) -> TypePlan:
+        """This plan for elements stored as ``layout`` (:class:`h5lens.scan.hdf5_types.StoredLayout`)."""
+        from dataclasses import replace
+
+        if not layout.as_read:
+            return replace(self, raw=False, converted=True) if self.raw else self
+        return replace(self, array_codecs=tuple(layout.codecs)) if layout.codecs and self.raw else self
 
     def known_dtype(self) -> np.dtype:
         """``numpy_dtype``, which a compound to be rewritten has only after compound_plan."""

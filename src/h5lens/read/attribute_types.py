@@ -1,0 +1,48 @@
+"""Attributes with the HDF5 types their JSON values lose.
+
+A zarr attribute is JSON: a float32 ``scale_factor`` comes back as a Python float (read as
+float64), an int16 ``_FillValue`` as a Python int. xarray's CF decoding takes the decoded
+dtype from ``scale_factor`` / ``add_offset``, so a netCDF variable packed as int16 with
+float32 factors (the usual packing of climate archives) decodes to float64, and to other
+numbers, where ``engine="h5netcdf"`` gives float32. The manifest records each such
+attribute's numpy type (``Manifest.attribute_types``); h5lens's readers (the xarray engine,
+navigation) give the values that type, as h5py gives them: numpy scalars, numpy arrays for
+lists. Readers that take attributes from zarr (xarray's zarr engine, anndata, hdmf-zarr)
+see the JSON values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+
+def typed(value: Any, type_name: str) -> Any:
+    """A JSON attribute value as numpy type ``type_name``: a scalar, or an array for a list
+    (values with no number in them, such as None or an object, stay as they are)."""
+    dtype = np.dtype(type_name)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float, str)):
+        try:
+            return dtype.type(value)
+        except (TypeError, ValueError, OverflowError):
+            return value
+    if isinstance(value, list):
+        try:
+            return np.array(value, dtype=dtype)
+        except (TypeError, ValueError, OverflowError):
+            return value
+    return value
+
+
+def typed_attributes(types: Mapping[str, str] | None, attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """``attributes`` with the recorded ``types`` (attribute name -> numpy type name) applied."""
+    if not types:
+        return dict(attributes)
+    return {name: typed(value, types[name]) if name in types else value for name, value in attributes.items()}
+
+
+__all__ = ["typed", "typed_attributes"]

@@ -1,0 +1,129 @@
+"""What an HDF5 element type stores, beside the numpy dtype h5py reads it as.
+
+h5py names every type it reads by a numpy dtype, and libhdf5 converts the stored bytes to
+it. Mostly the stored bytes *are* that dtype's bytes and a zarr ``bytes`` codec decodes them.
+Where they are not, referencing the bytes as that dtype reads wrong values, silently:
+
+* integers with a bit **precision** or **offset** (``H5Tset_precision`` / ``H5Tset_offset``:
+  a 12-bit field in a 16-bit word): libhdf5 shifts the field down and sign-extends it;
+  h5lens references the chunks with the ``h5lens.bitfield`` codec
+  (:mod:`h5lens.codecs.bitfield`), which does the same;
+* fixed-length strings padded with **spaces** (``H5T_STR_SPACEPAD``, as Fortran and IDL
+  write them): h5py gives them without the padding; the ``h5lens.spacepad`` codec strips it;
+* **user-defined floats** (a bfloat16-like 16-bit float, which h5py reads as float32; any
+  float whose fields, bias or padding are not IEEE 754's for its size), and compounds with
+  any member of the kinds above: libhdf5 decodes them (h5lens stores h5py's values inline,
+  within the materialize limit).
+
+Types h5py cannot read at all (``H5T_TIME``; integers whose size is no numpy integer's, as
+24-bit ones) and those zarr has no data type for (``long double``) are refused by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import h5py
+import numpy as np
+
+from h5lens.codecs.bitfield import codec_json as bitfield_json
+from h5lens.codecs.spacepad import codec_json as spacepad_json
+from h5lens.errors import UnsupportedFeatureError
+
+# IEEE 754 float layouts libhdf5 uses by size: (sign bit, exponent position, exponent size,
+# mantissa position, mantissa size), exponent bias
+_IEEE = {
+    2: ((15, 10, 5, 0, 10), 15),
+    4: ((31, 23, 8, 0, 23), 127),
+    8: ((63, 52, 11, 0, 52), 1023),
+}
+
+
+@dataclass(frozen=True)
+class StoredLayout:
+    """How a dataset's stored elements relate to the numpy dtype h5py reads them as."""
+
+    codecs: tuple[dict[str, Any], ...] = ()  # array->array codecs that make them h5py's values
+    as_read: bool = True  # False: only libhdf5 can decode them (h5lens stores h5py's values)
+
+
+AS_READ = StoredLayout()
+
+
+def element_dtype(ds: h5py.Dataset, path: str) -> np.dtype:
+    """The numpy dtype h5py reads ``ds`` as; types h5py cannot read, or that zarr has no data
+    type for, are refused naming ``path``."""
+    tid = ds.id.get_type()
+    _refuse_unreadable(tid, path)
+    try:
+        dtype = ds.dtype
+    except (TypeError, ValueError) as e:
+        raise UnsupportedFeatureError(f"{path}: h5py cannot read its element type either ({e})") from None
+    if dtype.kind == "f" and dtype.itemsize > 8:
+        raise UnsupportedFeatureError(
+            f"{path}: {dtype} (HDF5 long double) has no zarr v3 data type, and converting it to float64 would lose precision"
+        )
+    return dtype
+
+
+def _refuse_unreadable(tid: Any, path: str) -> None:
+    found = tid.get_class()
+    if found == h5py.h5t.TIME:
+        raise UnsupportedFeatureError(f"{path}: HDF5 time (H5T_TIME) values; h5py cannot read them either")
+    if found == h5py.h5t.ARRAY:
+        _refuse_unreadable(tid.get_super(), path)
+    elif found == h5py.h5t.COMPOUND:
+        for i in range(tid.get_nmembers()):
+            _refuse_unreadable(tid.get_member_type(i), f"{path}.{tid.get_member_name(i).decode()}")
+
+
+def stored_layout(tid: Any, dtype: np.dtype) -> StoredLayout:
+    """How elements of HDF5 type ``tid`` (read by h5py as ``dtype``) are stored."""
+    found = tid.get_class()
+    if found == h5py.h5t.ARRAY:
+        base = dtype.subdtype[0] if dtype.subdtype is not None else dtype
+        return stored_layout(tid.get_super(), base)  # elementwise: the codecs apply to every element
+    if found == h5py.h5t.INTEGER:
+        return _integer(tid, dtype)
+    if found == h5py.h5t.FLOAT:
+        return AS_READ if _ieee(tid, dtype) else StoredLayout(as_read=False)
+    if found == h5py.h5t.STRING and not tid.is_variable_str():
+        return StoredLayout((spacepad_json(),)) if tid.get_strpad() == h5py.h5t.STR_SPACEPAD else AS_READ
+    if found == h5py.h5t.ENUM:
+        return AS_READ if _integer(tid.get_super(), dtype) == AS_READ else StoredLayout(as_read=False)
+    if found == h5py.h5t.COMPOUND and dtype.names is not None:
+        for i in range(tid.get_nmembers()):
+            name = tid.get_member_name(i).decode()
+            member = dtype.fields[name][0] if dtype.fields is not None and name in dtype.fields else None
+            if member is None or stored_layout(tid.get_member_type(i), member) != AS_READ:
+                return StoredLayout(as_read=False)  # a member libhdf5 converts: it decodes the records
+    return AS_READ
+
+
+def _integer(tid: Any, dtype: np.dtype) -> StoredLayout:
+    size = tid.get_size()
+    if size != dtype.itemsize:
+        return StoredLayout(as_read=False)
+    precision, offset = tid.get_precision(), tid.get_offset()
+    if precision == 8 * size and offset == 0:
+        return AS_READ
+    return StoredLayout((bitfield_json(precision, offset, tid.get_sign() == h5py.h5t.SGN_2),))
+
+
+def _ieee(tid: Any, dtype: np.dtype) -> bool:
+    """Whether a float type's stored bytes are IEEE 754's for h5py's dtype."""
+    size = tid.get_size()
+    if size != dtype.itemsize or size not in _IEEE:
+        return False
+    fields, bias = _IEEE[size]
+    return (
+        tuple(tid.get_fields()) == fields
+        and tid.get_ebias() == bias
+        and tid.get_norm() == h5py.h5t.NORM_IMPLIED
+        and tid.get_precision() == 8 * size
+        and tid.get_offset() == 0
+    )
+
+
+__all__ = ["AS_READ", "StoredLayout", "element_dtype", "stored_layout"]
