@@ -260,3 +260,30 @@ def test_our_encoder_never_writes_a_stream_as_long_as_the_data(tmp_path):
     with h5py.File(path) as f:
         expected = f["c"][...]
     np.testing.assert_array_equal(h5lens.open_group(h5lens.index(path))["c"][...], expected)
+
+
+def test_chunks_lzf_gave_up_on_are_referenced_with_the_chain_they_were_stored_by(tmp_path):
+    """LZF gives up on random floats: HDF5 stores such chunks raw, their filter mask set.
+    When most chunks of a dataset skip the same filters, the array's codecs are the ones they
+    went through (here bytes alone) and they stay references; the chunks stored otherwise
+    (here the compressible ones) are the ones re-encoded inline."""
+    import h5lens
+
+    rng = np.random.default_rng(0)
+    mostly = np.ones(100_000, "f4")  # compressible: LZF keeps those chunks
+    mostly[:80_000] = rng.random(80_000)
+    path = tmp_path / "random.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("random", data=rng.random(100_000).astype("f4"), chunks=(4000,), compression="lzf")
+        f.create_dataset("mostly", data=mostly, chunks=(4000,), compression="lzf")
+        masks = [f["random"].id.get_chunk_info(i).filter_mask for i in range(25)]
+        assert all(masks)  # every chunk skipped the filter: HDF5 stored them raw
+    manifest = h5lens.index(path, inline_threshold=0)
+    assert [c["name"] for c in manifest.nodes["random"]["codecs"]] == ["bytes"]
+    assert not manifest.chunks["random"].inline and manifest.chunks["random"].n_present == 25
+    assert [c["name"] for c in manifest.nodes["mostly"]["codecs"]] == ["bytes"]
+    assert 0 < len(manifest.chunks["mostly"].inline) <= 5  # the constant chunks LZF did compress
+    with h5py.File(path) as f:
+        for name in ("random", "mostly"):
+            np.testing.assert_array_equal(h5lens.open(manifest)[name][()], f[name][()])
+            np.testing.assert_array_equal(h5lens.open_group(manifest)[name][...], f[name][()])

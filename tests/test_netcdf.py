@@ -243,8 +243,9 @@ def write_datatree(path: Path) -> None:
 
 
 def write_dimension_scales(path: Path) -> None:
-    """Plain HDF5 (h5py) with dimension scales on some datasets: read as netCDF-C reads it,
-    with phony dimensions for axes without scales (h5netcdf's ``phony_dims="sort"``)."""
+    """Plain HDF5 (h5py) with dimension scales on some datasets, as NeXus and instrument
+    files have them: not netCDF (no netCDF library wrote it), so h5lens keeps every attribute
+    and only names the arrays' dimensions, as h5netcdf names them (``phony_dims="sort"``)."""
     with h5py.File(path, "w") as f:
         f["x"] = np.arange(4.0)
         f["x"].make_scale("x")
@@ -270,7 +271,6 @@ WRITERS: dict[str, Callable[[Path], None]] = {
     "xarray_netcdf4": write_xarray_netcdf4,
     "xarray_h5netcdf": write_xarray_h5netcdf,
     "datatree": write_datatree,
-    "dimension_scales": write_dimension_scales,
 }
 # h5netcdf needs phony_dims for axes without scales; "sort" is netCDF-C's naming.
 OPEN_OPTIONS = {"phony_dims": "sort"}
@@ -427,6 +427,39 @@ def test_float32_packing_through_the_h5lens_engine_is_h5netcdfs(form, tmp_path):
     with h5py.File(path) as f:
         for name in ("scale_factor", "add_offset", "_FillValue", "valid_range"):
             assert np.asarray(node.attrs[name]).dtype == f["temp"].attrs[name].dtype, name
+
+
+def test_plain_hdf5_with_dimension_scales_keeps_every_attribute(tmp_path):
+    """A file no netCDF library wrote is no netCDF file: every attribute (the scales'
+    CLASS, NAME and REFERENCE_LIST, DIMENSION_LIST, one-element arrays) and every dataset is
+    as h5py reads it; its arrays get dimension_names, as h5netcdf names the dimensions, so
+    xarray opens it with the values h5netcdf gives."""
+    path = tmp_path / "scales.h5"
+    write_dimension_scales(path)
+    manifest = h5lens.index(path)
+    root = h5lens.open(manifest)
+    with h5py.File(path) as f:
+        objects: list[str] = []
+        f.visit(objects.append)
+        for name in ["", *objects]:
+            node = root[name] if name else root
+            want = f[name] if name else f
+            assert sorted(node.attrs) == sorted(want.attrs), name
+            for key, value in want.attrs.items():
+                got = node.attrs[key]
+                if key in ("DIMENSION_LIST", "REFERENCE_LIST"):
+                    continue  # references: to the nodes below, checked by their paths
+                if isinstance(value, bytes | np.bytes_):
+                    value = value.decode()
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(value), err_msg=f"{name} {key}")
+        assert [n.h5_path for row in root["data"].attrs["DIMENSION_LIST"] for n in row] == ["/x", "/y"]
+    expected = xr.open_dataset(path, engine="h5netcdf", phony_dims="sort").load()
+    got = xr.open_dataset(manifest, engine="h5lens").load()
+    assert sorted(got.variables) == sorted(expected.variables)
+    for name, variable in expected.variables.items():
+        assert got[name].dims == variable.dims, name
+        np.testing.assert_array_equal(got[name].values, variable.values, err_msg=name)
+    assert got["data"].attrs["units"] == "m" and list(got["data"].attrs["scale"]) == [2.0]
 
 
 def _to_zarr(ds: xr.Dataset, path: Path) -> Path:

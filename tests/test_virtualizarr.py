@@ -121,7 +121,7 @@ def test_loaded_virtual_dataset_equals_h5netcdf(writer, files, registry):
     xr.testing.assert_identical(got, expected)
 
 
-@pytest.mark.parametrize("writer", ["netcdf4_python", "datatree", "h5netcdf", "dimension_scales"])
+@pytest.mark.parametrize("writer", ["netcdf4_python", "datatree", "h5netcdf", "user_types"])
 def test_virtual_datatree_equals_h5netcdf(writer, files, registry):
     path = files(writer)
     expected = xr.open_datatree(path, engine="h5netcdf", **OPEN_OPTIONS).load()

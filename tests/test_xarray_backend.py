@@ -97,7 +97,7 @@ def test_engine_is_registered_before_kerchunk():
 
 # every file from the JSON form; the compact form (the same documents, other chunk tables)
 # from a few
-COMPACT_WRITERS = ["netcdf4_python", "xarray_h5netcdf", "dimension_scales"]
+COMPACT_WRITERS = ["netcdf4_python", "xarray_h5netcdf", "user_types"]
 
 
 @pytest.mark.parametrize(

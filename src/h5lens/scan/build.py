@@ -313,7 +313,18 @@ def _array(
             scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks, walked, edges)
             table = scan.table
             redo = scan.masked
-            suspect = ambiguous_length(filters, chunk_nbytes(doc, base_itemsize))
+            common = scan.common_mask()
+            active = filters
+            if common:  # most chunks skip the same filters (LZF gives up on random floats): their chain
+                kept = [f for i, f in enumerate(filters) if not (common >> i) & 1]
+                alike = translate_pipeline(kept, base_itemsize)
+                if alike is not None:
+                    active = kept
+                    doc = document(path, plan, shape, hdf5_chunks, [*plan.array_codecs, bytes_codec(plan)] + alike,
+                                   ds.fillvalue, attributes)  # fmt: skip
+                    redo = [i for i, m in zip(scan.masked, scan.masks, strict=True) if m != common]
+                    redo += _unmasked(table, set(scan.masked))
+            suspect = ambiguous_length(active, chunk_nbytes(doc, base_itemsize))
             if suspect is not None:
                 masked = set(redo)
                 for index in np.argwhere((table.source == 0) & (table.length == suspect)):
@@ -343,6 +354,12 @@ def _array(
         plan = compound_plan(plan, values)
     values = values.reshape(shape) if values.shape != shape else values
     return inline_array(path, plan, values, attributes, ds.fillvalue, options, chunk_shape=hdf5_chunks)
+
+
+def _unmasked(table: ChunkTableBuilder, masked: set[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The stored chunks not in ``masked`` (they went through every filter)."""
+    found = np.argwhere(table.source >= 0)
+    return [index for index in (tuple(int(i) for i in row) for row in found) if index not in masked]
 
 
 def _external(dcpl: h5py.h5p.PropDCID) -> bool:

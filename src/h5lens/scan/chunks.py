@@ -18,7 +18,7 @@ import asyncio
 import gc
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
@@ -50,6 +50,19 @@ class ChunkScan:
     # grid indices of chunks stored without some of the filters: a filter_mask that is not 0,
     # or partial edge chunks of a dataset that does not filter them (H5Pset_chunk_opts)
     masked: list[tuple[int, ...]]
+    # each masked chunk's filter mask (bit i: filter i skipped; every bit for an unfiltered edge)
+    masks: list[int] = field(default_factory=list)
+    present: int = 0  # chunks stored
+
+    def common_mask(self) -> int:
+        """The filter mask most stored chunks share (0 unless more are masked alike)."""
+        if not self.masked:
+            return 0
+        from collections import Counter
+
+        counts = Counter(self.masks)
+        counts[0] = self.present - len(self.masked)
+        return max(counts, key=lambda m: (counts[m], m == 0))
 
 
 def contiguous_offset(dsid: h5py.h5d.DatasetID) -> int | None:
@@ -286,8 +299,11 @@ def _table(
     if index.shape[0]:
         table.refer(np.ravel_multi_index(tuple(index.T), grid), addresses, sizes)
     skips = masks != 0 if unfiltered is None else (masks != 0) | unfiltered
-    masked = [tuple(int(i) for i in index[k]) for k in np.flatnonzero(skips)]
-    return ChunkScan(table, masked)
+    rows = np.flatnonzero(skips)
+    masked = [tuple(int(i) for i in index[k]) for k in rows]
+    every = np.uint32(0xFFFFFFFF)
+    values = [int(every if unfiltered is not None and unfiltered[k] else masks[k]) for k in rows]
+    return ChunkScan(table, masked, values, int(index.shape[0]))
 
 
 def _name(dsid: h5py.h5d.DatasetID) -> str:

@@ -1,5 +1,10 @@
-"""The netCDF-4 profile: present a netCDF-4 file (or any HDF5 file with dimension scales)
-the way xarray's zarr reader sees what its ``h5netcdf`` engine sees in the file.
+"""The netCDF-4 profile: present a netCDF-4 file the way xarray's zarr reader sees what its
+``h5netcdf`` engine sees in the file.
+
+Only files a netCDF library wrote (:func:`is_netcdf4`: ``_NCProperties``, netCDF-C's
+dimension ids) are rewritten as below. Any other HDF5 file with dimension scales (h5py's
+``dims`` API, as NeXus and instrument files use it) keeps every attribute, node and value:
+its arrays only get the ``dimension_names`` xarray's zarr reader needs, found as below.
 
 netCDF-4 is HDF5 plus bookkeeping: dimensions are HDF5 dimension scales attached to the
 variables that use them (``DIMENSION_LIST`` on a variable, ``REFERENCE_LIST``, ``CLASS``
@@ -79,17 +84,28 @@ _KEPT_ON_GROUPS = frozenset({"_NCProperties", "_nc3_strict"})
 # xarray's zarr reader hides group attributes starting with "_nc", as netCDF readers hide
 # the enum type in the variable's encoding.
 ENUMS = "_nc_enums"
-_NETCDF_MARKERS = ("_NCProperties", "_Netcdf4Dimid", "_Netcdf4Coordinates", "DIMENSION_LIST")
+# What netCDF libraries write and nothing else does: netCDF-C's (and h5netcdf's) version
+# record, dimension ids and coordinate lists, netCDF-3 strictness.
+_NETCDF_MARKERS = ("_NCProperties", "_Netcdf4Dimid", "_Netcdf4Coordinates", "_nc3_strict")
 
 
 def applies(ctx: ProfileContext) -> bool:
-    """netCDF-4 (``_NCProperties`` on the root, netCDF-C's dimension ids) or HDF5
-    dimension scales anywhere in the file."""
+    """A netCDF-4 file (:func:`is_netcdf4`), or any HDF5 file with dimension scales (h5py's
+    ``dims`` API, as NeXus and instrument files use them): the latter only get their
+    arrays' ``dimension_names`` (:func:`apply`)."""
+    if is_netcdf4(ctx):
+        return True
+    return any((doc.get("attributes") or {}).get("CLASS") == DIMENSION_SCALE for doc in ctx.nodes.values())
+
+
+def is_netcdf4(ctx: ProfileContext) -> bool:
+    """Whether a netCDF library wrote the file: its version record (``_NCProperties``),
+    netCDF-C's dimension bookkeeping, or a dimension that is "not a netCDF variable"."""
     for doc in ctx.nodes.values():
         attributes = doc.get("attributes") or {}
         if any(marker in attributes for marker in _NETCDF_MARKERS):
             return True
-        if attributes.get("CLASS") == DIMENSION_SCALE:
+        if NOT_A_VARIABLE in str(attributes.get("NAME", "")):
             return True
     return False
 
@@ -140,6 +156,15 @@ class _Model:
 
 def apply(ctx: ProfileContext) -> None:
     model = _model(ctx)
+    if not is_netcdf4(ctx):
+        # plain HDF5 with dimension scales: its arrays are named for xarray, and nothing else
+        # changes (every attribute, node and value as the generic scan made it)
+        for key, names in model.dims.items():
+            if key in ctx.nodes:
+                rank = len(ctx.nodes[key]["shape"])
+                names = names + tuple(f"{_h5_name(ctx, key)}_dim{i}" for i in range(len(names), rank))
+                ctx.nodes[key]["dimension_names"] = list(names[:rank])
+        return
     for key in model.hidden:
         ctx.remove(key)
     for key, names in model.dims.items():
