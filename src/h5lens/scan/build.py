@@ -20,7 +20,7 @@ from h5lens.errors import (
 )
 from h5lens.fetch.planner import LOCAL
 from h5lens.manifest.documents import check_documents, chunk_shape_of
-from h5lens.manifest.model import ChunkTable, Manifest, NodeMap
+from h5lens.manifest.model import ChunkTable, ChunkTableBuilder, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
 from h5lens.scan.arrays import (
     bytes_codec,
