@@ -268,3 +268,22 @@ def test_open_accepts_manifest_json_and_hdf5_paths(files, tmp_path):
     opened = h5lens.open(tmp_path / "m.json")
     assert opened.manifest.convention == "proposal" and opened["scalar_float"][()] == 2.5
     assert h5lens.open(files / "sample.h5")["scalar_float"][()] == 2.5
+
+
+def test_open_refuses_a_rewritten_source_as_open_group_does(tmp_path):
+    """h5lens.open checks the sources once, as open_group does: a source rewritten since
+    indexing is refused by both (verify=False reads it anyway)."""
+    import h5py
+    import numpy as np
+
+    path = tmp_path / "changing.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(10.0)
+    manifest = h5lens.index(path)
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(10.0) * 2
+        f["y"] = np.zeros(3)  # another size: the change is seen without a fingerprint too
+    for opener in (h5lens.open, h5lens.open_group):
+        with pytest.raises(h5lens.StaleSourceError, match="changed since the manifest was written"):
+            opener(manifest)
+    assert h5lens.open(manifest, verify=False)["x"].shape == (10,)

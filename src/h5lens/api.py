@@ -100,10 +100,14 @@ def index(
 
 
 def open(  # noqa: A001 - h5lens.open
-    manifest_or_path: Manifest | str | os.PathLike[str], *, storage_options: dict[str, Any] | None = None
+    manifest_or_path: Manifest | str | os.PathLike[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    verify: bool = True,
 ) -> Group:
     """The root of a manifest (object, manifest JSON path/URL, or an HDF5 file, indexed in
     memory), navigated the way h5py navigates the file it came from: see
     :mod:`h5lens.read.navigate`. Externally linked files without a manifest are indexed
-    on the fly."""
-    return navigate.open(manifest_or_path, storage_options=storage_options, index=index)
+    on the fly. ``verify=False`` skips the check that the sources are unchanged since
+    indexing (as for :func:`h5lens.open_group`)."""
+    return navigate.open(manifest_or_path, storage_options=storage_options, index=index, verify=verify)

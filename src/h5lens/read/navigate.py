@@ -83,15 +83,19 @@ def open(  # noqa: A001 - the module's entry point; h5lens.open passes h5lens.in
     *,
     storage_options: dict[str, Any] | None = None,
     index: Indexer | None = None,
+    verify: bool = True,
 ) -> Group:
     """The root group of a manifest (object, manifest JSON path/URL, or HDF5 file to index).
 
     A manifest file is read in either form (JSON or compact, whatever its name); an HDF5
     file is indexed with ``index`` first (:func:`h5lens.open` passes :func:`h5lens.index`). ``storage_options``
-    apply to the manifest, its source files and the files external links reach.
+    apply to the manifest, its source files and the files external links reach. With
+    ``verify`` (the default), each manifest's sources are checked once, as
+    :func:`h5lens.open_store` checks them: a source that changed since indexing raises
+    :class:`~h5lens.errors.StaleSourceError`.
     """
     manifest = _load(manifest_or_path, storage_options, index)
-    return _File(manifest, storage_options, {}, index).root()
+    return _File(manifest, storage_options, {}, index, verify=verify).root()
 
 
 def load_external(
@@ -181,11 +185,16 @@ class _File:
         storage_options: dict[str, Any] | None,
         opened: dict[str, _File],
         index: Indexer | None = None,
+        *,
+        verify: bool = True,
     ):
         self.manifest = manifest
         self.index = index
         self.storage_options = storage_options
+        self.verify = verify
         self.store = ManifestStore(manifest, source_options=storage_options)
+        if verify:
+            self.store.verify_sources()  # once per file, as open_store does
         self.proposal = manifest.convention == "proposal"
         self._opened = opened
         self._arrays: dict[str, zarr.Array] = {}
@@ -218,7 +227,7 @@ class _File:
         found = self._opened.get(url)
         if found is None:
             manifest = load_external(self.manifest, source, storage_options=self.storage_options, index=self.index)
-            found = _File(manifest, self.storage_options, self._opened, self.index)
+            found = _File(manifest, self.storage_options, self._opened, self.index, verify=self.verify)
             self._opened[url] = found
         return found
 
