@@ -117,10 +117,40 @@ def build_refused(path: Path) -> None:
         _dataset(f, "time", h5t.UNIX_D32LE.copy(), None, "contiguous")
 
 
+def _undefined_fill(dcpl: h5p.PropDCID) -> None:
+    """``H5Pset_fill_value(dcpl, type, NULL)``: no fill value at all (PyTables writes such
+    columns; h5py has no call for it)."""
+    import ctypes
+
+    import libhdf5
+
+    lib = libhdf5.library()
+    if lib is None:
+        pytest.skip("cannot reach the libhdf5 h5py runs on to leave a fill value undefined")
+    lib.H5Pset_fill_value.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    assert lib.H5Pset_fill_value(dcpl.id, h5t.NATIVE_INT32.id, None) >= 0
+
+
+def build_undefined_fill(path: Path, *, written: bool = True) -> None:
+    with h5py.File(path, "w") as f:
+        for layout in ("chunked", "contiguous", "compact"):
+            dcpl = h5p.create(h5p.DATASET_CREATE)
+            if layout == "chunked":
+                dcpl.set_chunk((3,))
+            elif layout == "compact":
+                dcpl.set_layout(h5d.COMPACT)
+            _undefined_fill(dcpl)
+            ds = h5d.create(f.id, f"x_{layout}".encode(), h5t.STD_I32LE, h5s.create_simple((8,)), dcpl=dcpl)
+            if written or layout != "chunked":
+                ds.write(h5s.ALL, h5s.ALL, np.arange(8, dtype="<i4"))
+            assert dcpl.fill_value_defined() == h5d.FILL_VALUE_UNDEFINED
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "bitfields": build_bitfields,
     "spacepad": build_spacepad,
     "user_floats": build_user_floats,
+    "undefined_fill": build_undefined_fill,
 }
 
 
@@ -171,6 +201,15 @@ def test_exact_as_h5py_reads_it(case, threshold, files, tmp_path):
         with h5py.File(path) as f:
             for name in names:
                 np.testing.assert_array_equal(plain[name][...], f[name][()], err_msg=f"{case}/{name} plain zarr")
+
+
+def test_chunks_never_written_with_no_fill_value_are_refused_as_h5py_refuses_them(tmp_path):
+    path = tmp_path / "unwritten.h5"
+    build_undefined_fill(path, written=False)
+    with h5py.File(path) as f, pytest.raises(OSError, match="no data can be read"):
+        f["x_chunked"][()]
+    with pytest.raises(h5lens.UnsupportedFeatureError, match=r"/x_chunked: chunks never written and no fill value"):
+        h5lens.index(path)
 
 
 def test_bitfields_are_referenced_with_their_codec_not_copied(files):

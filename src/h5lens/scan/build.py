@@ -20,7 +20,7 @@ from h5lens.errors import (
 )
 from h5lens.fetch.planner import LOCAL
 from h5lens.manifest.documents import check_documents, chunk_shape_of
-from h5lens.manifest.model import ChunkTable, ChunkTableBuilder, Manifest, NodeMap
+from h5lens.manifest.model import MISSING, ChunkTable, ChunkTableBuilder, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
 from h5lens.scan.arrays import (
     bytes_codec,
@@ -280,6 +280,7 @@ def _array(
 ) -> tuple[dict[str, Any], ChunkTable]:
     path = record.h5_path
     plan = _plan_of(ds, path)
+    fill = _fill_value(ds)
     if heaps is not None:
         heaps.check_attributes(ds, path)  # before h5py parses their heap
     attributes = read_attributes(ds, path, resolve, nan_as_string=nan_strings)
@@ -289,7 +290,7 @@ def _array(
     if ds.shape is None:  # null dataspace (h5py.Empty): no elements at all
         if plan.kind == "compound" and not plan.raw:
             plan = compound_plan(plan, compound_values(np.zeros(0, ds.dtype), plan, path, resolve))
-        doc = document(path, plan, (0,), (1,), value_codecs(plan, 0), ds.fillvalue, attributes)
+        doc = document(path, plan, (0,), (1,), value_codecs(plan, 0), fill, attributes)
         doc["attributes"][convention.EMPTY] = True
         return doc, ChunkTable.empty((0,))
 
@@ -307,7 +308,7 @@ def _array(
     if referencable and pipeline is not None:  # pipeline is None only when not referencable
         codecs = [*plan.array_codecs, bytes_codec(plan)] + pipeline
         if hdf5_chunks is not None:  # chunked
-            doc = document(path, plan, shape, hdf5_chunks, codecs, ds.fillvalue, attributes)
+            doc = document(path, plan, shape, hdf5_chunks, codecs, fill, attributes)
             walked = indexes.get(ds.id) if indexes is not None and 0 not in shape else None
             edges = (lambda: indexes.unfiltered_edges(ds.id)) if indexes is not None else None
             scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks, walked, edges)
@@ -321,7 +322,7 @@ def _array(
                 if alike is not None:
                     active = kept
                     doc = document(path, plan, shape, hdf5_chunks, [*plan.array_codecs, bytes_codec(plan)] + alike,
-                                   ds.fillvalue, attributes)  # fmt: skip
+                                   fill, attributes)  # fmt: skip
                     redo = [i for i, m in zip(scan.masked, scan.masks, strict=True) if m != common]
                     redo += _unmasked(table, set(scan.masked))
             suspect = ambiguous_length(active, chunk_nbytes(doc, base_itemsize))
@@ -332,13 +333,18 @@ def _array(
                         redo.append(tuple(int(i) for i in index))
         else:
             chunk_shape = chunk_scan.plan_slabs(shape, base_itemsize, options.slab_bytes)
-            doc = document(path, plan, shape, chunk_shape, codecs, ds.fillvalue, attributes)
+            doc = document(path, plan, shape, chunk_shape, codecs, fill, attributes)
             table, tail = chunk_scan.scan_contiguous(chunk_scan.contiguous_offset(ds.id), shape, chunk_shape, base_itemsize)
             redo = [tail] if tail is not None else []
         if redo:  # chunks whose stored bytes the array's codecs cannot decode as they are
             _check_limit(path, options, len(redo) * chunk_nbytes(doc, base_itemsize), "chunks that skip filters")
             regions = [(idx, read_values(ds, plan, chunk_selection(idx, chunk_shape_of(doc), shape), path, resolve)) for idx in redo]
             store_inline(table, redo, encode_chunks(doc, regions))
+        if fill is None and (table.source == MISSING).any():
+            raise UnsupportedFeatureError(
+                f"{path}: chunks never written and no fill value defined (H5Pset_fill_value with none): "
+                "h5py cannot read them either"
+            )
         return finish_scalar(doc, table.build(), options)
 
     # Everything else is decoded by h5py and stored inline.
@@ -353,7 +359,16 @@ def _array(
     if plan.kind == "compound" and not plan.raw:
         plan = compound_plan(plan, values)
     values = values.reshape(shape) if values.shape != shape else values
-    return inline_array(path, plan, values, attributes, ds.fillvalue, options, chunk_shape=hdf5_chunks)
+    return inline_array(path, plan, values, attributes, fill, options, chunk_shape=hdf5_chunks)
+
+
+def _fill_value(ds: h5py.Dataset) -> Any:
+    """h5py's fill value; None where the dataset leaves it undefined (``H5Pset_fill_value``
+    with no value, as PyTables writes some columns: h5py's ``fillvalue`` then raises), which
+    makes it zarr's default (zeros): what libhdf5 gives there is unspecified."""
+    if ds.id.get_create_plist().fill_value_defined() == h5py.h5d.FILL_VALUE_UNDEFINED:
+        return None
+    return ds.fillvalue
 
 
 def _unmasked(table: ChunkTableBuilder, masked: set[tuple[int, ...]]) -> list[tuple[int, ...]]:
