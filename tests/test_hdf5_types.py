@@ -238,3 +238,37 @@ def test_refused_by_name_where_h5py_or_zarr_cannot_read_it(file, name, tmp_path)
             assert values.dtype.kind == "f" and values.dtype.itemsize > 8
     with pytest.raises(h5lens.UnsupportedFeatureError, match=name):
         h5lens.index(path)
+
+
+def _same_records(got: np.ndarray, want: np.ndarray, where: str) -> None:
+    assert got.dtype.names == want.dtype.names, where
+    for name in want.dtype.names:
+        if want.dtype[name].names is not None:
+            _same_records(got[name], want[name], f"{where}.{name}")
+        else:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{where}.{name}")
+
+
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
+def test_nested_compounds_with_gaps_or_another_byte_order_read_as_h5py(threshold, tmp_path):
+    """A record inside a record with padding between its fields, or fields of another byte
+    order (zarr's structured type is packed, in one byte order): the records are repacked,
+    every field as h5py reads it (they were refused, the message blaming variable-length
+    members the records do not have)."""
+    gaps = np.dtype({"names": ["a", "b"], "formats": ["<i2", "<f8"], "offsets": [0, 8], "itemsize": 24})
+    mixed = np.dtype([("x", ">i4"), ("y", "<f4")])
+    outer = np.dtype([("n", "<i4"), ("gaps", gaps), ("mixed", mixed)])
+    values = np.zeros(5, outer)
+    values["n"] = np.arange(5)
+    values["gaps"]["a"], values["gaps"]["b"] = np.arange(5) * 3, np.arange(5) / 4
+    values["mixed"]["x"], values["mixed"]["y"] = -np.arange(5), np.arange(5) * 1.5
+    path = tmp_path / "nested.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("chunked", data=values, chunks=(2,), compression="gzip")
+        f.create_dataset("contiguous", data=values)
+    manifest = h5lens.index(path, inline_threshold=threshold)
+    with h5py.File(path) as f:
+        for name in ("chunked", "contiguous"):
+            want = f[name][()]
+            _same_records(h5lens.open(manifest)[name][()], want, name)
+            _same_records(np.asarray(h5lens.open_group(manifest)[name][...]), want, name)

@@ -208,11 +208,13 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
             )
         if field_dtype.fields is not None:
             inner = _plan_compound(field_dtype, f"{path}.{name}")
-            if not inner.raw:
+            if inner.reference_fields or inner.string_fields:
                 raise UnsupportedFeatureError(
                     f"{path}: nested compound field {name!r} holds variable-length or reference "
                     "members; only flat compounds can be rewritten"
                 )
+            if not inner.raw:
+                raw = False  # padding or another byte order inside it: the records are repacked
             fields_out.append((name, field_dtype))
             continue
         if field_dtype.byteorder not in ("=", "|", "<" if np.little_endian else ">"):
@@ -235,6 +237,14 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
         reference_fields=tuple(reference_fields),
         string_fields=tuple(string_fields),
     )
+
+
+def packed(dtype: np.dtype) -> np.dtype:
+    """``dtype`` laid out as zarr's ``structured`` type lays records out: fields in order, no
+    padding, native byte order, nested records packed the same way."""
+    if dtype.fields is None:
+        return dtype.newbyteorder("=") if dtype.byteorder not in ("|", "=") else dtype
+    return np.dtype([(name, packed(field)) for name, field, _ in fields_of(dtype)])
 
 
 def structured_json(dtype: np.dtype) -> dict[str, Any]:

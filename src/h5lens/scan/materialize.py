@@ -17,7 +17,7 @@ import numpy as np
 from h5lens.errors import UnsupportedFeatureError
 from h5lens.manifest.documents import chunk_shape_of
 from h5lens.scan.attrs import as_bytes
-from h5lens.scan.dtypes import TypePlan, fields_of, structured_json
+from h5lens.scan.dtypes import TypePlan, fields_of, packed, structured_json
 
 ResolvePath = Callable[[h5py.Reference], str | None]
 
@@ -86,8 +86,7 @@ def compound_values(values: np.ndarray, plan: TypePlan, path: str, resolve: Reso
         elif name in plan.string_fields:
             columns[name] = _string_field(column, f"{path} field {name!r}")
         else:
-            dtype = column.dtype
-            columns[name] = column.astype(dtype.newbyteorder("=") if dtype.fields is None else dtype)
+            columns[name] = column.astype(packed(column.dtype))  # nested records repacked too
         fields.append((name, columns[name].dtype))
     out = np.empty(values.shape, dtype=np.dtype(fields))
     for name, column in columns.items():
