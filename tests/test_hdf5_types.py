@@ -146,16 +146,28 @@ def build_undefined_fill(path: Path, *, written: bool = True) -> None:
             assert dcpl.fill_value_defined() == h5d.FILL_VALUE_UNDEFINED
 
 
+TIMES = np.array(["2024-01-01T00:00:00", "2024-06-01T12:30:00", "NaT", "1970-01-01"], "M8[ns]")
+
+
+def build_opaque_times(path: Path) -> None:
+    """h5py.opaque_dtype(datetime64 / timedelta64): 8-byte integers tagged with numpy's type."""
+    with h5py.File(path, "w") as f:
+        f.create_dataset("times", data=TIMES.astype(h5py.opaque_dtype(TIMES.dtype)), chunks=(3,))
+        spans = np.array([1, 2, -3, 4], "m8[s]")
+        f.create_dataset("spans", data=spans.astype(h5py.opaque_dtype(spans.dtype)))
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "bitfields": build_bitfields,
     "spacepad": build_spacepad,
     "user_floats": build_user_floats,
     "undefined_fill": build_undefined_fill,
+    "opaque_times": build_opaque_times,
 }
 
 
 # cases whose chunks are referenced (the others libhdf5 decodes: their values are stored)
-REFERENCED = {"bitfields", "spacepad"}
+REFERENCED = {"bitfields", "spacepad", "opaque_times"}
 
 
 @pytest.fixture(scope="module")
@@ -272,3 +284,27 @@ def test_nested_compounds_with_gaps_or_another_byte_order_read_as_h5py(threshold
             want = f[name][()]
             _same_records(h5lens.open(manifest)[name][()], want, name)
             _same_records(np.asarray(h5lens.open_group(manifest)[name][...]), want, name)
+
+
+def test_attributes_zarr_json_cannot_type_come_back_as_h5py_gives_them(tmp_path):
+    """Complex, datetime64 / timedelta64 (opaque-tagged) and narrow numeric attributes: the
+    JSON holds [real, imaginary] pairs and int64 counts, the manifest their types, and
+    navigation gives h5py's values of h5py's types."""
+    path = tmp_path / "attrs.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["z"] = np.complex64(1 + 2j)
+        f.attrs["zs"] = np.array([[1 + 2j, 3 - 1j]], "c16")
+        f.attrs["when"] = np.array(TIMES[0]).astype(h5py.opaque_dtype(TIMES.dtype))
+        f.attrs["times"] = TIMES.astype(h5py.opaque_dtype(TIMES.dtype))
+        f.attrs["small"] = np.array([1, 2], "u1")
+        f.attrs["f"] = np.float32(0.1)
+    manifest = h5lens.index(path)
+    for form in ("json", "h5lens"):
+        manifest.save(tmp_path / f"m.{form}")
+        root = h5lens.open(tmp_path / f"m.{form}").attrs
+        with h5py.File(path) as f:
+            for name, want in f.attrs.items():
+                got = root[name]
+                assert np.asarray(got).dtype == np.asarray(want).dtype and np.shape(got) == np.shape(want), name
+                np.testing.assert_array_equal(got, want, err_msg=name)
+

@@ -382,10 +382,14 @@ class ManifestParts:
 
 
 # Numeric types an attribute's JSON value does not say: JSON numbers read back as int64 or
-# float64 (and true / false as bool), so only these are recorded.
+# float64 (and true / false as bool), so only these are recorded. Complex values are
+# written as [real, imaginary] pairs and datetime64 / timedelta64 values as their int64
+# counts (NaT: the smallest int64), so their types are recorded too.
 ATTRIBUTE_TYPES = frozenset(
-    {"int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64", "float16", "float32"}
+    {"int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "complex64", "complex128"}
 )
+_TIME_UNITS = ("Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as")
+TIME_ATTRIBUTE_TYPES = frozenset(f"{kind}64[{unit}]" for kind in ("datetime", "timedelta") for unit in _TIME_UNITS)
 
 
 def parse_attribute_types(value: Any, where: str) -> dict[str, dict[str, str]]:
@@ -402,7 +406,7 @@ def parse_attribute_types(value: Any, where: str) -> dict[str, dict[str, str]]:
         if not isinstance(path, str) or not isinstance(names, dict):
             raise ManifestFormatError(f"{where}: Expected 'attribute_types' to map node paths to objects. Got {path!r}.")
         for name, type_name in names.items():
-            if not isinstance(name, str) or type_name not in ATTRIBUTE_TYPES:
+            if not isinstance(name, str) or (type_name not in ATTRIBUTE_TYPES and type_name not in TIME_ATTRIBUTE_TYPES):
                 raise ManifestFormatError(
                     f"{where}: attribute type {type_name!r} of /{path} attribute {name!r} is not one of "
                     f"{sorted(ATTRIBUTE_TYPES)}"

@@ -25,6 +25,22 @@ def typed(value: Any, type_name: str) -> Any:
     dtype = np.dtype(type_name)
     if isinstance(value, bool) or value is None:
         return value
+    if dtype.kind in "Mm":  # counts in the type's unit
+        try:
+            counts = np.asarray(value, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            return value
+        times = counts.view(dtype)
+        return times[()] if times.ndim == 0 else times
+    if dtype.kind == "c":  # [real, imaginary] pairs
+        try:
+            pairs = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            return value
+        if pairs.ndim == 0 or pairs.shape[-1] != 2:
+            return value
+        numbers = (pairs[..., 0] + 1j * pairs[..., 1]).astype(dtype)
+        return numbers[()] if numbers.ndim == 0 else numbers
     if isinstance(value, (int, float, str)):
         try:
             return dtype.type(value)

@@ -61,7 +61,7 @@ def attribute_types(obj: h5py.HLObject) -> dict[str, str]:
     """The numeric types of ``obj``'s attributes that their JSON values do not say (a float32
     ``scale_factor`` reads back from JSON as float64): name -> numpy type name, one of
     :data:`~h5lens.manifest.tables.ATTRIBUTE_TYPES`. Read from the attributes' types alone."""
-    from h5lens.manifest.tables import ATTRIBUTE_TYPES
+    from h5lens.manifest.tables import ATTRIBUTE_TYPES, TIME_ATTRIBUTE_TYPES
 
     out: dict[str, str] = {}
     for name in obj.attrs.keys():
@@ -70,10 +70,14 @@ def attribute_types(obj: h5py.HLObject) -> dict[str, str]:
         except (OSError, TypeError, ValueError, RuntimeError, KeyError):
             continue  # read_attributes says what is wrong with it
         base = dtype.base
-        if base.kind in "iuf" and base.names is None:
+        if base.names is not None:
+            continue
+        if base.kind in "iufc":
             found = base.newbyteorder("=").name
             if found in ATTRIBUTE_TYPES:
                 out[name] = found
+        elif base.kind in "Mm" and str(base.newbyteorder("=")) in TIME_ATTRIBUTE_TYPES:
+            out[name] = str(base.newbyteorder("="))
     return out
 
 
@@ -101,7 +105,9 @@ def _to_json(value: Any, where: str, resolve: ResolveRef) -> Any:
     if isinstance(value, (float, np.floating)):
         return float(value)
     if isinstance(value, (complex, np.complexfloating)):
-        raise UnsupportedFeatureError(f"{where}: complex values have no JSON form")
+        return [float(value.real), float(value.imag)]  # the type is in attribute_types
+    if isinstance(value, (np.datetime64, np.timedelta64)):
+        return int(value.astype(np.int64))  # the count in its unit; the type is in attribute_types
     if isinstance(value, h5py.RegionReference):
         raise UnsupportedFeatureError(f"{where}: region references have no form in the convention")
     if isinstance(value, h5py.Reference):
@@ -122,6 +128,10 @@ def _array(value: np.ndarray, where: str, resolve: ResolveRef) -> Any:
     kind = value.dtype.kind
     if kind in "iufb":
         return value.tolist()
+    if kind == "c":
+        return np.stack([value.real, value.imag], axis=-1).astype(np.float64).tolist()
+    if kind in "Mm":
+        return value.astype(np.int64).tolist()
     if kind == "S":
         return _nested(value, lambda v: _decode(bytes(v)))
     if kind == "U":

@@ -150,6 +150,9 @@ def plan_type(dtype: np.dtype, path: str) -> TypePlan:
     if dtype.kind == "c":
         native = dtype.newbyteorder("=")
         return TypePlan(native.name, native, _endian(dtype), True, "numeric", native.name)
+    if dtype.kind in "Mm":  # h5py.opaque_dtype(np.datetime64 / timedelta64): 8-byte integers, tagged
+        native = dtype.newbyteorder("=")
+        return TypePlan(_zdtype(native).to_json(zarr_format=3), native, _endian(dtype), True, "numeric", native.name)
     if dtype.kind == "V":
         return TypePlan(
             {"name": "raw_bytes", "configuration": {"length_bytes": dtype.itemsize}},
