@@ -23,6 +23,8 @@ import numpy as np
 from zarr.abc.codec import ArrayArrayCodec
 from zarr.core.common import JSON, parse_named_configuration
 
+from h5lens.codecs.named import only
+
 if TYPE_CHECKING:
     from typing import Self
 
@@ -81,10 +83,7 @@ class BitfieldCodec(ArrayArrayCodec):
     @classmethod
     def from_dict(cls, data: dict[str, JSON]) -> Self:
         _, configuration = parse_named_configuration(data, CODEC_NAME)
-        given = dict(configuration or {})
-        if set(given) - {"precision", "offset", "signed"}:
-            raise ValueError(f"{CODEC_NAME} takes precision, offset and signed, got {given!r}")
-        return cls(**given)  # type: ignore[arg-type]
+        return cls(**only(configuration, CODEC_NAME, {"precision", "offset", "signed"}))
 
     def to_dict(self) -> dict[str, JSON]:
         return {"name": CODEC_NAME, "configuration": codec_json(self.precision, self.offset, self.signed)["configuration"]}

@@ -57,11 +57,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from zarr.abc.codec import BytesBytesCodec
-from zarr.core.common import JSON, parse_named_configuration
+
+from h5lens.codecs.named import NoConfiguration
 
 if TYPE_CHECKING:
-    from typing import Self
-
     from zarr.core.array_spec import ArraySpec
     from zarr.core.buffer import Buffer
 
@@ -166,20 +165,11 @@ def encode_hdf5_lzf(data: bytes, backend: _Backend | None = None) -> bytes:
 
 
 @dataclass(frozen=True)
-class LZFCodec(BytesBytesCodec):
+class LZFCodec(NoConfiguration, BytesBytesCodec):
     """HDF5-LZF (filter 32000) as a zarr v3 bytes→bytes codec. JSON: ``{"name": "h5lens.lzf"}``."""
 
+    codec_name = CODEC_NAME
     is_fixed_size = False
-
-    @classmethod
-    def from_dict(cls, data: dict[str, JSON]) -> Self:
-        _, configuration = parse_named_configuration(data, CODEC_NAME, require_configuration=False)
-        if configuration:
-            raise ValueError(f"{CODEC_NAME} takes no configuration, got {configuration!r}")
-        return cls()
-
-    def to_dict(self) -> dict[str, JSON]:
-        return {"name": CODEC_NAME}
 
     def _decode_sync(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer:
         data = chunk_bytes.to_bytes()

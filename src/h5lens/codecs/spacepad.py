@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from zarr.abc.codec import ArrayArrayCodec
-from zarr.core.common import JSON, parse_named_configuration
+
+from h5lens.codecs.named import NoConfiguration
 
 if TYPE_CHECKING:
-    from typing import Self
-
     from zarr.core.array_spec import ArraySpec
     from zarr.core.buffer import NDBuffer
 
@@ -43,20 +42,11 @@ def pad(values: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class SpacePadCodec(ArrayArrayCodec):
+class SpacePadCodec(NoConfiguration, ArrayArrayCodec):
     """HDF5's space padding. JSON: ``{"name": "h5lens.spacepad"}``."""
 
+    codec_name = CODEC_NAME
     is_fixed_size = True
-
-    @classmethod
-    def from_dict(cls, data: dict[str, JSON]) -> Self:
-        _, configuration = parse_named_configuration(data, CODEC_NAME, require_configuration=False)
-        if configuration:
-            raise ValueError(f"{CODEC_NAME} takes no configuration, got {configuration!r}")
-        return cls()
-
-    def to_dict(self) -> dict[str, JSON]:
-        return {"name": CODEC_NAME}
 
     def validate(self, *, shape: Any, dtype: Any, chunk_grid: Any) -> None:
         if dtype.to_native_dtype().kind != "S":

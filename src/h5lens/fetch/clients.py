@@ -15,10 +15,11 @@ for what identifies the file's version. Three kinds:
   be relied on for: S3 options that only botocore understands (a profile, ``client_kwargs``,
   ``config_kwargs``), HTTP with headers or query strings.
 
-obstore is used when the options say all it needs (:func:`obstore_s3_config`); if its
+obstore is used when the options say all it needs (:mod:`h5lens.fetch.obstore_options`); if its
 first request fails for a reason other than the object's absence, the client goes on
 through fsspec (whatever s3fs can read, h5lens reads). ``H5LENS_CLIENT=fsspec`` (or
-``obstore``) forces a choice. Retries follow :mod:`h5lens.fetch.retry`, one policy for all.
+``obstore``) forces a choice. Retries follow :mod:`h5lens.fetch.retry`, one policy for all;
+HTTP servers that ignore ``Range`` are found once (:mod:`h5lens.fetch.ranges`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import asyncio
 import atexit
 import logging
 import os
-import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -36,6 +36,8 @@ from typing import Any
 from h5lens.backend_errors import anon_requested, http_status, is_transient, storage_error
 from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError, first_line
 from h5lens.fetch import retry
+from h5lens.fetch.obstore_options import obstore_config
+from h5lens.fetch.ranges import FirstRequest, RangeIgnoredError
 from h5lens.locations import is_remote
 
 logger = logging.getLogger("h5lens.fetch")
@@ -43,20 +45,6 @@ logger = logging.getLogger("h5lens.fetch")
 CLIENT_ENV = "H5LENS_CLIENT"
 OBSTORE_CONCURRENCY = 128  # requests in flight: object storage serves each connection on its own
 FSSPEC_CONCURRENCY = 64  # s3fs spends ~1 ms of CPU per request: more in flight does not help
-
-# s3fs options that only concern caching, listing or writing: nothing a ranged GET needs.
-_IGNORABLE = frozenset(
-    {
-        "asynchronous", "loop", "skip_instance_cache", "use_listings_cache", "listings_expiry_time",
-        "max_paths", "default_block_size", "default_fill_cache", "default_cache_type", "cache_regions",
-        "fixed_upload_size", "max_concurrency", "version_aware",
-    }
-)  # fmt: skip
-_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
-_REGION_ENV = ("AWS_REGION", "AWS_DEFAULT_REGION")
-# URL paths obstore's HTTPStore takes as they are (object_store re-encodes anything else)
-_PLAIN_HTTP_PATH = re.compile(r"[A-Za-z0-9._~/+-]+")
-
 
 def forced_client() -> str:
     """``auto``, ``obstore`` or ``fsspec`` (``H5LENS_CLIENT``; ``H5LENS_SCAN_CLIENT``, its
@@ -128,73 +116,6 @@ class LocalClient:
 
 
 # -- obstore ----------------------------------------------------------------------------
-def obstore_s3_config(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``obstore.store.S3Store`` keyword arguments equivalent to s3fs's ``storage_options``
-    for ``url``, or None when obstore cannot be relied on to do what s3fs would."""
-    if not url.startswith("s3://"):
-        return None
-    options = dict(storage_options or {})
-    client_kwargs = dict(options.pop("client_kwargs", None) or {})
-    bucket, _, key = url.removeprefix("s3://").partition("/")
-    if not bucket or not key:
-        return None
-    config: dict[str, Any] = {}
-    endpoint = options.pop("endpoint_url", None) or client_kwargs.pop("endpoint_url", None)
-    region = client_kwargs.pop("region_name", None) or options.pop("region_name", None)
-    if client_kwargs:  # verify=, proxies=, ...: botocore settings obstore would not honour
-        return None
-    if endpoint:
-        config["endpoint"] = endpoint
-        if str(endpoint).startswith("http://"):
-            config["client_options"] = {"allow_http": True}
-    if region:
-        config["region"] = region
-    elif not endpoint and not any(os.environ.get(k) for k in _REGION_ENV):
-        return None  # s3fs finds a bucket's region itself; obstore would need to be told
-    anon = bool(options.pop("anon", False))
-    key_id = options.pop("key", None) or options.pop("aws_access_key_id", None)
-    secret = options.pop("secret", None) or options.pop("aws_secret_access_key", None)
-    token = options.pop("token", None) or options.pop("aws_session_token", None)
-    if options.pop("requester_pays", False):
-        config["request_payer"] = True
-    if any(k not in _IGNORABLE for k in options):
-        return None  # a profile, a session, botocore configuration: s3fs's own business
-    if anon:
-        config["skip_signature"] = True
-    elif key_id and secret:
-        config.update(access_key_id=key_id, secret_access_key=secret)
-        if token:
-            config["token"] = token
-    elif not any(os.environ.get(k) for k in _CREDENTIAL_ENV):
-        return None  # credentials from a profile file or instance metadata: botocore's chain
-    return {"kind": "s3", "bucket": bucket, "path": key, "config": config}
-
-
-def obstore_http_config(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
-    """obstore ``HTTPStore`` settings for a plain ``http(s)://`` URL without options; None
-    for anything fsspec's HTTP filesystem is needed for (headers, query strings, odd paths)."""
-    if not url.startswith(("http://", "https://")) or storage_options:
-        return None
-    scheme, rest = url.split("://", 1)
-    host, _, path = rest.partition("/")
-    if not host or not path or not _PLAIN_HTTP_PATH.fullmatch(path) or "//" in path or path.endswith("/"):
-        return None
-    directory, _, name = path.rpartition("/")
-    base = f"{scheme}://{host}/{directory + '/' if directory else ''}"
-    config: dict[str, Any] = {"client_options": {"allow_http": True}} if scheme == "http" else {}
-    return {"kind": "http", "bucket": base, "path": name, "config": config}
-
-
-def obstore_config(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What an :class:`ObstoreClient` needs for ``url``, or None if obstore is not installed
-    or cannot be relied on for these options."""
-    try:
-        import obstore  # noqa: F401
-    except ImportError:
-        return None
-    return obstore_s3_config(url, storage_options) or obstore_http_config(url, storage_options)
-
-
 _STORES: OrderedDict[tuple[str, ...], Any] = OrderedDict()
 _STORES_LOCK = threading.Lock()
 _MAX_STORES = 64
@@ -229,44 +150,6 @@ def _shared_store(config: dict[str, Any], policy: retry.RetryPolicy) -> Any:
 # The probe (the first request to a source: index's stat) gives up sooner: an endpoint
 # that is down is reported in about a second, not after a whole backoff.
 PROBE_POLICY = retry.RetryPolicy(attempts=4, first_backoff=0.1, max_backoff=0.4, deadline=20.0)
-
-
-class RangeIgnoredError(SourceReadError):
-    """The server answers ranged requests with the whole file (a SourceReadError)."""
-
-
-class FirstRequest:
-    """For an HTTP(S) source, which may ignore ``Range`` and answer every request with the
-    whole file: its first request goes alone, and requests made meanwhile wait for it. A
-    server found to ignore ``Range`` then fails them all with that error, without sending
-    them (a reader that asks for many chunks at once, as zarr's pipeline does, would
-    otherwise download the whole file once per chunk in flight). Other sources pass."""
-
-    def __init__(self, url: str) -> None:
-        self.applies = url.startswith(("http://", "https://"))
-        self.refused: RangeIgnoredError | None = None
-        self._passed = not self.applies
-        self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
-
-    async def run(self, request: Any) -> Any:
-        """``await request()``, the first one alone (see the class docstring)."""
-        if self._passed:
-            return await request()
-        lock = self._locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
-        async with lock:
-            if self.refused is not None:
-                raise RangeIgnoredError(str(self.refused))
-            if self._passed:
-                pass  # another request went first and was answered: go on without the lock
-            else:
-                try:
-                    found = await request()
-                except RangeIgnoredError as e:
-                    self.refused = e
-                    raise
-                self._passed = True
-                return found
-        return await request()
 
 
 class ObstoreClient:

@@ -1,0 +1,54 @@
+"""HTTP(S) servers that ignore ``Range``: found on the first request, once.
+
+A web server may answer a ranged GET with the whole file (200 instead of 206): every chunk
+read would download the file. h5lens refuses such a source with a
+:class:`RangeIgnoredError` naming it; :class:`FirstRequest` makes sure it learns that from
+one request, not from every request in flight at the time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from h5lens.errors import SourceReadError
+
+__all__ = ["FirstRequest", "RangeIgnoredError"]
+
+
+class RangeIgnoredError(SourceReadError):
+    """The server answers ranged requests with the whole file (a SourceReadError)."""
+
+
+class FirstRequest:
+    """For an HTTP(S) source, which may ignore ``Range`` and answer every request with the
+    whole file: its first request goes alone, and requests made meanwhile wait for it. A
+    server found to ignore ``Range`` then fails them all with that error, without sending
+    them (a reader that asks for many chunks at once, as zarr's pipeline does, would
+    otherwise download the whole file once per chunk in flight). Other sources pass."""
+
+    def __init__(self, url: str) -> None:
+        self.applies = url.startswith(("http://", "https://"))
+        self.refused: RangeIgnoredError | None = None
+        self._passed = not self.applies
+        self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+
+    async def run(self, request: Any) -> Any:
+        """``await request()``, the first one alone (see the class docstring)."""
+        if self._passed:
+            return await request()
+        lock = self._locks.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        async with lock:
+            if self.refused is not None:
+                raise RangeIgnoredError(str(self.refused))
+            if self._passed:
+                pass  # another request went first and was answered: go on without the lock
+            else:
+                try:
+                    found = await request()
+                except RangeIgnoredError as e:
+                    self.refused = e
+                    raise
+                self._passed = True
+                return found
+        return await request()
