@@ -147,6 +147,20 @@ def _on_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _unraisable(hook: Any) -> Any:
+    """``sys.unraisablehook`` for a command: a Ctrl-C that landed in a finalizer or a weakref
+    callback (Python can only print it there, "Exception ignored in ...") is delivered again,
+    so it interrupts the command where it runs; anything else goes to ``hook``."""
+
+    def unraisable(found: Any) -> None:
+        if isinstance(found.exc_value, KeyboardInterrupt) and state["interrupted"]:
+            signal.raise_signal(signal.SIGINT)
+            return
+        hook(found)
+
+    return unraisable
+
+
 # typer builds click's command tree from the commands' signatures and type hints each time it
 # is asked (~50 ms); in one process (tests, a notebook calling main() again) the tree is the
 # same while no command is added, so it is built once.
@@ -213,10 +227,12 @@ def main(argv: list[str] | None = None) -> None:
 
     state.update(verbose=False, interrupted=False, target=("h5lens", "running", False, "index it again"))
     previous = None
+    previous_unraisable = sys.unraisablehook
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, _on_interrupt)
         if previous is interrupted_while_starting:
             previous = signal.default_int_handler
+        sys.unraisablehook = _unraisable(previous_unraisable)
     try:
         code = _run(argv)
     except KeyboardInterrupt:
@@ -224,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+            sys.unraisablehook = previous_unraisable
     if state["interrupted"] or code == EXIT_INTERRUPTED:
         typer.echo("h5lens: interrupted", err=True)
         if argv is None:
