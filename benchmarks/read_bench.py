@@ -478,7 +478,7 @@ def arrays_h5lens_open(ctx: Ctx) -> Callable[[], Any]:
     import h5lens
 
     manifest = ctx.manifest_obj()
-    return lambda: h5lens.open(manifest)[ctx.param][()]
+    return lambda: h5lens.open(manifest, storage_options=ctx.options)[ctx.param][()]
 
 
 def arrays_virtualizarr(ctx: Ctx) -> Callable[[], Any]:
