@@ -177,6 +177,15 @@ def _root(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+# The interpreter's hooks for the program that owns the process, documented to be set
+# (the CLI's main sets one while a command runs, and puts the previous one back).
+PROCESS_HOOKS = {("sys", "unraisablehook"), ("sys", "excepthook")}
+
+
+def _process_hook(target: ast.Attribute) -> bool:
+    return isinstance(target.value, ast.Name) and (target.value.id, target.attr) in PROCESS_HOOKS
+
+
 def assignments_into_other_packages(source: str) -> list[int]:
     """Lines that assign (or delete, or setattr) an attribute of an imported foreign name."""
     tree = ast.parse(source)
@@ -199,7 +208,7 @@ def assignments_into_other_packages(source: str) -> list[int]:
                 lines.append(node.lineno)
                 continue
         for target in targets:
-            if isinstance(target, ast.Attribute) and _root(target) in foreign:
+            if isinstance(target, ast.Attribute) and _root(target) in foreign and not _process_hook(target):
                 lines.append(node.lineno)
     return lines
 
@@ -210,6 +219,7 @@ def test_the_grep_finds_an_assignment_into_zarr():
     assert assignments_into_other_packages("from zarr import Group\nsetattr(Group, 'keys', f)\n") == [2]
     assert assignments_into_other_packages("from anndata import settings\nsettings.x = 1\n") == [2]
     assert assignments_into_other_packages("x = 1\nimport zarr\ny = zarr.config\n") == []
+    assert assignments_into_other_packages("import sys\nsys.unraisablehook = f\nsys.meta_path = []\n") == [3]
 
 
 def test_no_module_but_hooks_assigns_into_another_package():

@@ -453,3 +453,24 @@ def test_a_lazy_selection_fetches_in_batches_not_element_by_element(s3, s3_proxy
         assert got.obs["cell_type"].astype(str).tolist() == want.obs["cell_type"].astype(str).tolist()
     assert counts["small"] <= eager_gets, counts
     assert counts["small"] < counts["big"] < counts["none"], counts
+
+
+@pytest.mark.parametrize("fault", ["503", "500"])
+def test_a_failing_request_makes_the_policys_attempts_and_no_more(s3, chunky, fault, monkeypatch):
+    """h5lens's retry policy is the only one: through fsspec, neither s3fs (five tries of
+    its own) nor botocore (five more) multiplies the attempts the policy allows."""
+    from h5lens.errors import SourceReadError
+    from h5lens.fetch import retry
+    from h5lens.fetch.clients import CLIENT_ENV, open_client
+
+    monkeypatch.setenv(CLIENT_ENV, "fsspec")
+    monkeypatch.setattr(retry, "POLICY", retry.RetryPolicy(attempts=3, first_backoff=0.001, max_backoff=0.002))
+    url = _upload(s3, chunky, "chunky.h5ad")
+    with CountingProxy(s3.endpoint_url, fault_rate=1.0, faults=(fault,)) as broken:
+        client = open_client(url, s3.storage_options(broken.endpoint_url))
+        try:
+            with pytest.raises(SourceReadError, match="after 3 attempts"):
+                client.get_sync(0, 100)
+            assert broken.stats.gets == 3, broken.stats
+        finally:
+            client.close()

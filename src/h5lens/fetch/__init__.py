@@ -12,7 +12,7 @@
 """
 
 from h5lens.fetch.blocks import ChunkFetcher
-from h5lens.fetch.clients import Client, FsspecClient, LocalClient, ObstoreClient, open_client
+from h5lens.fetch.clients import ByteReader, Client, FsspecClient, LocalClient, ObstoreClient, open_client
 from h5lens.fetch.planner import READS, SCAN, Planner
 from h5lens.fetch.sources import ChunkRead, ReadStats, SourceReads
 

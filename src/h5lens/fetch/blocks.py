@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.fetch.clients import Client
+from h5lens.fetch.clients import ByteReader
 from h5lens.fetch.planner import READS, Planner
 
 READAHEAD_CACHE_BYTES = 256 << 20
@@ -52,7 +52,7 @@ class ChunkFetcher:
     """
 
     def __init__(
-        self, client: Client, *, on_request: Callable[[int], None] | None = None, planner: Planner = READS
+        self, client: ByteReader, *, on_request: Callable[[int], None] | None = None, planner: Planner = READS
     ) -> None:
         self.client = client
         self.planner = planner

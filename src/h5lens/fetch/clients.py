@@ -31,7 +31,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from h5lens.backend_errors import anon_requested, http_status, is_transient, storage_error
 from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError, first_line
@@ -326,17 +326,25 @@ class FsspecClient:
         self._client: Any = None  # the HTTP session set_session made: ours to close
         self._loop: asyncio.AbstractEventLoop | None = None
         self._first = FirstRequest(url)
+        self._sync: dict[bool, tuple[Any, str]] = {}  # blocking filesystems (stat), probe or not
 
     def _sync_filesystem(self, probe: bool = False) -> tuple[Any, str]:
         import fsspec
 
         from h5lens.backend_errors import probe_options
 
+        made = self._sync.get(probe)
+        if made is not None:
+            return made
         options = probe_options(self.url, self.storage_options) if probe else self.storage_options
         try:
-            return fsspec.core.url_to_fs(self.url, **options)
+            # h5lens's own instance (not fsspec's shared one): its retries are set below
+            fs, path = fsspec.core.url_to_fs(self.url, **{**options, "skip_instance_cache": True})
         except Exception as e:  # noqa: BLE001 - a missing backend, an unknown protocol
             raise storage_error(e, self.url, "opening") from e
+        _own_retries_only(fs)
+        self._sync[probe] = (fs, path)
+        return fs, path
 
     async def _filesystem(self) -> tuple[Any, str]:
         # An async filesystem's session belongs to the event loop that made it.
@@ -351,6 +359,7 @@ class FsspecClient:
                     if self.url.startswith(("s3://", "s3a://")) and not {"session", "profile"} & set(options):
                         options["session"] = _aiobotocore_session(loop)
                     self._fs, self._path = fsspec.core.url_to_fs(self.url, **options)
+                    _own_retries_only(self._fs)
                     if hasattr(self._fs, "set_session"):
                         self._client = await self._fs.set_session()
                 else:
@@ -444,14 +453,32 @@ class FsspecClient:
             pass
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "storage_options": self.storage_options, "_fs": None, "_path": None, "_client": None, "_loop": None}
+        return {
+            "url": self.url, "storage_options": self.storage_options, "_fs": None, "_path": None,
+            "_client": None, "_loop": None, "_first": FirstRequest(self.url), "_sync": {},
+        }
 
 
 def _fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """The options h5lens makes an fsspec filesystem with: for s3, a connection pool as
+    wide as the requests in flight (botocore's default is 10) and botocore's own retries
+    off (one attempt each: h5lens's policy retries, see :mod:`h5lens.fetch.retry`), unless
+    the caller set them."""
     options = dict(storage_options or {})
-    if url.startswith("s3://") and "config_kwargs" not in options:
-        options["config_kwargs"] = {"max_pool_connections": FSSPEC_CONCURRENCY}  # botocore's default is 10
+    if url.startswith(("s3://", "s3a://")):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("max_pool_connections", FSSPEC_CONCURRENCY)
+        config.setdefault("retries", {"total_max_attempts": 1})
+        options["config_kwargs"] = config
     return options
+
+
+def _own_retries_only(fs: Any) -> None:
+    """s3fs retries a failed call up to five times itself (``S3FileSystem.retries``); on a
+    filesystem h5lens made for itself (never fsspec's shared instance), one attempt, so a
+    request makes at most the policy's attempts in all, not the product of three layers'."""
+    if isinstance(getattr(fs, "retries", None), int):
+        fs.retries = 1
 
 
 def past_end(url: str, offset: int, length: int, end: str) -> SourceReadError:
@@ -493,10 +520,41 @@ def _close_live_clients() -> None:
             pass
 
 
-Client = LocalClient | ObstoreClient | FsspecClient
+@runtime_checkable
+class ByteReader(Protocol):
+    """What every reader of h5lens reads bytes through: a local file, object storage or
+    HTTP, all alike (:func:`open_client` makes the one that fits a URL). ``local`` readers
+    answer ``get_sync`` at once (a page-cache read), so planners read them on the calling
+    thread; the others are read on zarr's event loop, ``concurrency`` requests at a time."""
+
+    url: str
+    local: bool
+    concurrency: int
+
+    @property
+    def name(self) -> str:
+        """How the bytes are read (``pread``, ``obstore``, ``fsspec``), for logs and reports."""
+        ...
+
+    async def get(self, offset: int, length: int) -> bytes | memoryview:
+        """Bytes ``[offset, offset + length)``, or an h5lens error naming the URL and bytes."""
+        ...
+
+    def get_sync(self, offset: int, length: int, *, exact: bool = True) -> bytes | memoryview:
+        """:meth:`get` without an event loop; with ``exact=False``, fewer at the end."""
+        ...
+
+    def stat(self, *, fingerprint: bool = False, probe: bool = False) -> dict[str, Any]:
+        """What identifies the source's version (size, and ETag, mtime or fingerprint)."""
+        ...
+
+    def close(self) -> None: ...
 
 
-def open_client(url: str, storage_options: dict[str, Any] | None = None) -> Client:
+Client = ByteReader  # the name the readers have used
+
+
+def open_client(url: str, storage_options: dict[str, Any] | None = None) -> ByteReader:
     """The client that reads ``url`` (see the module docstring). Nothing is sent yet."""
     if not is_remote(url):
         return LocalClient(url)
@@ -510,6 +568,7 @@ def open_client(url: str, storage_options: dict[str, Any] | None = None) -> Clie
 
 
 __all__ = [
+    "ByteReader",
     "CLIENT_ENV",
     "Client",
     "FsspecClient",

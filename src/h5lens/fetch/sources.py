@@ -16,9 +16,10 @@ import numpy as np
 
 from h5lens.errors import H5LensError
 from h5lens.fetch.blocks import READAHEAD_CACHE_BYTES, ChunkFetcher
-from h5lens.fetch.clients import Client, LocalClient, open_client
+from h5lens.fetch.clients import ByteReader, open_client
 from h5lens.fetch import planner as planners
 from h5lens.fetch.planner import Planner
+from h5lens.fetch.readahead import ReadAhead
 from h5lens.manifest.tables import INLINE, MISSING, ChunkTable
 
 MAX_READAHEAD_CHUNKS = 4096  # the window is bounded by MAX_SPAN bytes long before this
@@ -39,6 +40,13 @@ class ReadStats:
     def reset(self) -> None:
         self.requests = 0
         self.bytes = 0
+
+
+@dataclass
+class _Streak:
+    last: int  # the furthest chunk read in this streak (flat index)
+    frontier: int  # the chunk after the last one fetched (read or ahead)
+    ahead: ReadAhead
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ class SourceReads:
     """The clients of a manifest's sources and the plans that read them.
 
     ``urls[i]`` is where source ``i`` is read from (after remapping and resolving relative
-    URLs); ``tables`` maps array paths to chunk tables. Clients are made on first use.
+    URLs); ``tables`` maps array paths to chunk tables. Byte readers are made on first use.
     """
 
     def __init__(self, urls: list[str], tables: Mapping[str, ChunkTable], options: dict[str, Any]) -> None:
@@ -71,12 +79,12 @@ class SourceReads:
         self.options = options
         self.stats = ReadStats()
         self.planner: Planner = planners.READS  # read when the store opens: settable for measurements
-        self._clients: list[Client] | None = None
+        self._clients: list[ByteReader] | None = None
         self._fetchers: dict[int, ChunkFetcher] = {}
-        self._streaks: dict[str, tuple[int, int, int]] = {}  # array -> (last chunk read, read-ahead end, window)
+        self._streaks: dict[str, _Streak] = {}  # per array: its reads in grid order so far
 
     # -- clients ------------------------------------------------------------------
-    def client(self, source: int) -> Client:
+    def client(self, source: int) -> ByteReader:
         if self._clients is None:
             self._clients = [open_client(url, self.options) for url in self.urls]
         return self._clients[source]
@@ -106,7 +114,7 @@ class SourceReads:
     async def read(self, chunk: ChunkRead) -> bytes:
         """One chunk's bytes (or part); a whole-chunk read of a remote source reads ahead."""
         client = self.client(chunk.source)
-        if isinstance(client, LocalClient):
+        if client.local:
             self.stats.record(chunk.stop - chunk.start)
             return client.get_sync(chunk.offset + chunk.start, chunk.stop - chunk.start)
         fetcher = self._fetcher(chunk.source)
@@ -117,13 +125,13 @@ class SourceReads:
     def read_sync(self, chunk: ChunkRead) -> bytes:
         """A local source's bytes without the event loop (zarr's synchronous pipeline)."""
         client = self.client(chunk.source)
-        if not isinstance(client, LocalClient):
+        if not client.local:
             raise TypeError("synchronous reads are for local sources only")
         self.stats.record(chunk.stop - chunk.start)
         return client.get_sync(chunk.offset + chunk.start, chunk.stop - chunk.start)
 
     def _read_ahead(self, chunk: ChunkRead) -> list[tuple[int, int]]:
-        """Chunks after this one to fetch with it, like an OS read-ahead.
+        """Chunks after this one to fetch with it (:mod:`h5lens.fetch.readahead`).
 
         A read close behind the previous one counts as sequential; the window of
         chunks fetched ahead doubles each time reads come within half a window of
@@ -132,19 +140,20 @@ class SourceReads:
         its chunks, while a full read needs only a few requests per array.
         """
         flat = chunk.flat
-        last, frontier, window = self._streaks.get(chunk.path, (-(1 << 30), 0, 0))
-        sequential = last - _REORDER <= flat <= max(last, frontier) + 1
-        if not sequential:
-            self._streaks[chunk.path] = (flat, flat + 1, 0)
+        streak = self._streaks.get(chunk.path)
+        if streak is None:
+            streak = self._streaks[chunk.path] = _Streak(-(1 << 30), 0, ReadAhead(MAX_READAHEAD_CHUNKS))
+        if not streak.last - _REORDER <= flat <= max(streak.last, streak.frontier) + 1:
+            streak.last, streak.frontier = flat, flat + 1
+            streak.ahead.next(sequential=False)
             return []
-        last = max(last, flat)
-        if frontier - flat > window // 2:
-            self._streaks[chunk.path] = (last, frontier, window)
-            return []
-        window = min(max(1, 2 * window), MAX_READAHEAD_CHUNKS)
-        begin = max(frontier, flat + 1)
+        streak.last = max(streak.last, flat)
+        if streak.frontier - flat > streak.ahead.window // 2:
+            return []  # still well inside what was fetched ahead
+        window = streak.ahead.next(sequential=True)
+        begin = max(streak.frontier, flat + 1)
         ahead = _adjacent(self.tables[chunk.path], chunk.source, flat, begin, begin + window, self.planner)
-        self._streaks[chunk.path] = (last, begin + len(ahead), window)
+        streak.frontier = begin + len(ahead)
         return ahead
 
     # -- many chunks -------------------------------------------------------------------
@@ -168,7 +177,7 @@ class SourceReads:
         are inline or in local files; None if any is in a remote source (read those with
         :meth:`read_many`)."""
         present, present_sources = self._present(path, flats)
-        if any(src != INLINE and not isinstance(self.client(src), LocalClient) for src in np.unique(present_sources).tolist()):
+        if any(src != INLINE and not self.client(src).local for src in np.unique(present_sources).tolist()):
             return None  # before reading anything: the async read reads it all
         out: dict[int, bytes | memoryview] = {}
         for _, chosen, found in self._read_here(path, flats):
@@ -196,7 +205,7 @@ class SourceReads:
                 yield src, chosen, [table.inline[flat] for flat in chosen.tolist()]
                 continue
             client = self.client(src)
-            if not isinstance(client, LocalClient):
+            if not client.local:
                 yield src, chosen, None
                 continue
             offsets, lengths = self._ranges(path, chosen)
@@ -211,12 +220,12 @@ class SourceReads:
         return table.offset.reshape(-1)[flats].astype(np.int64), table.length.reshape(-1)[flats].astype(np.int64)
 
     def _blame(
-        self, error: H5LensError, client: Client, flats: np.ndarray, offsets: np.ndarray, lengths: np.ndarray
+        self, error: H5LensError, client: ByteReader, flats: np.ndarray, offsets: np.ndarray, lengths: np.ndarray
     ) -> H5LensError:
         """The chunk a failed merged read is about, as ``error.chunk`` (flat index, offset,
         length), for the caller to name: locally each range is read alone until one fails
         (that one's error is the one raised); remotely the first chunk of the failed request."""
-        if isinstance(client, LocalClient):
+        if client.local:
             for flat, offset, length in zip(flats.tolist(), offsets.tolist(), lengths.tolist(), strict=True):
                 try:
                     client.get_sync(offset, length)
@@ -229,7 +238,7 @@ class SourceReads:
         error.chunk = (int(flats[first]), int(offsets[first]), int(lengths[first]))  # type: ignore[attr-defined]
         return error
 
-    def _read_local(self, client: LocalClient, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview]:
+    def _read_local(self, client: ByteReader, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview]:
         """Many ranges of a local file: one pread per run of neighbours (the planner's
         merged requests), sliced; each range a view of its run's buffer."""
         order = np.argsort(offsets, kind="stable")

@@ -12,6 +12,7 @@ from typing import Any, BinaryIO
 import h5py
 
 from h5lens.backend_errors import anon_requested, storage_error
+from h5lens.fetch.readahead import ReadAhead
 from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, SourceNotFoundError, first_line
 from h5lens.locations import is_remote
 from h5lens.manifest.model import Source
@@ -57,7 +58,8 @@ class TrackedFile:
         self._reported = 0
         self._pos = 0
         self._last_end = -1  # the unit after the last fetch
-        self._window = 1  # units the next sequential miss fetches
+        # units a miss fetches: the one missed, more while misses run on (:mod:`h5lens.fetch.readahead`)
+        self._ahead = ReadAhead(max(1, self.block_size // self.unit), after_jump=1)
 
     def _fetch(self, first: int, last: int) -> None:
         """Units ``first..last`` (inclusive), in one request."""
@@ -81,9 +83,8 @@ class TrackedFile:
     def _miss(self, number: int, last: int) -> int:
         """Fetch from unit ``number`` (missing) through at least ``last`` (missing ones only),
         reading ahead; returns the unit after the run fetched."""
-        most = max(1, self.block_size // self.unit)
-        self._window = min(most, self._window * 2) if number == self._last_end else 1
-        stop = min(max(last, number + self._window - 1), (self.size - 1) // self.unit)
+        window = self._ahead.next(sequential=number == self._last_end)
+        stop = min(max(last, number + window - 1), (self.size - 1) // self.unit)
         run_end = number
         while run_end + 1 <= stop and run_end + 1 not in self.blocks:
             run_end += 1
