@@ -116,7 +116,7 @@ class SourceReads:
         client = self.client(chunk.source)
         if client.local:
             self.stats.record(chunk.stop - chunk.start)
-            return client.get_sync(chunk.offset + chunk.start, chunk.stop - chunk.start)
+            return bytes(client.get_sync(chunk.offset + chunk.start, chunk.stop - chunk.start))  # pread: bytes already
         fetcher = self._fetcher(chunk.source)
         if not chunk.whole:
             return await fetcher.read(chunk.offset + chunk.start, chunk.stop - chunk.start)
@@ -128,7 +128,7 @@ class SourceReads:
         if not client.local:
             raise TypeError("synchronous reads are for local sources only")
         self.stats.record(chunk.stop - chunk.start)
-        return client.get_sync(chunk.offset + chunk.start, chunk.stop - chunk.start)
+        return bytes(client.get_sync(chunk.offset + chunk.start, chunk.stop - chunk.start))  # pread: bytes already
 
     def _read_ahead(self, chunk: ChunkRead) -> list[tuple[int, int]]:
         """Chunks after this one to fetch with it (:mod:`h5lens.fetch.readahead`).
