@@ -313,6 +313,34 @@ def test_a_loader_pickles_with_its_store(atlas):
     assert_sparse_batches(copy, csr_from_h5py(atlas))
 
 
+def _read_in_a_worker(pickled: bytes, path: str) -> tuple[int, int, str]:
+    """A spawned process, as a torch worker under spawn: unpickle the loader, turn h5lens's
+    pipeline on (a ``worker_init_fn`` runs after the dataset is unpickled), read every batch."""
+    h5lens.fast_reads()
+    batches = pickle.loads(pickled)
+    expected = csr_from_h5py(Path(path))
+    rows = bad = 0
+    for batch in batches:
+        rows += len(batch["index"])
+        bad += (batch["X"] != expected[batch["index"]]).nnz > 0
+    return rows, bad, type(batches._sparse_dataset_elem_cache[0].data.codec_pipeline).__name__
+
+
+def test_a_pickled_loader_reads_in_a_spawned_process(atlas, tmp_path):
+    """What each torch DataLoader worker does under spawn, without torch: the loader (store
+    inside) pickled into a fresh process, which reads every row exactly, through h5lens's
+    pipeline once the worker turns it on, though it was unpickled before."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    manifest = tmp_path / "atlas.json"
+    h5lens.index(atlas).to_json(manifest)
+    batches = loader().add_dataset(ad.io.sparse_dataset(h5lens.open_group(str(manifest))["X"]))
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        rows, bad, pipeline = pool.submit(_read_in_a_worker, pickle.dumps(batches), str(atlas)).result(timeout=300)
+    assert (rows, bad, pipeline) == (csr_from_h5py(atlas).shape[0], 0, "H5LensCodecPipeline")
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_torch_dataloader_with_workers(atlas, tmp_path, context):
     """annbatch's Loader as a torch IterableDataset: each of two workers opens nothing, it
