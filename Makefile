@@ -2,7 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-oldest typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read clean
+.PHONY: demo test test-oldest typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read bench-loader clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $$(scripts/find-python) -m venv $(VENV)
@@ -55,6 +55,11 @@ bench-scale: $(STAMP)
 # Reads, locally and on a simulated S3 (benchmarks/README.md); `--quick` for a few minutes' version.
 bench-read: $(STAMP)
 	$(VENV)/bin/python benchmarks/read_bench.py
+
+# annbatch minibatches over h5lens, VirtualiZarr and annbatch's converted copy, locally and on a
+# simulated S3 (docs/ml-loading.md); `--cells 1000000` for the issue's bigger atlas.
+bench-loader: $(STAMP)
+	$(VENV)/bin/python benchmarks/loader_bench.py
 
 # Mutation testing (docs/testing.md): occasional, not part of CI; results in .mutation/.
 mutate: $(STAMP)

@@ -481,28 +481,39 @@ def arrays_h5lens_open(ctx: Ctx) -> Callable[[], Any]:
     return lambda: h5lens.open(manifest, storage_options=ctx.options)[ctx.param][()]
 
 
-def arrays_virtualizarr(ctx: Ctx) -> Callable[[], Any]:
-    """Parsed from the local copy (the same bytes; no S3 requests before the clock), read
-    through an obstore registry that points at the row's source."""
+def obstore_s3(options: dict[str, Any], prefix: str | None = None) -> Any:
+    """An obstore S3Store of the bench bucket at the simulated endpoint (s3fs-style ``options``)."""
+    from obstore.store import S3Store
+
+    return S3Store(
+        BUCKET,
+        prefix=prefix,
+        endpoint=options["endpoint_url"],
+        access_key_id=options["key"],
+        secret_access_key=options["secret"],
+        region="us-east-1",
+        client_options={"allow_http": True},
+    )
+
+
+def virtualizarr_store(path: str, url: str, options: dict[str, Any] | None) -> Any:
+    """VirtualiZarr 2.8's ManifestStore of the HDF5 file ``path``, parsed from the local copy
+    (the same bytes; no S3 requests before the clock), reading from ``url`` (the path, or
+    s3://BUCKET/... with ``options``) through an obstore registry."""
     from obspec_utils.registry import ObjectStoreRegistry
-    from obstore.store import LocalStore, S3Store
+    from obstore.store import LocalStore
     from virtualizarr.manifests import ManifestStore
     from virtualizarr.parsers import HDFParser
 
-    if ctx.options is None:
-        store = HDFParser()("file://" + os.path.abspath(ctx.path), ObjectStoreRegistry({"file://": LocalStore()}))
-    else:
-        bucket = f"s3://{BUCKET}"
-        parsed = HDFParser()(ctx.url, ObjectStoreRegistry({bucket: LocalStore(prefix=os.path.dirname(ctx.path))}))
-        s3 = S3Store(
-            BUCKET,
-            endpoint=ctx.options["endpoint_url"],
-            access_key_id=ctx.options["key"],
-            secret_access_key=ctx.options["secret"],
-            region="us-east-1",
-            client_options={"allow_http": True},
-        )
-        store = ManifestStore(parsed._group, registry=ObjectStoreRegistry({bucket: s3}))
+    if options is None:
+        return HDFParser()("file://" + os.path.abspath(path), ObjectStoreRegistry({"file://": LocalStore()}))
+    bucket = f"s3://{BUCKET}"
+    parsed = HDFParser()(url, ObjectStoreRegistry({bucket: LocalStore(prefix=os.path.dirname(path))}))
+    return ManifestStore(parsed._group, registry=ObjectStoreRegistry({bucket: obstore_s3(options)}))
+
+
+def arrays_virtualizarr(ctx: Ctx) -> Callable[[], Any]:
+    store = virtualizarr_store(ctx.path, ctx.url, ctx.options)
     return lambda: _read_array(ctx, store, 3)
 
 
@@ -877,13 +888,21 @@ def index_files(infos: dict[str, dict[str, Any]], etags: dict[str, str] | None) 
         if etags is None:
             continue
         url = f"s3://{BUCKET}/{os.path.basename(path)}"
-        refs_dict = h5lens.index(path, url=url).to_dict()
-        refs_dict["h5lens"]["sources"][0] = {"url": url, "size": info["bytes"], "etag": etags[name]}
-        h5lens.Manifest.from_dict(refs_dict).to_json(path + ".s3.json", force=True)
+        s3_manifest(path, url, etags[name]).to_json(path + ".s3.json", force=True)
         with open(refs) as f:
             text = f.read()
         with open(path + ".refs.s3.json", "w") as f:
             f.write(text.replace(json.dumps(os.path.abspath(path)), json.dumps(url)))
+
+
+def s3_manifest(path: str, url: str, etag: str) -> Any:
+    """The manifest of the local file ``path`` read from its copy at ``url``, recording the
+    object's size and ETag (as a remote scan records them): opening checks it with one HEAD."""
+    import h5lens
+
+    refs_dict = h5lens.index(path, url=url).to_dict()
+    refs_dict["h5lens"]["sources"][0] = {"url": url, "size": os.path.getsize(path), "etag": etag}
+    return h5lens.Manifest.from_dict(refs_dict)
 
 
 def kerchunk_refs(path: str) -> dict[str, Any]:
@@ -960,6 +979,19 @@ class SimulatedS3:
             etags[os.path.basename(path)] = str(direct.info(key)["ETag"]).strip('"')
         self.proxy.stats.reset()
         return etags
+
+    def publish_tree(self, directory: str) -> str:
+        """Upload a directory (a zarr store) under its name, then read a byte of each object
+        through the proxy (to fill its cache outside any timed run). Returns its s3:// URL."""
+        direct = self.s3.filesystem()
+        through = self.s3.filesystem(self.proxy.endpoint_url)
+        key = f"{BUCKET}/{os.path.basename(directory.rstrip(os.sep))}"
+        direct.put(directory.rstrip(os.sep) + os.sep, key, recursive=True)
+        for name in direct.find(key):
+            if direct.info(name)["size"]:
+                through.cat_file(name, start=0, end=1)
+        self.proxy.stats.reset()
+        return f"s3://{key}"
 
     def stop(self) -> None:
         self._control.shutdown()

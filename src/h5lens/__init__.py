@@ -33,6 +33,8 @@ _EXPORTS = {
     "ManifestStore": "h5lens.store",
     "Limits": "h5lens.manifest.limits",
     "fast_reads": "h5lens.fast",
+    "stored_chunks": "h5lens.read.chunking",
+    "StoredChunks": "h5lens.read.chunking",
     **{
         name: "h5lens.errors"
         for name in (
@@ -79,6 +81,7 @@ __all__ = [
     "StaleSourceError",
     "ScanProgress",
     "StorageError",
+    "StoredChunks",
     "UnsupportedFeatureError",
     "fast_reads",
     "index",
@@ -88,6 +91,7 @@ __all__ = [
     "open_store",
     "read_anndata",
     "read_treedata",
+    "stored_chunks",
     "to_icechunk",
     "validate",
 ]
@@ -117,6 +121,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
     from h5lens.fast import fast_reads
     from h5lens.many import FileRecord, IndexManyResult, index_many
     from h5lens.read.anndata import read_anndata, read_treedata
+    from h5lens.read.chunking import StoredChunks, stored_chunks
     from h5lens.read.navigate import Dataset, Group
     from h5lens.read.open import open_group, open_store
     from h5lens.scan.options import ScanProgress

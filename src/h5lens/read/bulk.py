@@ -223,23 +223,24 @@ def scatter(
     if codec.chunk_nbytes >= _BIG_CHUNK:
         _place_each(codec, flat_list, payloads, selection, out, describe)
         return present
-    held = [i for i, p in enumerate(present) if p]
-    values = _decoded(codec, [flat_list[i] for i in held], payloads, describe) if held else None
-    if values is not None and len(held) == len(flat_list) and _contiguous_1d(codec, flats, selection):
+    # A chunk zarr lists more than once (selections that each take part of it: annbatch's
+    # blocks of neighbouring rows, one indexer for a whole preload) is decoded once.
+    unique = list(dict.fromkeys(flat for flat, p in zip(flat_list, present, strict=True) if p))
+    row_of = {flat: row for row, flat in enumerate(unique)}
+    values = _decoded(codec, unique, payloads, describe) if unique else None
+    if values is not None and len(unique) == len(flat_list) and _contiguous_1d(codec, flats, selection):
         first, last = selection.chunk[0][0], selection.chunk[-1][0]
         begin = first.start
         stop = (len(flat_list) - 1) * codec.chunk_shape[0] + last.stop
         out[selection.out[0][0].start : selection.out[-1][0].stop] = values.reshape(-1)[begin:stop]
         return present
-    row = 0
     for i, flat in enumerate(flat_list):
         where = selection.out[i]
         if not present[i]:
             out[where] = codec.fill
             continue
         assert values is not None
-        part = values[row][selection.chunk[i]]
-        row += 1
+        part = values[row_of[flat]][selection.chunk[i]]
         if selection.drop_axes:
             part = part.squeeze(axis=selection.drop_axes)
         out[where] = part
