@@ -214,6 +214,10 @@ class _File:
         key = path.strip("/")
         doc = self.manifest.nodes.get(key)
         if doc is not None:
+            from h5lens.read.ragged import RaggedDataset, is_ragged  # it builds on Node
+
+            if is_ragged(doc):
+                return RaggedDataset(self, "/" + key)
             return Group(self, "/" + key) if doc.get("node_type") == "group" else Dataset(self, "/" + key)
         node: Node = self.root()
         for part in key.split("/"):
