@@ -101,6 +101,16 @@ def _restore(dtype: np.dtype, where: tuple[str, ...], shapes: dict[tuple[str, ..
     return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": dtype.itemsize})
 
 
+def view_array_fields(values: Any, table: Any) -> Any:
+    """Records as zarr reads them (array members as nested records) viewed as the HDF5 dtype
+    (``table``: the ``_ARRAY_FIELDS`` attribute); a single record stays a single record."""
+    if isinstance(values, np.void):
+        return np.asarray(values).view(restore_array_fields(values.dtype, table))[()]
+    if isinstance(values, np.ndarray) and values.dtype.names is not None:
+        return values.view(restore_array_fields(values.dtype, table))
+    return values
+
+
 # -- ragged arrays ---------------------------------------------------------------------
 
 AWKWARD_ENCODING = {"encoding-type": "awkward-array", "encoding-version": "0.1.0"}
@@ -208,4 +218,5 @@ __all__ = [
     "ragged_values",
     "restore_array_fields",
     "struct_form",
+    "view_array_fields",
 ]
