@@ -1075,13 +1075,17 @@ def test_json_round_trip_reads_the_same(feature_files, indexed, tmp_path):
 # --------------------------------------------------------------------------------------
 
 
-def test_compound_with_array_member_is_refused(tmp_path):
+def test_compound_with_array_member_reads_as_h5py(tmp_path):
+    """Array members are nested records of the same bytes (tests/test_hdf5_types_more.py has every case)."""
     path = tmp_path / "array_member.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("ok", data=np.arange(3))
-        f.create_dataset("grp/table", data=np.zeros(2, dtype=[("id", "<i4"), ("a", "<f4", (3,))]))
-    with pytest.raises(h5lens.UnsupportedFeatureError, match="/grp/table"):
-        h5lens.index(path)
+        f.create_dataset("grp/table", data=np.array([(1, (1, 2, 3)), (2, (4, 5, 6))], dtype=[("id", "<i4"), ("a", "<f4", (3,))]))
+    got = h5lens.open(h5lens.index(path))["grp/table"][()]
+    with h5py.File(path) as f:
+        want = f["grp/table"][()]
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
 
 
 def test_a_name_that_is_not_utf8_is_refused(tmp_path):

@@ -27,6 +27,10 @@ COMPOUND_DTYPE = "_COMPOUND_DTYPE"  # LINDI's; replaced by zarr v3 structured
 # h5lens: attribute values that are byte strings but not UTF-8 text, as base64
 # ({"_BYTES": "..."} or, for an array, {"_BYTES": [...]} nested like the array).
 BYTES = "_BYTES"
+# h5lens: forms of HDF5 types zarr has no data type for (h5lens.dtypes_forms, docs/manifest-format.md)
+ARRAY_FIELDS = "_ARRAY_FIELDS"  # structured arrays: [[field path], [shape]] of members that are arrays
+RAGGED = "_RAGGED"  # an awkward-array group that is one HDF5 dataset of sequences: {"dtype", "shape"}
+DATATYPE = "_DATATYPE"  # a group that is a committed (named) HDF5 datatype: its zarr data_type
 
 # Non-finite floats in attributes (JSON has no token for them) as zarr v3 writes them in
 # fill values: the strings below; the proposal profile reads them back as floats.
@@ -39,7 +43,10 @@ def non_finite_text(value: float) -> str:
 
 
 RESERVED_ATTRIBUTES = frozenset(
-    {LINKS, DTYPE, SCALAR, REFERENCE_FIELDS, EMPTY, ENUM, EXTERNAL_ARRAY_LINK, REGION_REFERENCE, COMPOUND_DTYPE}
+    {
+        LINKS, DTYPE, SCALAR, REFERENCE_FIELDS, EMPTY, ENUM, EXTERNAL_ARRAY_LINK, REGION_REFERENCE, COMPOUND_DTYPE,
+        ARRAY_FIELDS, RAGGED, DATATYPE,
+    }
 )
 
 

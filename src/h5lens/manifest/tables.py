@@ -392,6 +392,22 @@ _TIME_UNITS = ("Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", 
 TIME_ATTRIBUTE_TYPES = frozenset(f"{kind}64[{unit}]" for kind in ("datetime", "timedelta") for unit in _TIME_UNITS)
 
 
+def is_attribute_type(type_name: Any) -> bool:
+    """Whether ``type_name`` is an attribute type a manifest may record: one of
+    :data:`ATTRIBUTE_TYPES` or :data:`TIME_ATTRIBUTE_TYPES`, a ragged type (``"vlen[int32]1d"``)
+    or an opaque one (``"V3"``), as :mod:`h5lens.dtypes_forms` names them."""
+    from h5lens.dtypes_forms import is_opaque_type, parse_vlen_type
+
+    if not isinstance(type_name, str):
+        return False
+    return (
+        type_name in ATTRIBUTE_TYPES
+        or type_name in TIME_ATTRIBUTE_TYPES
+        or parse_vlen_type(type_name) is not None
+        or is_opaque_type(type_name)
+    )
+
+
 def parse_attribute_types(value: Any, where: str) -> dict[str, dict[str, str]]:
     """The ``attribute_types`` record of a manifest file, checked: node path -> attribute
     name -> one of :data:`ATTRIBUTE_TYPES`."""
@@ -406,7 +422,7 @@ def parse_attribute_types(value: Any, where: str) -> dict[str, dict[str, str]]:
         if not isinstance(path, str) or not isinstance(names, dict):
             raise ManifestFormatError(f"{where}: Expected 'attribute_types' to map node paths to objects. Got {path!r}.")
         for name, type_name in names.items():
-            if not isinstance(name, str) or (type_name not in ATTRIBUTE_TYPES and type_name not in TIME_ATTRIBUTE_TYPES):
+            if not isinstance(name, str) or not is_attribute_type(type_name):
                 raise ManifestFormatError(
                     f"{where}: attribute type {type_name!r} of /{path} attribute {name!r} is not one of "
                     f"{sorted(ATTRIBUTE_TYPES)}"

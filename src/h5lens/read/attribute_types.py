@@ -18,13 +18,20 @@ from typing import Any
 
 import numpy as np
 
+from h5lens.dtypes_forms import parse_vlen_type
+
 
 def typed(value: Any, type_name: str) -> Any:
     """A JSON attribute value as numpy type ``type_name``: a scalar, or an array for a list
     (values with no number in them, such as None or an object, stay as they are)."""
+    vlen = parse_vlen_type(type_name)
+    if vlen is not None:
+        return _ragged(value, *vlen)
     dtype = np.dtype(type_name)
     if isinstance(value, bool) or value is None:
         return value
+    if dtype.kind == "V":  # opaque: the bytes, as h5py's np.void values
+        return _opaque(value, dtype)
     if dtype.kind in "Mm":  # counts in the type's unit
         try:
             counts = np.asarray(value, dtype=np.int64)
@@ -52,6 +59,38 @@ def typed(value: Any, type_name: str) -> Any:
         except (TypeError, ValueError, OverflowError):
             return value
     return value
+
+
+def _opaque(value: Any, dtype: np.dtype) -> Any:
+    try:
+        if isinstance(value, bytes):
+            return np.void(value) if len(value) == dtype.itemsize else value
+        return np.array(value, dtype=dtype) if isinstance(value, list) else value
+    except (TypeError, ValueError):
+        return value
+
+
+def _ragged(value: Any, base: np.dtype, ndim: int) -> Any:
+    """Nested lists as h5py's object array (of ``ndim`` axes) of ``base`` arrays."""
+    shape: list[int] = []
+    probe = value
+    for _ in range(ndim):
+        if not isinstance(probe, list):
+            return value
+        shape.append(len(probe))
+        probe = probe[0] if probe else []
+    try:
+        if ndim == 0:
+            return np.asarray(value, dtype=base)
+        out = np.empty(shape, dtype=object)
+        for index in np.ndindex(*shape):
+            leaf = value
+            for i in index:
+                leaf = leaf[i]
+            out[index] = np.asarray(leaf, dtype=base)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return value
+    return out
 
 
 def typed_attributes(types: Mapping[str, str] | None, attributes: Mapping[str, Any]) -> dict[str, Any]:

@@ -41,6 +41,7 @@ import numpy as np
 import zarr
 
 from h5lens import convention
+from h5lens.dtypes_forms import restore_array_fields, view_array_fields
 from h5lens.read.attribute_types import typed
 from h5lens.errors import InvalidOptionError, NotAManifestError, SourceNotFoundError
 from h5lens.keys import unescape_key
@@ -214,6 +215,10 @@ class _File:
         key = path.strip("/")
         doc = self.manifest.nodes.get(key)
         if doc is not None:
+            from h5lens.read.ragged import RaggedDataset, is_ragged  # it builds on Node
+
+            if is_ragged(doc):
+                return RaggedDataset(self, "/" + key)
             return Group(self, "/" + key) if doc.get("node_type") == "group" else Dataset(self, "/" + key)
         node: Node = self.root()
         for part in key.split("/"):
@@ -492,6 +497,8 @@ class Dataset(Node):
         dtype = self._array.dtype
         if self.is_reference:
             return np.dtype(object)
+        if convention.ARRAY_FIELDS in self._doc.get("attributes", {}):  # array members, as HDF5 holds them
+            dtype = restore_array_fields(dtype, self._doc["attributes"][convention.ARRAY_FIELDS])
         fields = self.reference_fields
         members = dtype.fields  # None exactly when dtype.names is
         if fields and dtype.names and members is not None:
@@ -523,6 +530,8 @@ class Dataset(Node):
                 return empty(self._array.dtype)
             raise ValueError(f"{self.h5_path!r} has a null dataspace: only [()] reads it")
         values = self._raw(key)
+        if convention.ARRAY_FIELDS in self._doc.get("attributes", {}):
+            values = view_array_fields(values, self._doc["attributes"][convention.ARRAY_FIELDS])
         if self.is_reference:
             return self._targets(values)
         if self.reference_fields:

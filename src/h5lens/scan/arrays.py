@@ -113,6 +113,8 @@ def document(
         attributes[convention.DTYPE] = plan.dtype_attr
     if plan.reference_fields:
         attributes[convention.REFERENCE_FIELDS] = list(plan.reference_fields)
+    if plan.array_fields:
+        attributes[convention.ARRAY_FIELDS] = plan.array_fields_json()
     if plan.enum is not None:
         attributes[convention.ENUM] = plan.enum
     return {

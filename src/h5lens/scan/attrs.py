@@ -16,6 +16,7 @@ attribute, so the JSON stays valid UTF-8 and the bytes come back exactly.
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ import h5py
 import numpy as np
 
 from h5lens import convention
+from h5lens.dtypes_forms import ragged_primitive, vlen_type_name
 from h5lens.errors import UnsupportedFeatureError
 
 ResolveRef = Callable[[h5py.Reference], str | None]
@@ -69,8 +71,17 @@ def attribute_types(obj: h5py.HLObject) -> dict[str, str]:
             dtype = obj.attrs.get_id(name).dtype
         except (OSError, TypeError, ValueError, RuntimeError, KeyError):
             continue  # read_attributes says what is wrong with it
+        vlen = h5py.check_vlen_dtype(dtype)
+        if vlen is not None and h5py.check_string_dtype(dtype) is None:
+            primitive = ragged_primitive(vlen)
+            if primitive is not None:
+                out[name] = vlen_type_name(primitive, len(obj.attrs.get_id(name).shape))
+            continue
         base = dtype.base
         if base.names is not None:
+            continue
+        if base.kind == "V":
+            out[name] = f"V{base.itemsize}"  # opaque: the JSON holds its bytes
             continue
         if base.kind in "iufc":
             found = base.newbyteorder("=").name
@@ -113,8 +124,8 @@ def _to_json(value: Any, where: str, resolve: ResolveRef) -> Any:
     if isinstance(value, h5py.Reference):
         return _reference(value, where, resolve)
     if isinstance(value, np.void):
-        if value.dtype.names is None:
-            raise UnsupportedFeatureError(f"{where}: opaque values have no JSON form")
+        if value.dtype.names is None:  # opaque: its bytes (the type is in attribute_types)
+            return {convention.BYTES: base64.b64encode(value.tobytes()).decode("ascii")}
         # each field decides for itself: a byte-string field becomes {"_BYTES": ...}
         return {name: to_json(value[name], where, resolve) for name in value.dtype.names}
     if isinstance(value, np.ndarray):
@@ -136,6 +147,8 @@ def _array(value: np.ndarray, where: str, resolve: ResolveRef) -> Any:
         return _nested(value, lambda v: _decode(bytes(v)))
     if kind == "U":
         return value.tolist()
+    if kind == "V" and value.dtype.names is None:  # opaque values: their bytes
+        return {convention.BYTES: _nested(value, lambda v: base64.b64encode(v.tobytes()).decode("ascii"))}
     if value.dtype.names is not None:  # records: each one's fields decide for themselves
         return _nested(value, lambda v: to_json(v, where, resolve))
     return _nested(value, lambda v: _to_json(v, where, resolve))
@@ -171,8 +184,6 @@ def as_bytes(value: Any) -> bytes:
 
 
 def _nested_base64(value: Any) -> Any:
-    import base64
-
     if isinstance(value, np.ndarray) and value.ndim > 0:
         return [_nested_base64(v) for v in value]
     if isinstance(value, np.ndarray):

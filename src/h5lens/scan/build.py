@@ -60,6 +60,7 @@ from h5lens.scan.options import (
     ScanProgress,
 )
 from h5lens.scan.profiles import ProfileContext
+from h5lens.scan.ragged import Made, ragged_base, ragged_nodes
 from h5lens.scan.registry import apply_profiles
 from h5lens.scan.source import OpenSource, TrackedFile
 from h5lens.scan.walk import DatasetRecord, GroupRecord, Walk, walk
@@ -136,7 +137,10 @@ def _build(
         state["done"], state["path"] = number, record.h5_path
         report()
         try:
-            doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, indexes, heaps)
+            made = _ragged(h5[record.h5_path], record, options, resolve, nan_strings, heaps)
+            if made is None:
+                doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, indexes, heaps)
+                made = [(record.key, doc, table)]
         except UnsupportedFeatureError as e:
             refused[record.key] = e
             continue
@@ -144,11 +148,13 @@ def _build(
             raise
         except (OSError, RuntimeError, KeyError) as e:
             raise _unreadable(h5, record.h5_path, e) from e
-        _check_inside_file(record.h5_path, table, opened.source.size)
-        nodes[record.key] = doc
-        tables[record.key] = table
+        for key, doc, made_table in made:  # one array, or a ragged dataset's group and buffers
+            nodes[key] = doc
+            if made_table is not None:
+                _check_inside_file(record.h5_path, made_table, opened.source.size)
+                tables[key] = made_table
+                state["chunks"] += made_table.n_present
         types[record.key] = attribute_types(h5[record.h5_path])
-        state["chunks"] += table.n_present
     state["done"], state["path"] = len(found.datasets), ""
     report()
     opened.on_read(None)
@@ -360,6 +366,39 @@ def _array(
         plan = compound_plan(plan, values)
     values = values.reshape(shape) if values.shape != shape else values
     return inline_array(path, plan, values, attributes, fill, options, chunk_shape=hdf5_chunks)
+
+
+def _ragged(
+    ds: h5py.Dataset,
+    record: DatasetRecord,
+    options: ScanOptions,
+    resolve: ResolvePath,
+    nan_strings: bool,
+    heaps: HeapCheck | None,
+) -> Made | None:
+    """A dataset of variable-length sequences of numbers as an awkward-array group and its
+    buffers (:mod:`h5lens.scan.ragged`); None for every other dataset."""
+    path = record.h5_path
+    base = ragged_base(element_dtype(ds, path), path)
+    if base is None:
+        return None
+    if heaps is not None:
+        heaps.check_attributes(ds, path)
+    attributes = read_attributes(ds, path, resolve, nan_as_string=nan_strings)
+    count = 0 if ds.shape is None else int(np.prod(ds.shape, dtype=np.int64))
+    _check_limit(path, options, 8 * count, "variable-length sequences are not stored in the dataset's chunks",
+                 values=True)  # fmt: skip
+    if heaps is not None:
+        heaps.check_dataset(ds, path)  # before h5py parses them: damage can make libhdf5 loop
+    values: np.ndarray | None = None
+    if ds.shape is not None:  # h5py gives a scalar's one sequence as an array of its values
+        read = ds[()]
+        values = np.empty(ds.shape, dtype=object)
+        if ds.shape == ():
+            values[()] = read
+        else:
+            values[...] = read
+    return ragged_nodes(record.key, path, values, base, attributes, options)
 
 
 def _fill_value(ds: h5py.Dataset) -> Any:

@@ -23,6 +23,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5lens.dtypes_forms import restore_array_fields, struct_form
 from h5lens.errors import UnsupportedFeatureError
 
 # _DTYPE names as hdmf-zarr writes them: numpy type names, "str", "object_reference".
@@ -52,6 +53,9 @@ class TypePlan:
     # the stored elements are in a layout only libhdf5 converts (a user-defined float, a
     # compound with such members): h5py's values are stored, as for a filter without a codec
     converted: bool = False
+    # compound members that are arrays, stored as nested records: ((field path), (shape)) each,
+    # the _ARRAY_FIELDS attribute (h5lens.dtypes_forms)
+    array_fields: tuple[tuple[Any, ...], ...] = ()
 
     def with_layout(self, layout: Any) -> TypePlan:
         """This plan for elements stored as ``layout`` (:class:`h5lens.scan.hdf5_types.StoredLayout`)."""
@@ -60,6 +64,10 @@ class TypePlan:
         if not layout.as_read:
             return replace(self, raw=False, converted=True) if self.raw else self
         return replace(self, array_codecs=tuple(layout.codecs)) if layout.codecs and self.raw else self
+
+    def array_fields_json(self) -> list[list[list[Any]]]:
+        """The ``_ARRAY_FIELDS`` attribute: ``[[field path], [shape]]`` per array member."""
+        return [[list(where), list(shape)] for where, shape in self.array_fields]
 
     def known_dtype(self) -> np.dtype:
         """``numpy_dtype``, which a compound to be rewritten has only after compound_plan."""
@@ -188,11 +196,11 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
         if field_offset != offset:
             raw = False  # padding between fields: zarr's structured layout is packed
         offset = field_offset + field_dtype.itemsize
-        if field_dtype.subdtype is not None:
-            raise UnsupportedFeatureError(
-                f"{path}: compound field {name!r} is an array member {field_dtype}; "
-                "zarr v3 structured fields cannot hold subarrays"
-            )
+        if field_dtype.subdtype is not None:  # an array member: nested records of its bytes
+            if not _array_member_ok(field_dtype.subdtype[0], f"{path} compound field {name!r}"):
+                raw = False  # padding or another byte order inside it: the records are repacked
+            fields_out.append((name, field_dtype))
+            continue
         if h5py.check_ref_dtype(field_dtype) is h5py.RegionReference:
             raise UnsupportedFeatureError(f"{path}: compound field {name!r} holds region references")
         if h5py.check_ref_dtype(field_dtype) is h5py.Reference:
@@ -227,8 +235,9 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
         raw = False  # trailing padding
     native: np.dtype | None = None
     data_type = None  # not raw: decided by materialize once variable widths are known
+    array_fields = struct_form(dtype)[1]  # field paths and shapes: the same once repacked
     if raw:
-        native = np.dtype([(n, d.newbyteorder("=") if d.fields is None else d) for n, d in fields_out])
+        native = struct_form(np.dtype([(n, packed(d)) for n, d in fields_out]))[0]
         data_type = structured_json(native)
     return TypePlan(
         data_type,
@@ -239,12 +248,34 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
         None,
         reference_fields=tuple(reference_fields),
         string_fields=tuple(string_fields),
+        array_fields=tuple((tuple(where), tuple(shape)) for where, shape in array_fields),
     )
+
+
+def _array_member_ok(base: np.dtype, where: str) -> bool:
+    """Whether the elements of an array member are stored as zarr reads them (False: they
+    are repacked); members of no fixed size are refused."""
+    if h5py.check_ref_dtype(base) is not None or h5py.check_vlen_dtype(base) is not None or (
+        h5py.check_string_dtype(base) is not None and h5py.check_string_dtype(base).length is None  # type: ignore[union-attr]
+    ):
+        raise UnsupportedFeatureError(
+            f"{where} is an array of references or variable-length values; h5lens writes array members "
+            "of fixed-size elements only"
+        )
+    if base.fields is not None:
+        inner = _plan_compound(base, where)
+        if inner.reference_fields or inner.string_fields:
+            raise UnsupportedFeatureError(f"{where} is an array of records with variable-length or reference members")
+        return inner.raw
+    return base.byteorder in ("=", "|", "<" if np.little_endian else ">")
 
 
 def packed(dtype: np.dtype) -> np.dtype:
     """``dtype`` laid out as zarr's ``structured`` type lays records out: fields in order, no
     padding, native byte order, nested records packed the same way."""
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return np.dtype((packed(base), shape))
     if dtype.fields is None:
         return dtype.newbyteorder("=") if dtype.byteorder not in ("|", "=") else dtype
     return np.dtype([(name, packed(field)) for name, field, _ in fields_of(dtype)])
@@ -282,7 +313,8 @@ def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
         # The convention writes compound fill values as base64 of the record's bytes.
         import base64
 
-        record = np.zeros((), dtype=native)
+        # array members are set as arrays, in the record's dtype with them (the same bytes)
+        record = np.zeros((), dtype=restore_array_fields(native, plan.array_fields_json()))
         if fill is not None and getattr(fill, "dtype", None) is not None and fill.dtype.names:
             for name, field_dtype, _ in fields_of(native):
                 if name in plan.reference_fields:

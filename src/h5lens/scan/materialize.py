@@ -14,6 +14,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from h5lens.dtypes_forms import struct_form
 from h5lens.errors import UnsupportedFeatureError
 from h5lens.manifest.documents import chunk_shape_of
 from h5lens.scan.attrs import as_bytes
@@ -42,8 +43,8 @@ def read_values(
     if plan.kind == "compound" and not plan.raw:
         return compound_values(np.asarray(ds[selection]), plan, path, resolve)
     values = np.asarray(ds[selection])
-    if plan.kind == "compound":
-        return values.astype(plan.known_dtype())
+    if plan.kind == "compound":  # packed, array members as nested records of their bytes
+        return values.astype(packed(values.dtype)).view(plan.known_dtype())
     return values
 
 
@@ -78,20 +79,22 @@ def compound_values(values: np.ndarray, plan: TypePlan, path: str, resolve: Reso
     """Rewrite a compound array: references → target paths, vlen strings → text, packed native layout."""
     columns: dict[str, np.ndarray] = {}
     fields: list[tuple[str, Any]] = []
-    for name, _, _ in fields_of(values.dtype):
+    for name, field_dtype, _ in fields_of(values.dtype):
         column = values[name]
         if name in plan.reference_fields:
             text = [_ref_path(r, f"{path} field {name!r}", resolve) for r in column.ravel()]
             columns[name] = _fixed_text(text, column.shape, f"{path} field {name!r}")
         elif name in plan.string_fields:
             columns[name] = _string_field(column, f"{path} field {name!r}")
-        else:
-            columns[name] = column.astype(packed(column.dtype))  # nested records repacked too
+        else:  # nested records repacked too; an array member keeps its shape
+            columns[name] = column.astype(packed(field_dtype.subdtype[0] if field_dtype.subdtype else column.dtype))
+            fields.append((name, packed(field_dtype)))
+            continue
         fields.append((name, columns[name].dtype))
     out = np.empty(values.shape, dtype=np.dtype(fields))
     for name, column in columns.items():
         out[name] = column
-    return out
+    return out.view(struct_form(out.dtype)[0])  # array members as nested records of their bytes
 
 
 def _string_field(column: np.ndarray, where: str) -> np.ndarray:
@@ -125,6 +128,7 @@ def compound_plan(plan: TypePlan, values: np.ndarray) -> TypePlan:
         None,
         reference_fields=plan.reference_fields,
         string_fields=plan.string_fields,
+        array_fields=plan.array_fields,
     )
 
 

@@ -1,0 +1,222 @@
+"""The forms h5lens gives HDF5 types that zarr v3 has no data type for (numpy only).
+
+The scanner writes these forms and h5lens's readers read them back as h5py gives the
+values; plain zarr (and, for ragged arrays, anndata and awkward) reads them as documented
+in docs/manifest-format.md. No h5py and no zarr here: both sides import this module.
+
+* **Compound members that are arrays** (``('xyz', '<f4', (3,))``): zarr's ``structured``
+  type has no subarray fields, but a record ``{"0": f4, "1": f4, "2": f4}`` has the same
+  bytes, so the chunks stay referenced. Each array member becomes such nested records (one
+  level per axis, fields named ``"0"``, ``"1"``, ...) and the ``_ARRAY_FIELDS`` attribute
+  lists ``[[field, names, ...], [shape]]`` so that a reader views the records back as the
+  HDF5 dtype (``values.view(restore_array_fields(...))``: no copy).
+* **Ragged arrays** (variable-length sequences of numbers, h5py's ``vlen_dtype``): an
+  anndata ``awkward-array`` group (``encoding-version`` 0.1.0): a ``form`` (awkward's JSON
+  form: ``RegularArray`` per axis after the first, then ``ListOffsetArray`` of ``NumpyArray``),
+  ``length``, and the buffers ``node<k>-offsets`` (int64) and ``node<k>-data``. The group's
+  ``_RAGGED`` attribute ``{"dtype", "shape"}`` says it is one HDF5 dataset of that shape.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import numpy as np
+
+ArrayFields = list[list[Any]]  # [[field path (list of names)], [shape]] per array member
+
+
+def struct_form(dtype: np.dtype) -> tuple[np.dtype, ArrayFields]:
+    """``dtype`` with each array member as nested records of the same bytes, and the table
+    of array members (field path, shape) that :func:`restore_array_fields` undoes."""
+    table: ArrayFields = []
+    return _struct(dtype, [], table), table
+
+
+def _struct(dtype: np.dtype, where: list[str], table: ArrayFields) -> np.dtype:
+    if dtype.names is None or dtype.fields is None:
+        return dtype
+    names, formats, offsets = [], [], []
+    for name in dtype.names:
+        field, offset = dtype.fields[name][:2]
+        if field.subdtype is not None:
+            base, shape = field.subdtype
+            table.append([[*where, name], list(shape)])
+            field = _records(_struct(base, [*where, name], table), tuple(shape))
+        else:
+            field = _struct(field, [*where, name], table)
+        names.append(name)
+        formats.append(field)
+        offsets.append(offset)
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": dtype.itemsize})
+
+
+def _records(base: np.dtype, shape: tuple[int, ...]) -> np.dtype:
+    """Records of ``shape`` elements of ``base``, row-major: the bytes of ``(base, shape)``."""
+    if not shape:
+        return base
+    inner = _records(base, shape[1:])
+    return np.dtype([(str(i), inner) for i in range(shape[0])])
+
+
+def restore_array_fields(dtype: np.dtype, table: Any) -> np.dtype:
+    """The dtype whose array members :func:`struct_form` turned into records, back again:
+    ``values.view(restore_array_fields(values.dtype, table))`` reads as h5py does. Raises
+    ValueError where ``table`` does not fit ``dtype``."""
+    if not isinstance(table, list):
+        raise ValueError(f"Expected a list of [field path, shape] pairs. Got {type(table).__name__}.")
+    shapes: dict[tuple[str, ...], tuple[int, ...]] = {}
+    for entry in table:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list) and isinstance(entry[1], list)):
+            raise ValueError(f"Expected [field path, shape]. Got {entry!r}.")
+        shapes[tuple(str(p) for p in entry[0])] = tuple(int(n) for n in entry[1])
+    restored = _restore(dtype, (), shapes)
+    if restored.itemsize != dtype.itemsize:
+        raise ValueError(f"array fields {table!r} do not fit records of {dtype}")
+    return restored
+
+
+def _restore(dtype: np.dtype, where: tuple[str, ...], shapes: dict[tuple[str, ...], tuple[int, ...]]) -> np.dtype:
+    if dtype.names is None or dtype.fields is None:
+        return dtype
+    names, formats, offsets = [], [], []
+    for name in dtype.names:
+        field, offset = dtype.fields[name][:2]
+        path = (*where, name)
+        shape = shapes.get(path)
+        if shape is not None:
+            base = field
+            for _ in shape:  # the first element of each level of records is the member's base
+                if base.names is None or base.fields is None or "0" not in base.fields:
+                    raise ValueError(f"field {'.'.join(path)} is no array member of shape {shape}")
+                base = base.fields["0"][0]
+            field = np.dtype((_restore(base, path, shapes), shape))
+        else:
+            field = _restore(field, path, shapes)
+        names.append(name)
+        formats.append(field)
+        offsets.append(offset)
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": dtype.itemsize})
+
+
+def view_array_fields(values: Any, table: Any) -> Any:
+    """Records as zarr reads them (array members as nested records) viewed as the HDF5 dtype
+    (``table``: the ``_ARRAY_FIELDS`` attribute); a single record stays a single record."""
+    if isinstance(values, np.void):
+        return np.asarray(values).view(restore_array_fields(values.dtype, table))[()]
+    if isinstance(values, np.ndarray) and values.dtype.names is not None:
+        return values.view(restore_array_fields(values.dtype, table))
+    return values
+
+
+# -- ragged arrays ---------------------------------------------------------------------
+
+AWKWARD_ENCODING = {"encoding-type": "awkward-array", "encoding-version": "0.1.0"}
+# the attributes an awkward-array group needs for itself (an HDF5 attribute of the same
+# name would be overwritten)
+AWKWARD_ATTRIBUTES = ("encoding-type", "encoding-version", "form", "length")
+# numpy kinds awkward's NumpyArray holds as a primitive of numpy's name
+_PRIMITIVE_KINDS = "biufc"
+
+
+def ragged_primitive(base: np.dtype) -> str | None:
+    """awkward's primitive name for sequence elements of ``base``; None if it has none."""
+    if base.kind in _PRIMITIVE_KINDS and base.names is None and base.subdtype is None:
+        name = base.newbyteorder("=").name
+        return "bool" if name == "bool" else name
+    return None
+
+
+def ragged_form(shape: tuple[int, ...], primitive: str) -> tuple[dict[str, Any], int, str, str]:
+    """awkward's form of ``shape`` sequences of ``primitive`` (RegularArray per axis after the
+    first, then ListOffsetArray of NumpyArray), its length, and its two buffer names."""
+    inner_axes = list(shape[1:])
+    depth = len(inner_axes)
+    form: dict[str, Any] = {
+        "class": "NumpyArray",
+        "primitive": primitive,
+        "inner_shape": [],
+        "parameters": {},
+        "form_key": f"node{depth + 1}",
+    }
+    form = {"class": "ListOffsetArray", "offsets": "i64", "content": form, "parameters": {}, "form_key": f"node{depth}"}
+    for level in range(depth - 1, -1, -1):
+        form = {"class": "RegularArray", "size": inner_axes[level], "content": form, "parameters": {},
+                "form_key": f"node{level}"}  # fmt: skip
+    length = shape[0] if shape else 1  # a scalar: one sequence
+    return form, length, f"node{depth}-offsets", f"node{depth + 1}-data"
+
+
+def ragged_buffers(values: np.ndarray, base: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The offsets (int64, one more than the sequences) and the concatenated data (native
+    ``base``) of an object array of sequences, in row-major order."""
+    flat = [np.asarray(v, dtype=base) for v in values.ravel()]
+    lengths = np.fromiter((v.size for v in flat), dtype=np.int64, count=len(flat))
+    offsets = np.zeros(len(flat) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    native = base.newbyteorder("=")
+    data = np.concatenate(flat).astype(native) if flat else np.zeros(0, native)
+    return offsets, data
+
+
+def ragged_values(shape: tuple[int, ...], offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """The object array of sequences (h5py's reading of a vlen dataset) from its buffers."""
+    count = int(np.prod(shape, dtype=np.int64))
+    if offsets.shape != (count + 1,) or (count and int(offsets[-1]) > data.size) or (np.diff(offsets) < 0).any():
+        raise ValueError(f"offsets of {offsets.size} values do not fit {count} sequences in {data.size} values")
+    out = np.empty(count, dtype=object)
+    for i in range(count):
+        out[i] = data[int(offsets[i]) : int(offsets[i + 1])]
+    return out.reshape(shape)
+
+
+# Attribute types (``Manifest.attribute_types``) of what JSON keeps only as lists: ragged
+# attributes ("vlen[int32]1d": sequences of int32 in a 1-d array; the JSON is nested lists,
+# whose depth alone cannot tell an empty sequence from an empty axis) and opaque ones ("V3":
+# 3-byte opaque values, the JSON their bytes as {"_BYTES": ...}).
+_VLEN_TYPE = re.compile(r"vlen\[([a-z0-9]+)\]([0-9]|[1-2][0-9]|3[0-2])d")
+_OPAQUE_TYPE = re.compile(r"V([1-9][0-9]{0,5})")
+
+
+def vlen_type_name(primitive: str, ndim: int) -> str:
+    return f"vlen[{primitive}]{ndim}d"
+
+
+def parse_vlen_type(name: str) -> tuple[np.dtype, int] | None:
+    """(element dtype, number of axes) of a ragged attribute type name, else None."""
+    found = _VLEN_TYPE.fullmatch(name)
+    if found is None:
+        return None
+    try:
+        base = np.dtype(found.group(1))
+    except TypeError:
+        return None
+    return (base, int(found.group(2))) if ragged_primitive(base) == found.group(1) else None
+
+
+def is_opaque_type(name: str) -> bool:
+    return _OPAQUE_TYPE.fullmatch(name) is not None
+
+
+def form_text(form: dict[str, Any]) -> str:
+    """The ``form`` attribute as anndata writes it (awkward's JSON form, a string)."""
+    return json.dumps(form)
+
+
+__all__ = [
+    "AWKWARD_ATTRIBUTES",
+    "AWKWARD_ENCODING",
+    "form_text",
+    "is_opaque_type",
+    "parse_vlen_type",
+    "vlen_type_name",
+    "ragged_buffers",
+    "ragged_form",
+    "ragged_primitive",
+    "ragged_values",
+    "restore_array_fields",
+    "struct_form",
+    "view_array_fields",
+]

@@ -1,0 +1,94 @@
+"""A ragged HDF5 dataset (variable-length sequences of numbers) read as h5py reads it.
+
+The manifest holds it as an awkward-array group marked ``_RAGGED``
+(:mod:`h5lens.dtypes_forms`); navigation gives it as a dataset whose values are h5py's:
+an object array of numpy arrays, of the dataset's shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from h5lens import convention
+from h5lens.dtypes_forms import AWKWARD_ATTRIBUTES, ragged_form, ragged_values
+from h5lens.errors import ManifestFormatError
+from h5lens.read.navigate import Attributes, Node, empty
+
+
+def is_ragged(doc: dict[str, Any]) -> bool:
+    """Whether a node document is a ragged HDF5 dataset (a group marked ``_RAGGED``)."""
+    return doc.get("node_type") == "group" and isinstance(doc.get("attributes", {}).get(convention.RAGGED), dict)
+
+
+class RaggedDataset(Node):
+    """A dataset of variable-length sequences: ``shape``, ``dtype`` (object) and indexing as h5py's."""
+
+    @property
+    def _marker(self) -> dict[str, Any]:
+        return self._doc["attributes"][convention.RAGGED]
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        shape = self._marker.get("shape")
+        return None if shape is None else tuple(int(n) for n in shape)
+
+    @property
+    def element_dtype(self) -> np.dtype:
+        """The dtype of each sequence's values (h5py's ``check_vlen_dtype``)."""
+        return np.dtype(self._marker["dtype"])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(object)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape or ())
+
+    @property
+    def size(self) -> int:
+        shape = self.shape
+        return 0 if shape is None else int(np.prod(shape, dtype=np.int64))
+
+    @property
+    def is_empty(self) -> bool:
+        return self.shape is None
+
+    @property
+    def attrs(self) -> Attributes:
+        """The HDF5 dataset's attributes (without the awkward-array group's own)."""
+        full = super().attrs
+        raw = {k: v for k, v in full.raw.items() if k not in AWKWARD_ATTRIBUTES}
+        return Attributes(self._file, raw, self._file.manifest.attribute_types.get(self._key))
+
+    def __len__(self) -> int:
+        shape = self.shape
+        if not shape:
+            raise TypeError("len() of an unsized dataset")
+        return shape[0]
+
+    def read(self) -> Any:
+        return self[()]
+
+    def __getitem__(self, key: Any) -> Any:
+        shape = self.shape
+        if shape is None:
+            if key is Ellipsis or key in ((), (Ellipsis,)):
+                return empty(self.element_dtype)
+            raise ValueError(f"{self.h5_path!r} has a null dataspace: only [()] reads it")
+        values = self._values(shape)
+        return values[()] if shape == () and key == () else values[key]
+
+    def _values(self, shape: tuple[int, ...]) -> np.ndarray:
+        _, _, offsets_name, data_name = ragged_form(shape, self._marker["dtype"])
+        offsets = np.asarray(self._file.array(f"{self._key}/{offsets_name}")[...])
+        data = np.asarray(self._file.array(f"{self._key}/{data_name}")[...])
+        try:
+            return ragged_values(shape, offsets, data.astype(self.element_dtype, copy=False))
+        except ValueError as e:
+            raise ManifestFormatError(f"{self.h5_path}: the ragged dataset's buffers are damaged ({e})") from None
+
+
+__all__ = ["RaggedDataset", "is_ragged"]

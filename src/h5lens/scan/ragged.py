@@ -1,0 +1,93 @@
+"""Datasets of variable-length sequences of numbers (ragged arrays) → awkward-array groups.
+
+h5py reads such a dataset (``h5py.vlen_dtype(np.int32)``) as an object array of numpy
+arrays. The sequences live in HDF5's global heap, so no byte range holds them: h5py reads
+them and h5lens stores them inline, in the form anndata writes awkward arrays in
+(:mod:`h5lens.dtypes_forms`): values and offsets arrays that plain zarr reads as numbers,
+anndata's ``read_elem`` and awkward as the ragged array, and h5lens's navigation as the
+object array h5py gives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h5py
+import numpy as np
+
+from h5lens import convention
+from h5lens.dtypes_forms import (
+    AWKWARD_ATTRIBUTES,
+    AWKWARD_ENCODING,
+    form_text,
+    ragged_buffers,
+    ragged_form,
+    ragged_primitive,
+)
+from h5lens.errors import UnsupportedFeatureError
+from h5lens.manifest.model import ChunkTable
+from h5lens.scan.arrays import inline_array
+from h5lens.scan.dtypes import plan_type
+from h5lens.scan.options import ScanOptions
+
+_BUFFER_ENCODING = {"encoding-type": "array", "encoding-version": "0.2.0"}
+Made = list[tuple[str, dict[str, Any], ChunkTable | None]]  # (key, document, chunk table of an array)
+
+
+def ragged_base(dtype: np.dtype, path: str) -> np.dtype | None:
+    """The element type of a dataset of sequences h5lens writes as a ragged array; None
+    for other types. Sequences of what awkward has no primitive for are refused by name."""
+    base = h5py.check_vlen_dtype(dtype)
+    if base is None or h5py.check_string_dtype(dtype) is not None:
+        return None
+    if base == np.dtype("uint8") or base == np.dtype("int8"):
+        return None  # variable-length bytes (h5lens.scan.dtypes)
+    if ragged_primitive(base) is None:
+        raise UnsupportedFeatureError(
+            f"{path}: variable-length sequences of {base} have no form in h5lens (only sequences of numbers "
+            "and booleans are written, as awkward-array groups)"
+        )
+    return base
+
+
+def ragged_nodes(
+    key: str,
+    path: str,
+    values: np.ndarray | None,
+    base: np.dtype,
+    attributes: dict[str, Any],
+    options: ScanOptions,
+) -> Made:
+    """The group and its two buffer arrays for ``values`` (h5py's object array; None for a
+    null dataspace) of sequences of ``base``."""
+    taken = [name for name in AWKWARD_ATTRIBUTES if name in attributes]
+    if taken:
+        raise UnsupportedFeatureError(
+            f"{path}: a ragged dataset is written as an awkward-array group, whose attributes {taken} "
+            "its own HDF5 attributes of those names would overwrite"
+        )
+    empty = values is None
+    if values is None:
+        values = np.empty(0, dtype=object)
+    shape = tuple(values.shape)
+    primitive = ragged_primitive(base)
+    assert primitive is not None  # ragged_base refused the others
+    form, length, offsets_name, data_name = ragged_form(shape, primitive)
+    offsets, data = ragged_buffers(values, base)
+    group_attributes = {
+        **attributes,
+        **AWKWARD_ENCODING,
+        "form": form_text(form),
+        "length": length,
+        convention.RAGGED: {"dtype": primitive, "shape": None if empty else list(shape)},
+    }
+    made: Made = [(key, {"zarr_format": 3, "node_type": "group", "attributes": group_attributes}, None)]
+    for name, buffer in ((offsets_name, offsets), (data_name, data)):
+        plan = plan_type(buffer.dtype, f"{path} ({name})")
+        # encoded as anndata encodes an awkward array's buffers (it warns about them otherwise)
+        doc, table = inline_array(f"{path}/{name}", plan, buffer, dict(_BUFFER_ENCODING), None, options)
+        made.append((f"{key}/{name}" if key else name, doc, table))
+    return made
+
+
+__all__ = ["ragged_base", "ragged_nodes"]

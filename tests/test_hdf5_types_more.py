@@ -1,0 +1,197 @@
+"""HDF5 types zarr v3 has no data type for, each with the form h5lens gives it
+(h5lens.dtypes_forms, docs/manifest-format.md), compared with what h5py reads.
+
+* ragged arrays (``h5py.vlen_dtype(np.int32)``): awkward-array groups; navigation gives
+  h5py's object arrays, zarr the values and offsets, anndata and awkward the ragged array;
+* compound members that are arrays: nested records of the same bytes, referenced;
+* opaque, ragged attributes; committed datatypes with attributes; region references.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import zarr
+
+import h5lens
+
+
+def _objects(items: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out.reshape(shape)
+
+
+def build_ragged(path: Path) -> None:
+    ints = [np.arange(3, dtype=np.int32), np.zeros(0, np.int32), np.array([7], np.int32), -np.arange(5, dtype=np.int32)]
+    floats = [np.linspace(0, 1, n) for n in range(6)]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("ints", data=_objects(ints, (4,)), dtype=h5py.vlen_dtype(np.int32))
+        f.create_dataset("chunked", data=_objects(ints, (4,)), dtype=h5py.vlen_dtype(np.int32), chunks=(2,),
+                         compression="gzip")  # fmt: skip
+        f.create_dataset("grid", data=_objects(floats, (2, 3)), dtype=h5py.vlen_dtype(np.float64))
+        f.create_dataset("big_endian", data=_objects(ints, (4,)), dtype=h5py.vlen_dtype(np.dtype(">i2")))
+        f.create_dataset("bools", data=_objects([np.array([True, False]), np.zeros(0, bool)], (2,)),
+                         dtype=h5py.vlen_dtype(np.bool_))  # fmt: skip
+        f.create_dataset("none_written", shape=(3,), dtype=h5py.vlen_dtype(np.uint16))
+        f.create_dataset("nothing", shape=(0,), dtype=h5py.vlen_dtype(np.float32))
+        one = np.empty((), dtype=object)
+        one[()] = np.array([1.5, 2.5], np.float32)
+        f.create_dataset("scalar", data=one, dtype=h5py.vlen_dtype(np.float32))
+        f["ints"].attrs["units"] = "counts"
+        f["ints"].attrs.create("ragged", data=_objects(floats[:3], (3,)), dtype=h5py.vlen_dtype(np.float64))
+        f.attrs.create("grid", data=_objects(ints, (2, 2)), dtype=h5py.vlen_dtype(np.int32))
+        f.attrs.create("uneven_empty", data=_objects([np.zeros(0, "u1"), np.zeros(0, "u1")], (2,)),
+                       dtype=h5py.vlen_dtype(np.int16))  # fmt: skip
+
+
+def _lists(values: np.ndarray) -> list:
+    """h5py's object array of arrays as nested lists (what awkward's to_list gives)."""
+    if values.ndim == 0:
+        return values[()].tolist()
+    return [_lists(v) if isinstance(v, np.ndarray) and v.dtype == object else v.tolist() for v in values]
+
+
+def _same_objects(got: object, want: np.ndarray, where: str) -> None:
+    assert isinstance(got, np.ndarray) and got.dtype == object and got.shape == want.shape, where
+    for g, w in zip(got.ravel(), want.ravel(), strict=True):
+        assert g.dtype == w.dtype, where
+        np.testing.assert_array_equal(g, w, err_msg=where)
+
+
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
+def test_ragged_datasets_read_as_h5py_reads_them(threshold, tmp_path):
+    path = tmp_path / "ragged.h5"
+    build_ragged(path)
+    manifest = h5lens.index(path, inline_threshold=threshold)
+    manifest.save(tmp_path / "m.json")
+    for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+        with h5py.File(path) as f:
+            for name, ds in f.items():
+                want = ds[()]
+                got = root[name]
+                assert got.shape == ds.shape and got.dtype == ds.dtype, name
+                if ds.shape == ():
+                    assert got[()].dtype == want.dtype, name
+                    np.testing.assert_array_equal(got[()], want, err_msg=name)
+                else:
+                    _same_objects(got[()], want, name)
+                    if ds.shape and ds.shape[0] > 1:
+                        _same_objects(got[1:], ds[1:], f"{name}[1:]")
+            assert dict(root["ints"].attrs).keys() == f["ints"].attrs.keys()
+            _same_objects(root["ints"].attrs["ragged"], f["ints"].attrs["ragged"], "ints.attrs")
+            for name in ("grid", "uneven_empty"):
+                _same_objects(root.attrs[name], f.attrs[name], f"attrs {name}")
+
+
+def test_ragged_datasets_are_values_and_offsets_that_zarr_and_anndata_read(tmp_path):
+    """Plain zarr over h5lens's store reads the buffers as numbers; anndata's read_elem gives
+    the awkward array, equal to h5py's values."""
+    anndata = pytest.importorskip("anndata")
+    path = tmp_path / "ragged.h5"
+    build_ragged(path)
+    group = h5lens.open_group(h5lens.index(path))
+    with h5py.File(path) as f:
+        for name in ("ints", "chunked", "grid", "big_endian", "bools", "none_written", "nothing"):
+            want = f[name][()]
+            node = group[name]
+            assert isinstance(node, zarr.Group) and node.attrs["encoding-type"] == "awkward-array", name
+            offsets = next(node[k] for k in node.array_keys() if k.endswith("-offsets"))[...]
+            data = next(node[k] for k in node.array_keys() if k.endswith("-data"))[...]
+            flat = [data[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+            _same_objects(_objects(flat, want.shape), want, f"{name} through zarr")
+            got = anndata.io.read_elem(node)
+            assert got.to_list() == _lists(want), f"{name} through anndata"
+
+
+def test_ragged_sequences_of_what_awkward_has_no_primitive_for_are_refused_by_name(tmp_path):
+    path = tmp_path / "records.h5"
+    record = np.dtype([("a", "<i4"), ("b", "<f8")])
+    with h5py.File(path, "w") as f:
+        f.create_dataset("records", data=_objects([np.zeros(2, record)], (1,)), dtype=h5py.vlen_dtype(record))
+        assert f["records"][()][0].dtype == record  # h5py reads it
+    with pytest.raises(h5lens.UnsupportedFeatureError, match=r"/records: variable-length sequences of"):
+        h5lens.index(path)
+
+
+def test_opaque_attributes_come_back_as_h5py_gives_them(tmp_path):
+    path = tmp_path / "opaque.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["one"] = np.void(b"\x01\x00\xff")
+        f.attrs.create("many", data=np.array([[b"ab\x00", b"\xffcd"]], dtype="V3"))
+        f.create_dataset("x", data=[1])
+        f["x"].attrs["tag"] = np.void(b"\x00" * 5)
+    manifest = h5lens.index(path)
+    manifest.save(tmp_path / "m.h5lens")
+    for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.h5lens")):
+        with h5py.File(path) as f:
+            for node, attrs in ((root, f.attrs), (root["x"], f["x"].attrs)):
+                for name, want in attrs.items():
+                    got = node.attrs[name]
+                    assert type(got) is type(want) and np.asarray(got).dtype == np.asarray(want).dtype, name
+                    np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def _same_records(got: np.ndarray, want: np.ndarray, where: str) -> None:
+    """Field by field (array members by their shape), values as h5py reads them."""
+    assert got.dtype.names == want.dtype.names and got.shape == want.shape, where
+    for name in want.dtype.names:
+        field, column = want.dtype.fields[name][0], want[name]
+        if field.names is not None:
+            _same_records(got[name], column, f"{where}.{name}")
+            continue
+        assert got.dtype.fields[name][0].shape == field.shape, f"{where}.{name}"
+        if column.dtype.kind == "O":  # h5py's bytes of a vlen string field; h5lens's text (docs/index.md)
+            column = np.array([v.decode("utf-8") for v in column.ravel()]).reshape(column.shape)
+        assert got[name].dtype.kind == column.dtype.kind, f"{where}.{name}"
+        np.testing.assert_array_equal(got[name], column, err_msg=f"{where}.{name}")
+
+
+ARRAY_MEMBERS = np.dtype([("a", "<f4", (3,)), ("b", "<i8")])
+
+
+def build_array_members(path: Path) -> None:
+    flat = np.zeros(5, ARRAY_MEMBERS)
+    flat["a"], flat["b"] = np.arange(15).reshape(5, 3) / 4, -np.arange(5)
+    mixed_dtype = np.dtype([("m", ">i2", (2, 3)), ("s", "S3"), ("rec", [("x", "<f8"), ("xyz", "<u2", (2,))])])
+    mixed = np.zeros(4, mixed_dtype)
+    mixed["m"], mixed["s"] = np.arange(24).reshape(4, 2, 3) - 5, [b"a", b"bc", b"", b"xyz"]
+    mixed["rec"]["x"], mixed["rec"]["xyz"] = np.arange(4) / 3, np.arange(8).reshape(4, 2)
+    text = np.array([("α", (1, 2)), ("bb", (3, 4))], [("name", h5py.string_dtype()), ("p", "<f4", (2,))])
+    with h5py.File(path, "w") as f:
+        f.create_dataset("chunked", data=flat, chunks=(2,), compression="gzip")
+        f.create_dataset("contiguous", data=flat)
+        f.create_dataset("mixed", data=mixed, chunks=(3,))  # big-endian array member, nested records
+        f.create_dataset("vlen_text", data=text)  # rewritten: its text has no fixed width
+        fill = np.array((np.array([1, 2, 3]), 9), ARRAY_MEMBERS)
+        f.create_dataset("fill", shape=(3,), dtype=ARRAY_MEMBERS, chunks=(2,), fillvalue=fill)
+        f["fill"][0] = flat[1]
+        f.create_dataset("scalar", data=flat[1])
+
+
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
+def test_compound_members_that_are_arrays_read_as_h5py_reads_them(threshold, tmp_path):
+    from h5lens.dtypes_forms import restore_array_fields
+
+    path = tmp_path / "members.h5"
+    build_array_members(path)
+    manifest = h5lens.index(path, inline_threshold=threshold)
+    root, group = h5lens.open(manifest), h5lens.open_group(manifest)
+    with h5py.File(path) as f:
+        for name, ds in f.items():
+            want = np.asarray(ds[()])
+            got = root[name]
+            assert got.dtype.names == ds.dtype.names, name
+            _same_records(np.asarray(got[()]), want, name)
+            if ds.shape:
+                _same_records(np.asarray(got[1:]), want[1:], f"{name}[1:]")
+            # zarr gives nested records of the same bytes; _ARRAY_FIELDS views them back
+            stored = np.asarray(group[name][...])
+            table = group[name].attrs["_ARRAY_FIELDS"]
+            _same_records(stored.view(restore_array_fields(stored.dtype, table)), want, f"{name} through zarr")
+        if threshold == 0:
+            for name in ("chunked", "contiguous"):  # "mixed" is repacked: another byte order
+                assert (manifest.chunks[name].source >= 0).any(), f"{name} is referenced"
