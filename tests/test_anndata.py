@@ -391,12 +391,18 @@ def test_legacy_raw_beside_a_raw_group(tmp_path):
         h5lens.read_anndata(manifest)
 
 
-def test_compound_with_array_members_still_refused_outside_profiles(tmp_path):
+def test_compound_with_array_members_outside_profiles_reads_as_h5py(tmp_path):
     path = tmp_path / "plain.h5"
+    rng = np.random.default_rng(0)
     with h5py.File(path, "w") as f:
-        f.create_dataset("table", data=np.zeros(3, dtype=[("a", "<f4", (2,))]))
-    with pytest.raises(h5lens.UnsupportedFeatureError, match="/table"):
-        h5lens.index(path)
+        data = np.zeros(3, dtype=[("a", "<f4", (2,))])
+        data["a"] = rng.random((3, 2))
+        f.create_dataset("table", data=data)
+    got = h5lens.open(h5lens.index(path))["table"][()]
+    with h5py.File(path) as f:
+        expected = f["table"][()]
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got["a"], expected["a"])
 
 
 # -- escaped keys and accessors ------------------------------------------------------

@@ -14,6 +14,7 @@ from h5lens.locations import absolute, same_location
 from h5lens.manifest.model import Manifest, Source
 from h5lens.read import navigate
 from h5lens.read.navigate import Group
+from h5lens.read import ragged as _ragged  # noqa: F401 - navigation's ragged datasets (navigate.DATASET_KINDS)
 from h5lens.read.open import PathOrManifest, load_manifest, open_group, open_store
 from h5lens.scan.build import build_manifest
 from h5lens.scan.options import (

@@ -177,6 +177,12 @@ class Empty:
     dtype: np.dtype
 
 
+# Datasets of other kinds, built on Node in their own modules (h5lens.read.ragged, which
+# adds itself here when imported: h5lens.api imports it with this module), tried before
+# a plain Dataset: (does this node's document say it is one, the class).
+DATASET_KINDS: list[tuple[Callable[[dict[str, Any]], bool], Callable[[Any, str], Node]]] = []
+
+
 class _File:
     """One manifest being navigated, and the linked files reached from it (shared cache)."""
 
@@ -215,10 +221,9 @@ class _File:
         key = path.strip("/")
         doc = self.manifest.nodes.get(key)
         if doc is not None:
-            from h5lens.read.ragged import RaggedDataset, is_ragged  # it builds on Node
-
-            if is_ragged(doc):
-                return RaggedDataset(self, "/" + key)
+            for is_kind, kind in DATASET_KINDS:
+                if is_kind(doc):
+                    return kind(self, "/" + key)
             return Group(self, "/" + key) if doc.get("node_type") == "group" else Dataset(self, "/" + key)
         node: Node = self.root()
         for part in key.split("/"):

@@ -14,7 +14,7 @@ import numpy as np
 from h5lens import convention
 from h5lens.dtypes_forms import AWKWARD_ATTRIBUTES, ragged_form, ragged_values
 from h5lens.errors import ManifestFormatError
-from h5lens.read.navigate import Attributes, Node, empty
+from h5lens.read.navigate import DATASET_KINDS, Attributes, Node, empty
 
 
 def is_ragged(doc: dict[str, Any]) -> bool:
@@ -90,5 +90,7 @@ class RaggedDataset(Node):
         except ValueError as e:
             raise ManifestFormatError(f"{self.h5_path}: the ragged dataset's buffers are damaged ({e})") from None
 
+
+DATASET_KINDS.append((is_ragged, RaggedDataset))
 
 __all__ = ["RaggedDataset", "is_ragged"]
