@@ -256,7 +256,7 @@ def _array_member_ok(base: np.dtype, where: str) -> bool:
     """Whether the elements of an array member are stored as zarr reads them (False: they
     are repacked); members of no fixed size are refused."""
     if h5py.check_ref_dtype(base) is not None or h5py.check_vlen_dtype(base) is not None or (
-        h5py.check_string_dtype(base) is not None and h5py.check_string_dtype(base).length is None  # type: ignore[union-attr]
+        h5py.check_string_dtype(base) is not None and h5py.check_string_dtype(base).length is None
     ):
         raise UnsupportedFeatureError(
             f"{where} is an array of references or variable-length values; h5lens writes array members "
