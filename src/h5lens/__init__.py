@@ -21,6 +21,8 @@ _EXPORTS = {
     "FileRecord": "h5lens.many",
     "open_group": "h5lens.read.open",
     "open_store": "h5lens.read.open",
+    "OpenOptions": "h5lens.read.options",
+    "load_manifest": "h5lens.read.options",
     "ScanProgress": "h5lens.scan.options",
     "Manifest": "h5lens.manifest.model",
     "read_anndata": "h5lens.read.anndata",
@@ -75,6 +77,7 @@ __all__ = [
     "MaterializeLimitError",
     "NotAManifestError",
     "NotHDF5Error",
+    "OpenOptions",
     "RefusedSourceError",
     "SourceNotFoundError",
     "SourceReadError",
@@ -86,6 +89,7 @@ __all__ = [
     "fast_reads",
     "index",
     "index_many",
+    "load_manifest",
     "open",
     "open_group",
     "open_store",
@@ -124,6 +128,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
     from h5lens.read.chunking import StoredChunks, stored_chunks
     from h5lens.read.navigate import Dataset, Group
     from h5lens.read.open import open_group, open_store
+    from h5lens.read.options import OpenOptions, load_manifest
     from h5lens.scan.options import ScanProgress
     from h5lens.store import ManifestStore
     from h5lens.validation import Problem, validate

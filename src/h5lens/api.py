@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Unpack
 
 from h5lens._version import __version__
 from h5lens.errors import NotHDF5Error
@@ -15,7 +15,8 @@ from h5lens.manifest.model import Manifest, Source
 from h5lens.read import navigate
 from h5lens.read.navigate import Group
 from h5lens.read import ragged as _ragged  # noqa: F401 - navigation's ragged datasets (navigate.DATASET_KINDS)
-from h5lens.read.open import PathOrManifest, load_manifest, open_group, open_store
+from h5lens.read.open import load_manifest, open_group, open_store
+from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
 from h5lens.scan.build import build_manifest
 from h5lens.scan.options import (
     DEFAULT_CONVENTION,
@@ -101,14 +102,11 @@ def index(
 
 
 def open(  # noqa: A001 - h5lens.open
-    manifest_or_path: Manifest | str | os.PathLike[str],
-    *,
-    storage_options: dict[str, Any] | None = None,
-    verify: bool = True,
+    manifest_or_path: PathOrManifest, *, options: OpenOptions | None = None, **given: Unpack[OpenKwargs]
 ) -> Group:
-    """The root of a manifest (object, manifest JSON path/URL, or an HDF5 file, indexed in
-    memory), navigated the way h5py navigates the file it came from: see
-    :mod:`h5lens.read.navigate`. Externally linked files without a manifest are indexed
-    on the fly. ``verify=False`` skips the check that the sources are unchanged since
-    indexing (as for :func:`h5lens.open_group`)."""
-    return navigate.open(manifest_or_path, storage_options=storage_options, index=index, verify=verify)
+    """The root of a manifest (object, manifest file or URL in any form, ``icechunk://PATH``,
+    or an HDF5 file, indexed in memory), navigated the way h5py navigates the file it came
+    from: see :mod:`h5lens.read.navigate`. Externally linked files without a manifest are
+    indexed on the fly. The options are those of :func:`h5lens.open_store` (the same
+    verification: a source changed since indexing is refused)."""
+    return navigate.open(manifest_or_path, index=index, options=options, **given)

@@ -31,11 +31,10 @@ Checked:
 from __future__ import annotations
 
 import math
-import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -44,6 +43,7 @@ from h5lens.errors import ManifestFormatError
 from h5lens.manifest.documents import DocumentChecker
 from h5lens.manifest.model import INLINE, MISSING, Manifest
 from h5lens.manifest.zarr_keys import KeyEncoding
+from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
 
 __all__ = ["KNOWN_DTYPES", "Problem", "validate"]
 
@@ -97,14 +97,11 @@ class Problem:
 
 
 def validate(
-    manifest: Manifest | str | os.PathLike[str],
+    manifest: PathOrManifest,
     *,
-    storage_options: dict[str, Any] | None = None,
     deep: bool = False,
-    verify: bool = True,
-    source_options: dict[str, Any] | None = None,
-    source_urls: dict[str, str] | None = None,
-    allow_local: Iterable[str] | bool = (),
+    options: OpenOptions | None = None,
+    **given: Unpack[OpenKwargs],
 ) -> list[Problem]:
     """All problems of ``manifest`` (an object, or a manifest path/URL), in node order.
 
@@ -112,19 +109,18 @@ def validate(
     recorded (a chunk reference deleted or edited since reads as fill values or garbage,
     and is found here); with ``verify``, that each source is there and unchanged since
     indexing (a stat, and for local files two small reads). With ``deep``, every chunk is
-    also fetched from its source and decoded; ``source_options`` / ``source_urls`` /
-    ``allow_local`` are as for :func:`h5lens.open_group`.
+    also fetched from its source and decoded. The options (``options=`` or keywords) are
+    :func:`h5lens.open_store`'s; a manifest it cannot load at all raises, as there.
     """
-    if not isinstance(manifest, Manifest):
-        manifest = Manifest.load(os.fspath(manifest), storage_options=storage_options)
+    opening = OpenOptions.of(options, given)
+    manifest = opening.load(manifest)
     if "" not in manifest.nodes:
         return [Problem("/", "no root group (the key zarr.json is missing)")]
     problems = list(_Validator(manifest).run())
-    options = source_options if source_options is not None else storage_options
     if deep:
-        problems += _decode_every_chunk(manifest, options, source_urls, allow_local, verify)
-    elif verify and manifest.sources:
-        problems += _check_sources(manifest, options, source_urls, allow_local)
+        problems += _decode_every_chunk(manifest, opening)
+    elif opening.verify and manifest.sources:
+        problems += _check_sources(manifest, opening)
     return problems
 
 
@@ -146,18 +142,12 @@ def _string_record(
     return problems, not (missing or bad)
 
 
-def _check_sources(
-    manifest: Manifest,
-    source_options: dict[str, Any] | None,
-    source_urls: dict[str, str] | None,
-    allow_local: Iterable[str] | bool,
-) -> list[Problem]:
+def _check_sources(manifest: Manifest, options: OpenOptions) -> list[Problem]:
     """That each source is reachable and unchanged since indexing (no data read)."""
     from h5lens.errors import H5LensError
-    from h5lens.store import ManifestStore
 
     try:
-        store = ManifestStore(manifest, source_options=source_options, source_urls=source_urls, allow_local=allow_local)
+        store = options.but(verify=False).store(manifest)  # its errors are problems, below
     except H5LensError as e:
         return [Problem.of("/", e)]
     try:
@@ -169,29 +159,20 @@ def _check_sources(
     return []
 
 
-def _decode_every_chunk(
-    manifest: Manifest,
-    source_options: dict[str, Any] | None,
-    source_urls: dict[str, str] | None,
-    allow_local: Iterable[str] | bool,
-    verify: bool = True,
-) -> list[Problem]:
+def _decode_every_chunk(manifest: Manifest, options: OpenOptions) -> list[Problem]:
     """Fetch and decode every chunk of every array; one problem per array that fails."""
     import zarr
 
     from h5lens.errors import H5LensError
     from h5lens.read.check import check_array
-    from h5lens.store import ManifestStore
 
     problems: list[Problem] = []
     try:
-        store = ManifestStore(
-            manifest, source_options=source_options, source_urls=source_urls, allow_local=allow_local
-        )
+        store = options.but(verify=False).store(manifest)
     except H5LensError as e:  # a source this manifest may not reach
         return [Problem.of("/", e)]
     try:
-        if verify:
+        if options.verify:
             store.verify_sources()
         for path in sorted(manifest.chunks):
             try:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from h5lens.manifest.limits import Limits
     from h5lens.manifest.model import Manifest
+    from h5lens.read.options import OpenOptions
     from h5lens.store import ManifestStore
 
 __all__ = ["H5LensBackendEntrypoint"]
@@ -108,12 +109,14 @@ class H5LensBackendEntrypoint(BackendEntrypoint):
         verify: bool = True,
         allow_local: Iterable[str] | bool = (),
         limits: Limits | None = None,
+        options: OpenOptions | None = None,
     ) -> Dataset:
         from xarray.backends.zarr import ZarrBackendEntrypoint
 
         from h5lens.read.xarray_arrays import RegionZarrStore
 
-        store = _open_store(filename_or_obj, storage_options, source_options, source_urls, verify, allow_local, limits)
+        opening = _opening(options, storage_options, source_options, source_urls, verify, allow_local, limits)
+        store = _open_store(filename_or_obj, opening, options is not None)
         with _closing_on_error(store, filename_or_obj):
             data_store = RegionZarrStore.open_group(
                 _as_given(store), group=_zarr_group(group), mode="r", consolidated=False, consolidate_on_close=False,
@@ -155,6 +158,7 @@ class H5LensBackendEntrypoint(BackendEntrypoint):
         verify: bool = True,
         allow_local: Iterable[str] | bool = (),
         limits: Limits | None = None,
+        options: OpenOptions | None = None,
     ) -> DataTree:
         from xarray.backends.common import datatree_from_dict_with_io_cleanup
 
@@ -174,6 +178,7 @@ class H5LensBackendEntrypoint(BackendEntrypoint):
             verify=verify,
             allow_local=allow_local,
             limits=limits,
+            options=options,
         )
         return datatree_from_dict_with_io_cleanup(groups)
 
@@ -195,13 +200,15 @@ class H5LensBackendEntrypoint(BackendEntrypoint):
         verify: bool = True,
         allow_local: Iterable[str] | bool = (),
         limits: Limits | None = None,
+        options: OpenOptions | None = None,
     ) -> dict[str, Dataset]:
         from xarray.backends.store import StoreBackendEntrypoint
         from xarray.core.treenode import NodePath
 
         from h5lens.read.xarray_arrays import RegionZarrStore
 
-        store = _open_store(filename_or_obj, storage_options, source_options, source_urls, verify, allow_local, limits)
+        opening = _opening(options, storage_options, source_options, source_urls, verify, allow_local, limits)
+        store = _open_store(filename_or_obj, opening, options is not None)
         with _closing_on_error(store, filename_or_obj):
             # as xarray's zarr engine does it (open_groups_as_dict), with region reads
             zarr_group = _zarr_group(group)
@@ -243,28 +250,48 @@ def _is_h5lens_object(obj: object) -> bool:
     return store is not None and isinstance(obj, store.ManifestStore)
 
 
-def _open_store(
-    filename_or_obj: object,
+def _opening(
+    options: OpenOptions | None,
     storage_options: dict[str, Any] | None,
     source_options: dict[str, Any] | None,
     source_urls: dict[str, str] | None,
     verify: bool,
     allow_local: Iterable[str] | bool,
     limits: Limits | None,
-) -> ManifestStore:
+) -> OpenOptions:
+    """The engine's options as one :class:`OpenOptions` (xarray passes backend options by
+    name, so the engine spells them out; those left at their default do not override
+    ``options``)."""
+    from h5lens.read.options import OpenKwargs, OpenOptions
+
+    given: OpenKwargs = {}
+    if storage_options is not None:
+        given["storage_options"] = storage_options
+    if source_options is not None:
+        given["source_options"] = source_options
+    if source_urls is not None:
+        given["source_urls"] = source_urls
+    if not verify:
+        given["verify"] = verify
+    if allow_local != ():
+        given["allow_local"] = allow_local
+    if limits is not None:
+        given["limits"] = limits
+    return OpenOptions.of(options, given)
+
+
+def _open_store(filename_or_obj: object, opening: OpenOptions, options_given: bool) -> ManifestStore:
     import h5lens
     from h5lens.manifest.model import Manifest
+    from h5lens.read.options import OpenOptions
     from h5lens.store import ManifestStore
 
     if isinstance(filename_or_obj, ManifestStore):
         # already open: its options are the ones it was opened with
-        given = {
-            "storage_options": storage_options,
-            "source_options": source_options,
-            "source_urls": source_urls,
-            "limits": limits,
-        }
-        ignored = sorted(name for name, value in given.items() if value is not None)
+        fields = ("storage_options", "source_options", "source_urls", "limits")
+        ignored = sorted(name for name in fields if getattr(opening, name) != getattr(OpenOptions(), name))
+        if options_given:
+            ignored.insert(0, "options")
         if ignored:
             raise h5lens.InvalidOptionError(
                 f"{', '.join(ignored)} cannot apply to an open ManifestStore: pass the manifest "
@@ -282,15 +309,7 @@ def _open_store(
             f"or an h5lens.ManifestStore, not a {type(filename_or_obj).__name__}"
         )
     try:
-        return h5lens.open_store(
-            manifest,
-            storage_options=storage_options,
-            source_options=source_options,
-            source_urls=source_urls,
-            verify=verify,
-            allow_local=allow_local,
-            limits=limits,
-        )
+        return h5lens.open_store(manifest, options=opening)
     except h5lens.ManifestFormatError as e:
         if getattr(e, "kind", None) == "zarr v2" and e.args:  # NotAManifestError: kerchunk's references
             e.args = (f"{e.args[0]}; or open them with xarray's engine='kerchunk'", *e.args[1:])

@@ -14,18 +14,18 @@ proposal-form scalars (``_SCALAR`` arrays of shape (1,)). String columns get the
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Unpack, cast
 
 import zarr
 
 from h5lens import convention
 from h5lens.errors import H5LensError, ManifestFormatError
-from h5lens.manifest.limits import Limits
 from h5lens.manifest.model import Manifest
 from h5lens.read.anndata_adapter import OwnEncodings, read_legacy_raw, require, scalar_value
 from h5lens.read.anndata_lazy import prefetch_for_lazy, read_lazy
-from h5lens.read.open import PathOrManifest, open_group, store_of
+from h5lens.read.open import open_group, store_of
+from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
 from h5lens.read.shared import origin_of, shared_store
 
 if TYPE_CHECKING:
@@ -109,25 +109,21 @@ def read_anndata(
     manifest: PathOrManifest | Sequence[PathOrManifest],
     *,
     lazy: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    source_options: dict[str, Any] | None = None,
-    source_urls: dict[str, str] | None = None,
-    verify: bool = True,
-    allow_local: Iterable[str] | bool = (),
-    limits: Limits | None = None,
     join: Literal["inner", "outer"] = "inner",
     label: str | None = None,
     keys: Collection[str] | None = None,
     index_unique: str | None = None,
     block_bytes: int | None = None,
+    options: OpenOptions | None = None,
+    **given: Unpack[OpenKwargs],
 ) -> anndata.AnnData:
     """Read an h5ad (or h5td) manifest as an :class:`anndata.AnnData`.
 
     ``lazy=True`` gives ``anndata.experimental.read_lazy`` semantics: dask-backed
     arrays and lazy dataframes that read only the chunks a computation needs; dask tasks
     read through one store per manifest and worker process (see :mod:`h5lens.read.shared`),
-    so they compute on a distributed cluster too. The other arguments are as for
-    :func:`h5lens.open_group`.
+    so they compute on a distributed cluster too. The options (``options=`` or keywords)
+    are :func:`h5lens.open_store`'s.
 
     A list (or tuple) of manifests gives one AnnData concatenated along obs by
     ``anndata.concat`` (``join``, ``label``, ``keys``, ``index_unique`` as it takes them):
@@ -140,6 +136,7 @@ def read_anndata(
     many bytes if given (whole stored chunks), else into their stored chunks.
     """
     require("anndata", "h5lens.read_anndata")
+    opening = OpenOptions.of(options, given)
     if lazy:
         require("dask", "h5lens.read_anndata(lazy=True)")
         require("xarray", "h5lens.read_anndata(lazy=True)")
@@ -155,25 +152,16 @@ def read_anndata(
             keys=keys,
             index_unique=index_unique,
             block_bytes=block_bytes,
-            options={
-                "storage_options": storage_options,
-                "source_options": source_options,
-                "source_urls": source_urls,
-                "verify": verify,
-                "allow_local": allow_local,
-                "limits": limits,
-            },
+            options=opening,
         )
-    root = _open_root(
-        cast("PathOrManifest", manifest), ("anndata", "treedata"), storage_options, source_options, source_urls, verify, allow_local, limits
-    )
+    root = _open_root(cast("PathOrManifest", manifest), ("anndata", "treedata"), opening)
     # The AnnData part of a TreeData file (before any read, so that one store fetches).
     group = _as_anndata_root(root)
     if lazy:
         # a manifest read here from a file, as it is there, travels to workers as its location;
         # a Manifest object may differ from any file (built, edited): it travels whole
         from_file = group is root and not isinstance(manifest, Manifest)
-        origin = origin_of(store_of(root), storage_options, limits) if from_file else None
+        origin = origin_of(store_of(root), opening) if from_file else None
         store = shared_store(group, origin)
         prefetch_for_lazy(store)
         return read_lazy(store, block_bytes)
@@ -248,24 +236,20 @@ def read_treedata(
     manifest: PathOrManifest,
     *,
     lazy: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    source_options: dict[str, Any] | None = None,
-    source_urls: dict[str, str] | None = None,
-    verify: bool = True,
-    allow_local: Iterable[str] | bool = (),
-    limits: Limits | None = None,
+    options: OpenOptions | None = None,
+    **given: Unpack[OpenKwargs],
 ) -> Any:
     """Read an h5td manifest (or an h5ad one with trees) as a :class:`treedata.TreeData`.
 
     ``lazy=True`` reads the AnnData part as :func:`read_anndata` does lazily (dask-backed,
     reading only the chunks a computation needs) and the trees, which are small, eagerly.
+    The options are :func:`h5lens.open_store`'s.
     """
     require("treedata", "h5lens.read_treedata")
     import treedata
 
-    group = _open_root(
-        manifest, ("treedata", "anndata"), storage_options, source_options, source_urls, verify, allow_local, limits
-    )
+    opening = OpenOptions.of(options, given)
+    group = _open_root(manifest, ("treedata", "anndata"), opening)
     if not lazy:
         if "raw.treedata" in group:  # treedata's legacy layout: its own reader reads it
             with _naming_bad_chunks(group):
@@ -277,30 +261,12 @@ def read_treedata(
         with _naming_bad_chunks(group):
             return treedata.read_tree_elems(group, adata)
     store = store_of(group)
-    adata = read_anndata(store.manifest, lazy=True, source_options=store.source_options,
-                         source_urls=store.source_urls, verify=False, allow_local=store.allow_local)
+    adata = read_anndata(store.manifest, lazy=True, options=opening.but(verify=False))  # verified above
     return treedata.read_tree_elems(group, adata)
 
 
-def _open_root(
-    manifest: PathOrManifest,
-    allowed: tuple[str, ...],
-    storage_options: dict[str, Any] | None,
-    source_options: dict[str, Any] | None,
-    source_urls: dict[str, str] | None,
-    verify: bool,
-    allow_local: Iterable[str] | bool,
-    limits: Limits | None,
-) -> zarr.Group:
-    """Open the manifest, check its root is one of ``allowed``, teach anndata what it lacks."""
-    group = open_group(
-        manifest,
-        storage_options=storage_options,
-        source_options=source_options,
-        source_urls=source_urls,
-        verify=verify,
-        allow_local=allow_local,
-        limits=limits,
-    )
+def _open_root(manifest: PathOrManifest, allowed: tuple[str, ...], options: OpenOptions) -> zarr.Group:
+    """Open the manifest and check its root is one of ``allowed``."""
+    group = open_group(manifest, options=options)
     _check_root(group, allowed)
     return group

@@ -11,7 +11,7 @@ included, without the client opening a source.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from h5lens.errors import InvalidOptionError
 from h5lens.read.blocks import DEFAULT_BLOCK_BYTES
@@ -19,7 +19,7 @@ from h5lens.read.blocks import DEFAULT_BLOCK_BYTES
 if TYPE_CHECKING:
     import anndata
 
-    from h5lens.read.open import PathOrManifest
+    from h5lens.read.options import OpenOptions, PathOrManifest
 
 
 def read_collection(
@@ -32,7 +32,7 @@ def read_collection(
     keys: Collection[str] | None,
     index_unique: str | None,
     block_bytes: int | None,
-    options: dict[str, Any],
+    options: OpenOptions,
 ) -> anndata.AnnData:
     """``anndata.concat`` of ``read_one(m, lazy=lazy, ...)`` over ``manifests``."""
     import anndata
@@ -41,8 +41,7 @@ def read_collection(
         raise InvalidOptionError("read_anndata: the list of manifests is empty")
     if keys is not None and len(keys) != len(manifests):
         raise InvalidOptionError(f"keys: {len(keys)} given for {len(manifests)} manifests")
-    if lazy:
-        # a collection is computed, not sliced row by row: blocks sized for a cluster
-        options = {**options, "block_bytes": block_bytes or DEFAULT_BLOCK_BYTES}
-    parts = [read_one(m, lazy=lazy, **options) for m in manifests]
+    if lazy:  # a collection is computed, not sliced row by row: blocks sized for a cluster
+        block_bytes = block_bytes or DEFAULT_BLOCK_BYTES
+    parts = [read_one(m, lazy=lazy, block_bytes=block_bytes, options=options) for m in manifests]
     return anndata.concat(parts, axis="obs", join=join, label=label, keys=keys, index_unique=index_unique)

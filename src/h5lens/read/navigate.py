@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 import numpy as np
 import zarr
@@ -49,7 +49,7 @@ from h5lens.locations import is_remote, local_path, resolve
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import Manifest
 from h5lens.read.check import read_checked
-from h5lens.store import ManifestStore
+from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
 
 __all__ = [
     "RESERVED_ATTRIBUTES",
@@ -80,27 +80,28 @@ Indexer = Callable[..., Manifest]
 
 
 def open(  # noqa: A001 - the module's entry point; h5lens.open passes h5lens.index as index
-    manifest_or_path: Manifest | str | os.PathLike[str],
+    manifest_or_path: PathOrManifest,
     *,
-    storage_options: dict[str, Any] | None = None,
     index: Indexer | None = None,
-    verify: bool = True,
+    options: OpenOptions | None = None,
+    **given: Unpack[OpenKwargs],
 ) -> Group:
-    """The root group of a manifest (object, manifest JSON path/URL, or HDF5 file to index).
+    """The root group of a manifest (object, manifest file or URL in any form,
+    ``icechunk://PATH``, or an HDF5 file to index).
 
-    A manifest file is read in either form (JSON or compact, whatever its name); an HDF5
-    file is indexed with ``index`` first (:func:`h5lens.open` passes :func:`h5lens.index`). ``storage_options``
-    apply to the manifest, its source files and the files external links reach. With
-    ``verify`` (the default), each manifest's sources are checked once, as
-    :func:`h5lens.open_store` checks them: a source that changed since indexing raises
+    An HDF5 file is indexed with ``index`` first (:func:`h5lens.open` passes
+    :func:`h5lens.index`). The options are :func:`h5lens.open_store`'s and apply to every
+    file reached, external links' too: each manifest's sources are checked once (unless
+    ``verify=False``), a source that changed since indexing raises
     :class:`~h5lens.errors.StaleSourceError`.
     """
-    manifest = _load(manifest_or_path, storage_options, index)
-    return _File(manifest, storage_options, {}, index, verify=verify).root()
+    opening = OpenOptions.of(options, given)
+    manifest = _load(manifest_or_path, opening, index)
+    return _File(manifest, opening, {}, index).root()
 
 
 def load_external(
-    manifest: Manifest, source: str, *, storage_options: dict[str, Any] | None = None, index: Indexer | None = None
+    manifest: Manifest, source: str, *, options: OpenOptions | None = None, index: Indexer | None = None
 ) -> Manifest:
     """The manifest of the file an external link of ``manifest`` names as ``source``.
 
@@ -108,6 +109,8 @@ def load_external(
     ``<file>.json`` beside the linked HDF5 file, then the HDF5 file indexed on the fly
     with ``index`` (``h5lens.index``); without one, a missing manifest is an error.
     """
+    options = options or OpenOptions()
+    storage_options = options.storage_options
     target = _external_url(manifest, source)
     candidates = []
     if manifest.location is not None:
@@ -115,7 +118,7 @@ def load_external(
     candidates.append(target + ".json")
     for candidate in dict.fromkeys(candidates):
         if _exists(candidate, storage_options):
-            return Manifest.from_json(candidate, storage_options=storage_options)
+            return options.load(candidate)
     if not _exists(target, storage_options):
         raise SourceNotFoundError(
             f"external link source {source!r}: neither {target!r} nor a manifest "
@@ -129,14 +132,13 @@ def load_external(
     return index(target, storage_options=storage_options, convention=manifest.convention)
 
 
-def _load(
-    manifest: Manifest | str | os.PathLike[str], storage_options: dict[str, Any] | None, index: Indexer | None
-) -> Manifest:
+def _load(manifest: PathOrManifest, options: OpenOptions, index: Indexer | None) -> Manifest:
     if isinstance(manifest, Manifest):
         return manifest
     location = os.fspath(manifest)
+    storage_options = options.storage_options
     try:  # a manifest in either form, whatever its name says; an HDF5 file is indexed
-        return Manifest.load(location, storage_options=storage_options)
+        return options.load(location)
     except NotAManifestError as e:
         if e.kind != "hdf5":
             raise
@@ -186,22 +188,11 @@ DATASET_KINDS: list[tuple[Callable[[dict[str, Any]], bool], Callable[[Any, str],
 class _File:
     """One manifest being navigated, and the linked files reached from it (shared cache)."""
 
-    def __init__(
-        self,
-        manifest: Manifest,
-        storage_options: dict[str, Any] | None,
-        opened: dict[str, _File],
-        index: Indexer | None = None,
-        *,
-        verify: bool = True,
-    ):
+    def __init__(self, manifest: Manifest, options: OpenOptions, opened: dict[str, _File], index: Indexer | None):
         self.manifest = manifest
         self.index = index
-        self.storage_options = storage_options
-        self.verify = verify
-        self.store = ManifestStore(manifest, source_options=storage_options)
-        if verify:
-            self.store.verify_sources()  # once per file, as open_store does
+        self.options = options
+        self.store = options.store(manifest)  # its sources verified once per file, as open_store does
         self.proposal = manifest.convention == "proposal"
         self._opened = opened
         self._arrays: dict[str, zarr.Array] = {}
@@ -236,8 +227,8 @@ class _File:
         url = _external_url(self.manifest, source)
         found = self._opened.get(url)
         if found is None:
-            manifest = load_external(self.manifest, source, storage_options=self.storage_options, index=self.index)
-            found = _File(manifest, self.storage_options, self._opened, self.index, verify=self.verify)
+            manifest = load_external(self.manifest, source, options=self.options, index=self.index)
+            found = _File(manifest, self.options, self._opened, self.index)
             self._opened[url] = found
         return found
 

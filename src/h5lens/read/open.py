@@ -2,80 +2,46 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
-from typing import Any
+from typing import Any, Unpack
 
 import zarr
 
 from h5lens.errors import ManifestFormatError
 from h5lens.manifest.limits import Limits
 from h5lens.manifest.model import Manifest
+from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest, load_manifest
 from h5lens.store import ManifestStore
 
-PathOrManifest = Manifest | str | os.PathLike[str]
-
-
-def load_manifest(
-    manifest: PathOrManifest, *, storage_options: dict[str, Any] | None = None, limits: Limits | None = None
-) -> Manifest:
-    if isinstance(manifest, Manifest):
-        return manifest
-    return Manifest.load(os.fspath(manifest), storage_options=storage_options, limits=limits)
+__all__ = ["OpenKwargs", "OpenOptions", "PathOrManifest", "load_manifest", "open_group", "open_store", "store_of"]
 
 
 def open_store(
-    manifest: PathOrManifest,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    source_options: dict[str, Any] | None = None,
-    source_urls: dict[str, str] | None = None,
-    verify: bool = True,
-    allow_local: Iterable[str] | bool = (),
-    limits: Limits | None = None,
+    manifest: PathOrManifest, *, options: OpenOptions | None = None, **given: Unpack[OpenKwargs]
 ) -> ManifestStore:
-    """A :class:`ManifestStore` for a manifest object or file.
+    """A :class:`ManifestStore` for a manifest object, file (JSON or compact) or Icechunk
+    repository (``icechunk://PATH``).
 
-    With ``verify`` (the default) each source is checked once (one HEAD or stat) and a
-    source that changed since indexing raises :class:`~h5lens.errors.StaleSourceError`.
-    A manifest read from a remote URL may not read local files unless ``allow_local``
-    names them (path prefixes, or True); a manifest that claims more than ``limits``
-    (:class:`~h5lens.manifest.limits.Limits`) is refused: see docs/security.md.
+    The options (:class:`~h5lens.read.options.OpenOptions`, or the same as keywords):
+    ``storage_options``, ``source_options``, ``source_urls``, ``verify`` (the default:
+    each source is checked once, one HEAD or stat, and a source that changed since indexing
+    raises :class:`~h5lens.errors.StaleSourceError`), ``allow_local`` (what a manifest
+    read from a remote URL may read locally) and ``limits``: see docs/security.md.
     """
-    loaded = load_manifest(manifest, storage_options=storage_options, limits=limits)
-    options = source_options if source_options is not None else storage_options
-    store = ManifestStore(loaded, source_options=options, source_urls=source_urls, allow_local=allow_local)
-    if verify:
-        store.verify_sources()
-    return store
+    return OpenOptions.of(options, given).store(manifest)
 
 
 def open_group(
-    manifest: PathOrManifest,
-    *,
-    storage_options: dict[str, Any] | None = None,
-    source_options: dict[str, Any] | None = None,
-    source_urls: dict[str, str] | None = None,
-    verify: bool = True,
-    allow_local: Iterable[str] | bool = (),
-    limits: Limits | None = None,
+    manifest: PathOrManifest, *, options: OpenOptions | None = None, **given: Unpack[OpenKwargs]
 ) -> zarr.Group:
-    """Open a manifest (object, path or URL) as a read-only zarr v3 group.
+    """Open a manifest (object, path or URL, ``icechunk://PATH``) as a read-only zarr v3 group.
 
     ``storage_options`` apply to reading the manifest and, unless ``source_options``
     is given, to the source files it points at. ``source_urls`` maps recorded source
     URLs to others (a moved bucket, a local mirror). ``verify=False`` skips the check
-    that sources are unchanged since indexing.
+    that sources are unchanged since indexing. The options are those of
+    :func:`open_store`.
     """
-    store = open_store(
-        manifest,
-        storage_options=storage_options,
-        source_options=source_options,
-        source_urls=source_urls,
-        verify=verify,
-        allow_local=allow_local,
-        limits=limits,
-    )
+    store = open_store(manifest, options=options, **given)
     root = store.manifest.nodes.get("")
     where = store.manifest.location or "manifest"
     if root is None:

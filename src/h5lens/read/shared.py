@@ -26,14 +26,18 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zarr
 
 from h5lens.errors import StaleSourceError
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 from h5lens.manifest.model import Manifest
+from h5lens.read.options import load_manifest
 from h5lens.store import ManifestStore
+
+if TYPE_CHECKING:
+    from h5lens.read.options import OpenOptions
 
 # Stores kept per worker process. Bounded: a long-lived worker reading many collections
 # must not keep every manifest it ever saw. A store dropped here still serves the tasks
@@ -138,7 +142,7 @@ def _build(key: str, handle: tuple[Any, ...]) -> SharedManifestStore:
             manifest, source_options=source_options, source_urls=source_urls, allow_local=allow_local, key=key
         )
     _, origin, sources, source_options, source_urls, allow_local = handle
-    manifest = Manifest.load(origin.location, storage_options=origin.storage_options or None, limits=origin.limits)
+    manifest = load_manifest(origin.location, storage_options=origin.storage_options or None, limits=origin.limits)
     found = tuple(s.to_dict() for s in manifest.sources)
     if found != sources:
         raise StaleSourceError(
@@ -163,12 +167,12 @@ def shared_store(group: zarr.Group, origin: Origin | None) -> SharedManifestStor
     return SharedManifestStore.of(store_of(group), origin)
 
 
-def origin_of(store: ManifestStore, storage_options: dict[str, Any] | None, limits: Limits | None) -> Origin | None:
+def origin_of(store: ManifestStore, options: OpenOptions) -> Origin | None:
     """The origin of a store's manifest if it was read from a file (and not changed since)."""
     location = store.manifest.location
     if location is None:
         return None
-    return Origin(location, dict(storage_options or {}), limits or DEFAULT_LIMITS)
+    return Origin(location, dict(options.storage_options or {}), options.limits or DEFAULT_LIMITS)
 
 
 def cached_stores() -> int:
