@@ -425,7 +425,9 @@ def test_an_unchanged_manifest_commits_nothing(tmp_path):
     assert [s.id for s in repo.ancestry(branch="main")] == history
     info = repo.lookup_snapshot(first)
     recorded = info.metadata["h5lens"]["sources"]
-    assert recorded == [{"url": source.resolve().as_uri(), "size": source.stat().st_size, "mtime": source.stat().st_mtime}]
+    # the record names each source by URI and keeps what verifies it (size, mtime, fingerprint)
+    assert recorded == [{**manifest.sources[0].to_dict(), "url": source.resolve().as_uri()}]
+    assert recorded[0]["size"] == source.stat().st_size and recorded[0]["mtime"] == source.stat().st_mtime
 
     _modify(source)
     changed = h5lens.index(source)

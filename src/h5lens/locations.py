@@ -13,7 +13,9 @@ import posixpath
 
 
 def is_remote(location: str) -> bool:
-    """Whether ``location`` is a URL of a remote store (anything with a scheme but ``file://``)."""
+    """Whether ``location`` is a URL of a remote store (anything with a scheme but ``file://``).
+    An Icechunk repository (``icechunk://PATH``) is where its ``PATH`` is."""
+    location = location.removeprefix("icechunk://")
     return "://" in location and not location.startswith("file://")
 
 

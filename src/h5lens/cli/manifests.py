@@ -17,16 +17,16 @@ def open_manifest(manifest: str, options: dict[str, Any], *, index_hdf5: bool = 
     With ``index_hdf5``, an HDF5 file given instead is indexed in memory (nothing written)."""
     from h5lens.errors import NotAManifestError, SourceNotFoundError
 
-    if manifest.startswith("icechunk://"):
-        fail(
-            f"{manifest}: an Icechunk repository, not a manifest; read it with "
-            "h5lens.icechunk.open_repository (or icechunk and zarr) in Python"
-        )
     with reporting(manifest, "reading the manifest", anon=bool(options.get("anon"))):
-        from h5lens.manifest.model import Manifest as Loaded
+        from h5lens.read.options import load_manifest
+
+        if manifest.startswith("icechunk://"):
+            from h5lens.icechunk.containers import quiet_logs
+
+            quiet_logs()  # the command's output is its own lines
 
         try:
-            return Loaded.from_json(manifest, storage_options=options or None)
+            return load_manifest(manifest, storage_options=options or None)
         except SourceNotFoundError as e:
             fail(f"{manifest}: manifest not found", e)
         except NotAManifestError as e:

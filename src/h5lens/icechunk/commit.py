@@ -8,6 +8,7 @@ import datetime
 import hashlib
 import json
 import math
+from dataclasses import replace
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from h5lens.errors import (
 from h5lens.icechunk.containers import container_prefix, require_icechunk, source_uris
 from h5lens.icechunk.repository import check_location, icechunk_error, open_repository, parse_destination
 from h5lens.manifest.model import ChunkTable, Manifest, Source
+from h5lens.manifest.tables import attribute_types_json
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, chunk_key, metadata_key
 
 if TYPE_CHECKING:
@@ -55,8 +57,16 @@ def _digest(manifest: Manifest) -> str:
 
 
 def _record(manifest: Manifest, uris: list[str]) -> dict[str, Any]:
-    sources = [Source(uri, s.size, s.mtime, s.etag).to_dict() for s, uri in zip(manifest.sources, uris, strict=True)]
-    record = {"writer": f"h5lens {__version__}", "sources": sources, "digest": _digest(manifest)}
+    sources = [replace(s, url=uri).to_dict() for s, uri in zip(manifest.sources, uris, strict=True)]
+    # what a reader needs beside the documents and references to read the manifest back
+    # whole (h5lens.icechunk.snapshot): its convention and the attributes' HDF5 types
+    record = {
+        "writer": f"h5lens {__version__}",
+        "convention": manifest.convention,
+        "sources": sources,
+        "digest": _digest(manifest),
+        **attribute_types_json(manifest),
+    }
     # through JSON, so it compares equal to what Icechunk gives back (lists, floats)
     return dict(json.loads(json.dumps(record)))
 
@@ -65,7 +75,7 @@ def _same(recorded: Any, record: Mapping[str, Any]) -> bool:
     """The branch holds this manifest of these sources (the writer's version aside)."""
     if not isinstance(recorded, Mapping):
         return False
-    return recorded.get("sources") == record["sources"] and recorded.get("digest") == record["digest"]
+    return all(recorded.get(key) == record.get(key) for key in ("sources", "digest", "convention", "attribute_types"))
 
 
 def _checksum(source: Source) -> str | datetime.datetime | None:

@@ -22,13 +22,13 @@ if TYPE_CHECKING:
 INSTALL_HINT = "pip install 'h5lens[icechunk]'"
 
 
-def require_icechunk() -> None:
+def require_icechunk(doing: str = "writing to Icechunk") -> None:
     # set_virtual_refs_arr with a checksum and the explicit LocalFileSystemAccess /
     # HttpAccess authorisations are Icechunk 2.3's
     try:
         import icechunk
     except ImportError as e:
-        raise InvalidOptionError(f"writing to Icechunk needs the icechunk package (>= 2.3): {INSTALL_HINT}") from e
+        raise InvalidOptionError(f"{doing} needs the icechunk package (>= 2.3): {INSTALL_HINT}") from e
     version = tuple(int(part) for part in icechunk.__version__.split(".")[:2] if part.isdigit())
     if version < (2, 3):
         raise InvalidOptionError(f"h5lens needs icechunk >= 2.3, found {icechunk.__version__}: {INSTALL_HINT}")

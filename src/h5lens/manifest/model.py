@@ -152,7 +152,8 @@ class Manifest(ManifestParts):
         limits: Limits | None = None,
     ) -> Manifest:
         """Read a manifest in either form (detected from the file). Manifests are untrusted
-        input, checked against ``limits`` (:class:`h5lens.manifest.limits.Limits`)."""
+        input, checked against ``limits`` (:class:`h5lens.manifest.limits.Limits`). An
+        Icechunk repository (``icechunk://``) is read by :func:`h5lens.load_manifest`."""
         return cls.from_parts(io.read(path, storage_options=storage_options, limits=limits or DEFAULT_LIMITS))
 
     @classmethod
