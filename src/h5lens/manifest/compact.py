@@ -48,14 +48,14 @@ from h5lens.manifest.checks import (
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 from h5lens.manifest.tables import (
-    attribute_types_json,
-    checked_attribute_types,
     INLINE,
     MISSING,
     ChunkTable,
     ChunkTableBuilder,
     ManifestParts,
     Source,
+    attribute_types_json,
+    parts_of_file,
 )
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar
 
@@ -181,7 +181,9 @@ def decode_table(blob: bytes, grid: tuple[int, ...], where: str) -> ChunkTable:
         mask_blob = column("present")
         if mask_blob is None:  # every cell present (the usual case): no index array at all
             if n != cells:
-                raise ManifestFormatError(f"{where}: {n} chunks recorded on a grid of {cells} cells, none marked absent")
+                raise ManifestFormatError(
+                    f"{where}: {n} chunks recorded on a grid of {cells} cells, none marked absent"
+                )
             present = None
         else:
             bits = np.unpackbits(np.frombuffer(_unbytes(mask_blob), dtype=np.uint8), count=cells)
@@ -225,7 +227,9 @@ def decode_table(blob: bytes, grid: tuple[int, ...], where: str) -> ChunkTable:
     except ManifestFormatError:
         raise
     except Exception as e:  # noqa: BLE001 - a damaged table is a format error naming the array
-        raise ManifestFormatError(f"{where}: the compact chunk table does not decode ({type(e).__name__}: {e})") from None
+        raise ManifestFormatError(
+            f"{where}: the compact chunk table does not decode ({type(e).__name__}: {e})"
+        ) from None
 
 
 # -- the file ------------------------------------------------------------------------------
@@ -368,7 +372,9 @@ def decode(
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ManifestFormatError(f"{location}: not a compact h5lens manifest header")
     if header.get("version") != VERSION:
-        raise ManifestFormatError(f"{location}: compact manifest version {header.get('version')!r}, this h5lens reads {VERSION}")
+        raise ManifestFormatError(
+            f"{location}: compact manifest version {header.get('version')!r}, this h5lens reads {VERSION}"
+        )
     nodes = header.get("nodes")
     entries = header.get("arrays")
     info = header.get("h5lens") or {}
@@ -393,13 +399,11 @@ def decode(
     sources = [Source.from_dict(s) for s in info.get("sources", [])]
     encodings = {path: grammar.arrays[path][0] for path in grids}
     tables = LazyTables(read_range, _PREAMBLE + length, entries, grids, sources, encodings, limits, nodes)
-    return ManifestParts(
+    return parts_of_file(
+        info,
         nodes=nodes,
         chunks=tables,
         sources=sources,
-        convention=info.get("convention", "released"),
-        writer=info.get("version", ""),
         location=location,
         recorded={path: {"chunks": e.get("chunks"), "digest": e.get("digest")} for path, e in entries.items()},
-        attribute_types=checked_attribute_types(info.get("attribute_types"), nodes, location or "manifest"),
     )

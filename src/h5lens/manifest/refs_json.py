@@ -39,7 +39,7 @@ from h5lens.manifest.tables import (
     ManifestParts,
     Source,
     attribute_types_json,
-    checked_attribute_types,
+    parts_of_file,
 )
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar, chunk_key, join, metadata_key, metadata_path
 
@@ -188,15 +188,13 @@ def parts_from_refs(
     for path, table in chunks.items():
         check_ranges(path, table, sources, grammar.arrays[path][0])
         check_vlen_inline(path, nodes[path], table, grammar.arrays[path][0])
-    return ManifestParts(
+    return parts_of_file(
+        info,
         nodes=nodes,
         chunks=chunks,
         sources=sources,
-        convention=info.get("convention", "released"),
-        writer=info.get("version", ""),
         location=location,
         recorded=_recorded(info.get("arrays")),
-        attribute_types=checked_attribute_types(info.get("attribute_types"), nodes, location or "manifest"),
     )
 
 
@@ -204,11 +202,15 @@ def _recorded(value: Any) -> dict[str, dict[str, Any]] | None:
     if value is None:
         return None
     if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
-        raise ManifestFormatError(f"Expected h5lens.arrays to map array paths to {{chunks, digest}}. Got {type(value).__name__}")
+        raise ManifestFormatError(
+            f"Expected h5lens.arrays to map array paths to {{chunks, digest}}. Got {type(value).__name__}"
+        )
     for path, entry in value.items():
         chunks, digest = entry.get("chunks"), entry.get("digest")
         if not (type(chunks) is int and chunks >= 0) or not (digest is None or isinstance(digest, str)):
-            raise ManifestFormatError(f"h5lens.arrays[{path!r}]: expected a chunk count and a digest string. Got {entry!r}")
+            raise ManifestFormatError(
+                f"h5lens.arrays[{path!r}]: expected a chunk count and a digest string. Got {entry!r}"
+            )
     return value
 
 
@@ -277,7 +279,9 @@ def _grid_indices(path: str, encoding: KeyEncoding, tails: list[str], grid: tupl
     cut = len(prefix)
     if prefix and not all(t.startswith(prefix) for t in tails):
         bad = next(t for t in tails if not t.startswith(prefix))
-        raise ManifestFormatError(f"{where}{bad}: not a chunk key of a {len(grid)}-d array ({encoding.name!r} encoding)")
+        raise ManifestFormatError(
+            f"{where}{bad}: not a chunk key of a {len(grid)}-d array ({encoding.name!r} encoding)"
+        )
     joined = sep.join(t[cut:] for t in tails)
     parts = joined.split(sep)
     digits = "".join(parts)
@@ -293,7 +297,12 @@ def _grid_indices(path: str, encoding: KeyEncoding, tails: list[str], grid: tupl
 
 
 def _fill_table(
-    path: str, table: ChunkTableBuilder, encoding: KeyEncoding, tails: list[str], values: list[Any], resolve: _SourceResolver
+    path: str,
+    table: ChunkTableBuilder,
+    encoding: KeyEncoding,
+    tails: list[str],
+    values: list[Any],
+    resolve: _SourceResolver,
 ) -> int:
     """Set one array's chunk table from its keys' values, column-wise (no per-chunk numpy calls);
     return the inline bytes it holds."""
@@ -313,7 +322,9 @@ def _fill_table(
         urls = [v[0] for v in refs]
         if not all(type(u) is str for u in urls):
             bad = next(i for i, v in enumerate(values) if type(v) is list and type(v[0]) is not str)
-            raise ManifestFormatError(f"{where}{tails[bad]}: a reference's URL must be a string. Got {values[bad][0]!r}")
+            raise ManifestFormatError(
+                f"{where}{tails[bad]}: a reference's URL must be a string. Got {values[bad][0]!r}"
+            )
         index: dict[Any, int] = {}
         for url in dict.fromkeys(urls):
             try:
@@ -334,7 +345,9 @@ def _fill_table(
                     f"{where}{tails[i]}: expected [url, offset, length] or inline data. Got {value!r}"
                 )
             try:
-                payloads.append(base64.b64decode(value[7:], validate=True) if value.startswith("base64:") else value.encode())
+                payloads.append(
+                    base64.b64decode(value[7:], validate=True) if value.startswith("base64:") else value.encode()
+                )
             except ValueError:
                 raise ManifestFormatError(f"{where}{tails[i]}: inline data is not base64") from None
         table.set_inline(flat[inline_at], payloads)

@@ -183,10 +183,16 @@ class ChunkTable:
     inline: Mapping[int, bytes] = field(default_factory=lambda: MappingProxyType({}))  # flat index -> bytes
 
     def __post_init__(self) -> None:
-        grids = {"source": (self.source, np.int32), "offset": (self.offset, np.uint64), "length": (self.length, np.uint64)}
+        grids = {
+            "source": (self.source, np.int32),
+            "offset": (self.offset, np.uint64),
+            "length": (self.length, np.uint64),
+        }
         for name, (grid, dtype) in grids.items():
             if not isinstance(grid, np.ndarray) or grid.dtype != dtype:
-                raise ManifestFormatError(f"Expected a {np.dtype(dtype)} {name} grid. Got {getattr(grid, 'dtype', type(grid))}")
+                raise ManifestFormatError(
+                    f"Expected a {np.dtype(dtype)} {name} grid. Got {getattr(grid, 'dtype', type(grid))}"
+                )
             if not grid.flags.c_contiguous:
                 raise ManifestFormatError(f"Expected a C-contiguous {name} grid")
         if not (self.source.shape == self.offset.shape == self.length.shape):
@@ -203,7 +209,9 @@ class ChunkTable:
                 f"Expected inline bytes exactly for the {inline_at.size} chunks marked INLINE. Got {len(self.inline)}"
             )
         if inline_at.size:
-            sizes = np.fromiter((len(self.inline[i]) for i in inline_at.tolist()), dtype=np.uint64, count=inline_at.size)
+            sizes = np.fromiter(
+                (len(self.inline[i]) for i in inline_at.tolist()), dtype=np.uint64, count=inline_at.size
+            )
             if not np.array_equal(sizes, self.length.reshape(-1)[inline_at]):
                 raise ManifestFormatError("Expected the length of each inline chunk to be its payload's size")
         for grid in (self.source, self.offset, self.length):
@@ -420,7 +428,9 @@ def parse_attribute_types(value: Any, where: str) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for path, names in value.items():
         if not isinstance(path, str) or not isinstance(names, dict):
-            raise ManifestFormatError(f"{where}: Expected 'attribute_types' to map node paths to objects. Got {path!r}.")
+            raise ManifestFormatError(
+                f"{where}: Expected 'attribute_types' to map node paths to objects. Got {path!r}."
+            )
         for name, type_name in names.items():
             if not isinstance(name, str) or not is_attribute_type(type_name):
                 raise ManifestFormatError(
@@ -435,6 +445,35 @@ def attribute_types_json(manifest: ManifestParts) -> dict[str, Any]:
     """The ``attribute_types`` member of the ``h5lens`` object (nothing when none is recorded)."""
     found = {path: dict(sorted(names.items())) for path, names in sorted(manifest.attribute_types.items()) if names}
     return {"attribute_types": found} if found else {}
+
+
+def parts_of_file(
+    info: Mapping[str, Any],
+    *,
+    nodes: dict[str, dict[str, Any]],
+    chunks: Mapping[str, ChunkTable],
+    sources: Sequence[Source],
+    location: str | None,
+    recorded: dict[str, dict[str, Any]] | None,
+) -> ManifestParts:
+    """The parts of a manifest file (either form), with what its ``.h5lens`` record says:
+    the convention, the writer's version and the attribute types (checked against ``nodes``)."""
+    where = location or "manifest"
+    convention = info.get("convention", "released")
+    if not isinstance(convention, str):
+        from h5lens.errors import ManifestFormatError
+
+        raise ManifestFormatError(f"{where}: the convention is not a name: {convention!r}")
+    return ManifestParts(
+        nodes=nodes,
+        chunks=chunks,
+        sources=sources,
+        convention=convention,
+        writer=str(info.get("version", "")),
+        location=location,
+        recorded=recorded,
+        attribute_types=checked_attribute_types(info.get("attribute_types"), nodes, where),
+    )
 
 
 def checked_attribute_types(value: Any, nodes: dict[str, dict[str, Any]], where: str) -> dict[str, dict[str, str]]:
