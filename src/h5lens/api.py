@@ -10,11 +10,10 @@ from typing import Any, Unpack
 
 from h5lens._version import __version__
 from h5lens.errors import NotHDF5Error
-from h5lens.locations import absolute, same_location
-from h5lens.manifest.model import Manifest, Source
+from h5lens.manifest.model import Manifest
 from h5lens.read import navigate
-from h5lens.read.navigate import Group
 from h5lens.read import ragged as _ragged  # noqa: F401 - navigation's ragged datasets (navigate.DATASET_KINDS)
+from h5lens.read.navigate import Group
 from h5lens.read.open import load_manifest, open_group, open_store
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
 from h5lens.scan.build import build_manifest
@@ -27,6 +26,7 @@ from h5lens.scan.options import (
     ScanOptions,
     ScanProgress,
 )
+from h5lens.scan.other_files import recorded_sources
 from h5lens.scan.source import open_source
 
 __all__ = ["PathOrManifest", "index", "load_manifest", "open", "open_group", "open_store"]
@@ -91,17 +91,10 @@ def index(
         raise failure from None
     finally:
         opened.close()
-    if url is None:
-        return replace(manifest, sources=[replace(manifest.sources[0], url=absolute(location))])
-    indexed = manifest.sources[0]
-    if "://" in url or os.path.isabs(url):
-        if not same_location(url, location):
-            # what identifies the file indexed says nothing of the one at ``url`` but its size
-            return replace(manifest, sources=[Source(url, indexed.size)])
-    return replace(manifest, sources=[replace(indexed, url=url)])
+    return replace(manifest, sources=recorded_sources(manifest.sources, location, url))
 
 
-def open(  # noqa: A001 - h5lens.open
+def open(
     manifest_or_path: PathOrManifest, *, options: OpenOptions | None = None, **given: Unpack[OpenKwargs]
 ) -> Group:
     """The root of a manifest (object, manifest file or URL in any form, ``icechunk://PATH``,

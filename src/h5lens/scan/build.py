@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+import os
 from collections.abc import Callable
 from typing import Any, TypedDict
 
@@ -15,10 +17,12 @@ from h5lens.errors import (
     H5LensError,
     MaterializeLimitError,
     NotHDF5Error,
+    SourceNotFoundError,
     UnsupportedFeatureError,
     first_line,
 )
 from h5lens.fetch.planner import LOCAL
+from h5lens.locations import is_remote
 from h5lens.manifest.documents import check_documents, chunk_shape_of
 from h5lens.manifest.model import MISSING, ChunkTable, ChunkTableBuilder, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
@@ -40,9 +44,11 @@ from h5lens.scan.codecs import (
     untranslatable,
 )
 from h5lens.scan.dtypes import BYTE_STRING_PLAN, TypePlan, plan_type
-from h5lens.scan.hdf5_types import element_dtype, stored_layout
+from h5lens.scan.external import external_table, read_stream
+from h5lens.scan.external import segments as external_segments
 from h5lens.scan.global_heap import HeapCheck
 from h5lens.scan.hdf5 import reader_for
+from h5lens.scan.hdf5_types import element_dtype, stored_layout
 from h5lens.scan.materialize import (
     ResolvePath,
     chunk_selection,
@@ -59,10 +65,12 @@ from h5lens.scan.options import (
     ScanOptions,
     ScanProgress,
 )
+from h5lens.scan.other_files import OtherFiles
 from h5lens.scan.profiles import ProfileContext
 from h5lens.scan.ragged import Made, ragged_base, ragged_nodes
 from h5lens.scan.registry import apply_profiles
-from h5lens.scan.source import OpenSource, TrackedFile
+from h5lens.scan.source import OpenSource, TrackedFile, open_source
+from h5lens.scan.virtual import virtual_table
 from h5lens.scan.walk import DatasetRecord, GroupRecord, Walk, walk
 
 logger = logging.getLogger("h5lens.scan")
@@ -83,15 +91,30 @@ def build_manifest(
     writer: str,
     progress: Callable[[ScanProgress], None] | None = None,
 ) -> Manifest:
+    files = OtherFiles(opened.source, opened.storage_options)
+    try:
+        return _build_on(opened, options, files, writer=writer, progress=progress)
+    finally:
+        files.close()
+
+
+def _build_on(
+    opened: OpenSource,
+    options: ScanOptions,
+    files: OtherFiles,
+    *,
+    writer: str,
+    progress: Callable[[ScanProgress], None] | None,
+) -> Manifest:
     if not opened.remote:
-        return _build(opened, options, writer=writer, progress=progress)
+        return _build(opened, options, files, writer=writer, progress=progress)
     # libhdf5 reads a remote file with h5py's lock held, waiting on the event loop thread
     # that fetches the bytes; a cyclic collection there that frees an h5py object would
     # wait for that lock. No cyclic collection until the scan is done (the scan makes no cycles).
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _build(opened, options, writer=writer, progress=progress)
+        return _build(opened, options, files, writer=writer, progress=progress)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -100,6 +123,7 @@ def build_manifest(
 def _build(
     opened: OpenSource,
     options: ScanOptions,
+    files: OtherFiles,
     *,
     writer: str,
     progress: Callable[[ScanProgress], None] | None = None,
@@ -139,7 +163,7 @@ def _build(
         try:
             made = _ragged(h5[record.h5_path], record, options, resolve, nan_strings, heaps)
             if made is None:
-                doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, indexes, heaps)
+                doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, indexes, heaps, files)
                 made = [(record.key, doc, table)]
         except UnsupportedFeatureError as e:
             refused[record.key] = e
@@ -168,7 +192,7 @@ def _build(
         logger.info("%s: scanned; %s", opened.source.url, opened.read_summary())
     check_documents(nodes)
     return Manifest(
-        nodes, tables, [opened.source], options.convention, writer, attribute_types=_kept_types(types, nodes)
+        nodes, tables, list(files.sources), options.convention, writer, attribute_types=_kept_types(types, nodes)
     )
 
 
@@ -224,7 +248,7 @@ def _check_inside_file(path: str, table: ChunkTable, size: int | None) -> None:
         return
     source = table.source.reshape(-1)
     ends = table.offset.reshape(-1) + table.length.reshape(-1)
-    past = np.flatnonzero((source >= 0) & (ends > np.uint64(size)))
+    past = np.flatnonzero((source == 0) & (ends > np.uint64(size)))  # the other files were checked when met
     if past.size:
         flat = int(past[0])
         index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape))
@@ -283,6 +307,7 @@ def _array(
     nan_strings: bool,
     indexes: chunk_scan.IndexWalks | None = None,
     heaps: HeapCheck | None = None,
+    files: OtherFiles | None = None,
 ) -> tuple[dict[str, Any], ChunkTable]:
     path = record.h5_path
     plan = _plan_of(ds, path)
@@ -353,8 +378,27 @@ def _array(
             )
         return finish_scalar(doc, table.build(), options)
 
+    if files is not None and plan.raw and layout == h5py.h5d.CONTIGUOUS and _external(dcpl):
+        stream = external_segments(dcpl, files)
+        slabs = external_table(path, shape, base_itemsize, stream, files, options.slab_bytes)
+        if slabs is not None:  # references into the raw files
+            doc = document(path, plan, shape, slabs[0], [*plan.array_codecs, bytes_codec(plan)], fill, attributes)
+            return finish_scalar(doc, slabs[1].build(), options)
+        # copied, but read from the raw files as resolved here (h5py looks only in the working directory)
+        total = int(np.prod(ds.shape, dtype=np.int64)) * ds.dtype.itemsize
+        _check_limit(path, options, total, "external raw storage split inside an element")
+        values = np.frombuffer(read_stream(path, stream, files, total), dtype=ds.dtype).reshape(ds.shape)
+        return inline_array(path, plan, values, attributes, fill, options)
+
+    virtual_reason = None
+    if files is not None and plan.raw and layout == h5py.h5d.VIRTUAL and 0 not in shape and shape:
+        made = _virtual(ds, path, plan, shape, fill, attributes, options, resolve, nan_strings, files)
+        if not isinstance(made, str):
+            return made
+        virtual_reason = f"a virtual dataset whose mappings are no set of whole source chunks ({made})"
+
     # Everything else is decoded by h5py and stored inline.
-    reason = _materialize_reason(plan, layout, dcpl, filters, base_itemsize)
+    reason = virtual_reason or  _materialize_reason(plan, layout, dcpl, filters, base_itemsize)
     estimate = int(np.prod(shape, dtype=np.int64)) * max(base_itemsize, 1)
     _check_limit(path, options, estimate, reason, values=not plan.raw and not plan.converted)
     if heaps is not None:
@@ -366,6 +410,43 @@ def _array(
         plan = compound_plan(plan, values)
     values = values.reshape(shape) if values.shape != shape else values
     return inline_array(path, plan, values, attributes, fill, options, chunk_shape=hdf5_chunks)
+
+
+def _virtual(
+    ds: h5py.Dataset,
+    path: str,
+    plan: TypePlan,
+    shape: tuple[int, ...],
+    fill: Any,
+    attributes: dict[str, Any],
+    options: ScanOptions,
+    resolve: ResolvePath,
+    nan_strings: bool,
+    files: OtherFiles,
+) -> tuple[dict[str, Any], ChunkTable] | str:
+    """A virtual dataset as references into its sources' chunks (:mod:`h5lens.scan.virtual`),
+    or why it cannot be."""
+    probe = document(path, plan, shape, shape, [bytes_codec(plan)], fill, attributes)  # its type and fill
+
+    def index_source(source: h5py.Dataset, source_path: str) -> tuple[dict[str, Any], ChunkTable]:
+        # files=None: a source that is itself virtual is copied, not followed (no cycles)
+        return _array(source, DatasetRecord(source_path, source_path.strip("/")), options, resolve, nan_strings)
+
+    with contextlib.ExitStack() as stack:
+
+        def open_file(url: str) -> h5py.File:
+            if is_remote(url):
+                return stack.enter_context(contextlib.closing(open_source(url, storage_options=files.storage_options))).h5
+            if not os.path.exists(url):
+                raise SourceNotFoundError(f"{url}: no such file")
+            return stack.enter_context(h5py.File(url, "r"))
+
+        made = virtual_table(path, shape, probe, ds.id.get_create_plist(), ds.file, files, open_file, index_source)
+    if isinstance(made, str):
+        return made
+    codecs, chunk, table = made
+    doc = document(path, plan, shape, chunk, codecs, fill, attributes)
+    return finish_scalar(doc, table, options)
 
 
 def _ragged(
@@ -465,6 +546,8 @@ def _inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], thre
         referenced = table.referenced_bytes
         if referenced == 0 or referenced + table.inline_bytes > threshold:
             continue
+        if (table.source > 0).any():  # chunks in other files (external, virtual): they stay references
+            continue
         small = np.flatnonzero((table.source >= 0).reshape(-1))
         paths.append(np.full(small.size, number))
         flats.append(small)
@@ -502,4 +585,4 @@ def read_merged(opened: OpenSource, offset: np.ndarray, length: np.ndarray) -> l
     return out
 
 
-__all__ = ["ScanOptions", "ScanProgress", "build_manifest", "CONVENTIONS", "DEFAULT_INLINE_THRESHOLD", "UnsupportedFeatureError"]
+__all__ = ["CONVENTIONS", "DEFAULT_INLINE_THRESHOLD", "ScanOptions", "ScanProgress", "UnsupportedFeatureError", "build_manifest"]
