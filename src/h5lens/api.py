@@ -94,7 +94,7 @@ def index(
     return replace(manifest, sources=recorded_sources(manifest.sources, location, url))
 
 
-def open(
+def open(  # noqa: A001 - h5lens.open
     manifest_or_path: PathOrManifest, *, options: OpenOptions | None = None, **given: Unpack[OpenKwargs]
 ) -> Group:
     """The root of a manifest (object, manifest file or URL in any form, ``icechunk://PATH``,

@@ -12,8 +12,8 @@ from typing import Any, BinaryIO
 import h5py
 
 from h5lens.backend_errors import anon_requested, storage_error
-from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, SourceNotFoundError, first_line
 from h5lens.fetch.readahead import ReadAhead
+from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, SourceNotFoundError, first_line
 from h5lens.locations import is_remote
 from h5lens.manifest.model import Source
 from h5lens.scan.options import DEFAULT_READ_BLOCK_SIZE, MIN_READ_BLOCK_SIZE, READ_CACHE_BYTES, READ_UNIT
@@ -207,7 +207,7 @@ class OpenSource:
             return self.ranges.read_ranges(ranges)
         except H5LensError:
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a backend failure, named with the URL
             raise storage_error(e, self.source.url, "reading") from e
 
     def failure(self, error: BaseException) -> BaseException:
@@ -220,7 +220,7 @@ class OpenSource:
         try:
             self.raw.seek(offset)
             data = self.raw.read(length)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a backend failure, named with the URL
             raise storage_error(e, self.source.url, "reading") from e
         if len(data) != length:
             raise NotHDF5Error(
@@ -261,7 +261,7 @@ def open_source(
         try:
             head = raw.read(len(HDF5_SIGNATURE))
             raw.seek(0)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001
             raise storage_error(e, url, "reading", anon=anon_requested(storage_options)) from e
         if source.size == 0:
             raise NotHDF5Error(f"{url}: empty file (0 bytes), not HDF5")
