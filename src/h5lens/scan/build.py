@@ -6,7 +6,7 @@ import contextlib
 import gc
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypedDict
 
 import h5py
@@ -432,21 +432,29 @@ def _virtual(
         # files=None: a source that is itself virtual is copied, not followed (no cycles)
         return _array(source, DatasetRecord(source_path, source_path.strip("/")), options, resolve, nan_strings)
 
-    with contextlib.ExitStack() as stack:
-
-        def open_file(url: str) -> h5py.File:
-            if is_remote(url):
-                return stack.enter_context(contextlib.closing(open_source(url, storage_options=files.storage_options))).h5
-            if not os.path.exists(url):
-                raise SourceNotFoundError(f"{url}: no such file")
-            return stack.enter_context(h5py.File(url, "r"))
-
-        made = virtual_table(path, shape, probe, ds.id.get_create_plist(), ds.file, files, open_file, index_source)
+    made = virtual_table(path, shape, probe, ds.id.get_create_plist(), ds.file, files, _open_other(files), index_source)
     if isinstance(made, str):
         return made
     codecs, chunk, table = made
     doc = document(path, plan, shape, chunk, codecs, fill, attributes)
     return finish_scalar(doc, table, options)
+
+
+def _open_other(files: OtherFiles) -> Callable[[str], contextlib.AbstractContextManager[h5py.File]]:
+    """Opens a virtual dataset's source file (local, or remote through the scan's client)."""
+
+    @contextlib.contextmanager
+    def open_file(url: str) -> Iterator[h5py.File]:
+        if is_remote(url):
+            with contextlib.closing(open_source(url, storage_options=files.storage_options)) as opened:
+                yield opened.h5
+            return
+        if not os.path.exists(url):
+            raise SourceNotFoundError(f"{url}: no such file")
+        with h5py.File(url, "r") as h5:
+            yield h5
+
+    return open_file
 
 
 def _ragged(

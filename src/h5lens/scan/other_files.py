@@ -49,7 +49,12 @@ class OtherFiles:
         url = absolute(url)
         found = self._numbers.get(url)
         if found is None:
-            info = self.client(url).stat(fingerprint=True)
+            client = self._clients.get(url) or open_client(url, self.storage_options)
+            try:
+                info = client.stat(fingerprint=True)
+            finally:
+                if url not in self._clients:
+                    client.close()  # thousands of virtual sources: no descriptor kept per file
             etag = info.get("etag")
             source = Source(url, int(info["size"]), None if etag else info.get("mtime"), etag, info.get("fingerprint"))
             found = self._numbers[url] = len(self.sources)

@@ -23,7 +23,8 @@ dataset's directory); else against the virtual dataset's own directory (or prefi
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +38,8 @@ from h5lens.scan.other_files import OtherFiles
 
 # (source dataset, its HDF5 path) -> its zarr.json and chunk table (source 0: its file)
 IndexSource = Callable[[h5py.Dataset, str], tuple[dict[str, Any], ChunkTable]]
-OpenFile = Callable[[str], h5py.File]  # url -> the file, kept open by the caller; or SourceNotFoundError
+# url -> the file, open while the context lasts; or SourceNotFoundError
+OpenFile = Callable[[str], AbstractContextManager[h5py.File]]
 
 
 @dataclass(frozen=True)
@@ -127,56 +129,58 @@ def virtual_table(
     codecs: list[dict[str, Any]] | None = None
     chunk: tuple[int, ...] | None = None
     placed: list[tuple[Mapping, tuple[int, ...], ChunkTable, int]] = []
-    opened: dict[str, tuple[h5py.File, int] | None] = {}
-    for m in found:
-        where = _source_file(m.file, own_file, files, open_file, opened)
-        if where is None:
-            continue  # libhdf5 reads the fill value for a source it cannot open
-        h5, number = where
-        try:
-            source_ds = h5[m.dataset]
-        except KeyError:
-            continue  # likewise for a dataset not in the file
-        if not isinstance(source_ds, h5py.Dataset) or source_ds.shape is None:
-            return f"source {m.file}:{m.dataset} is not a dataset with a shape"
-        source_box = m.of(tuple(source_ds.shape))
-        if int(np.prod(m.box.shape, dtype=np.int64)) != int(np.prod(source_box.shape, dtype=np.int64)):
-            return "a mapping between selections of different sizes"
-        doc, table = index_source(source_ds, m.dataset)
-        if doc.get("data_type") != vds_doc.get("data_type"):
-            return f"source {m.file}:{m.dataset} holds another data type ({doc.get('data_type')})"
-        lifted = _lift(m.box, source_box, chunk_shape_of(doc), len(shape))
-        if lifted is None:
-            return f"mapping onto {m.file}:{m.dataset} changes the order of dimensions"
-        if codecs is None:
-            codecs, chunk = doc["codecs"], lifted
-        elif doc["codecs"] != codecs or lifted != chunk:
-            return "sources with different codecs or chunk shapes"
-        if (table.source == MISSING).any() and doc.get("fill_value") != vds_doc.get("fill_value"):
-            return f"source {m.file}:{m.dataset} has unwritten chunks under another fill value"
-        placed.append((m, tuple(source_ds.shape), table, number))
+    by_file: dict[str, list[Mapping]] = {}
+    for m in found:  # one source file open at a time, however many mappings read it
+        by_file.setdefault(m.file, []).append(m)
+    for name, in_file in by_file.items():
+        with _source_file(name, own_file, files, open_file) as where:
+            if where is None:
+                continue  # libhdf5 reads the fill value for a source it cannot open
+            h5, number = where
+            for m in in_file:
+                try:
+                    source_ds = h5[m.dataset]
+                except KeyError:
+                    continue  # likewise for a dataset not in the file
+                if not isinstance(source_ds, h5py.Dataset) or source_ds.shape is None:
+                    return f"source {m.file}:{m.dataset} is not a dataset with a shape"
+                source_box = m.of(tuple(source_ds.shape))
+                if int(np.prod(m.box.shape, dtype=np.int64)) != int(np.prod(source_box.shape, dtype=np.int64)):
+                    return "a mapping between selections of different sizes"
+                doc, table = index_source(source_ds, m.dataset)
+                if doc.get("data_type") != vds_doc.get("data_type"):
+                    return f"source {m.file}:{m.dataset} holds another data type ({doc.get('data_type')})"
+                lifted = _lift(m.box, source_box, chunk_shape_of(doc), len(shape))
+                if lifted is None:
+                    return f"mapping onto {m.file}:{m.dataset} changes the order of dimensions"
+                if codecs is None:
+                    codecs, chunk = doc["codecs"], lifted
+                elif doc["codecs"] != codecs or lifted != chunk:
+                    return "sources with different codecs or chunk shapes"
+                if (table.source == MISSING).any() and doc.get("fill_value") != vds_doc.get("fill_value"):
+                    return f"source {m.file}:{m.dataset} has unwritten chunks under another fill value"
+                placed.append((m, tuple(source_ds.shape), table, number))
     if codecs is None or chunk is None:
         return "no source is there to take the chunk layout from"
     composed = _compose(shape, chunk, placed)
     return composed if isinstance(composed, str) else (codecs, chunk, composed)
 
 
+@contextmanager
 def _source_file(
-    name: str,
-    own_file: h5py.File,
-    files: OtherFiles,
-    open_file: OpenFile,
-    opened: dict[str, tuple[h5py.File, int] | None],
-) -> tuple[h5py.File, int] | None:
+    name: str, own_file: h5py.File, files: OtherFiles, open_file: OpenFile
+) -> Iterator[tuple[h5py.File, int] | None]:
     if name == ".":
-        return own_file, 0
+        yield own_file, 0
+        return
     url = resolve_source_file(name, files)
-    if url not in opened:
+    with ExitStack() as stack:
         try:
-            opened[url] = (open_file(url), files.number(url))
+            h5 = stack.enter_context(open_file(url))
         except SourceNotFoundError:
-            opened[url] = None
-    return opened[url]
+            yield None
+            return
+        yield h5, files.number(url)
 
 
 def _lift(box: Box, source_box: Box, source_chunk: tuple[int, ...], rank: int) -> tuple[int, ...] | None:
