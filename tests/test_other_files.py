@@ -210,3 +210,38 @@ def test_virtual_sources_on_s3(s3, tmp_path):
     with h5py.File(path) as f:
         for name in ("stacked", "concat", "gappy"):
             np.testing.assert_array_equal(group[name][...], f[name][...], err_msg=name)
+
+
+def test_unlimited_mappings_are_taken_at_their_extent(tmp_path, monkeypatch):
+    from h5py import h5d, h5p, h5s, h5t
+
+    monkeypatch.chdir(tmp_path)
+    for block in range(3):  # printf-style sources: blk_0.h5, blk_1.h5, blk_2.h5
+        with h5py.File(tmp_path / f"blk_{block}.h5", "w") as f:
+            f.create_dataset("data", data=np.full((10, 50), block, "f4"), chunks=(5, 50))
+    with h5py.File(tmp_path / "grow.h5", "w") as f:  # a source that grows
+        f.create_dataset("data", data=np.arange(280, dtype="i4").reshape(70, 4), chunks=(10, 4), maxshape=(None, 4))
+    with h5py.File(tmp_path / "unlimited.h5", "w") as f:
+        space = h5s.create_simple((30, 50), (h5s.UNLIMITED, 50))
+        space.select_hyperslab((0, 0), (h5s.UNLIMITED, 1), stride=(10, 1), block=(10, 50))
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_virtual(space, b"blk_%b.h5", b"data", h5s.create_simple((10, 50)))
+        dcpl.set_fill_value(np.array(-1, "f4"))
+        h5d.create(f.id, b"blocks", h5t.NATIVE_FLOAT, space, dcpl=dcpl)
+        space = h5s.create_simple((0, 4), (h5s.UNLIMITED, 4))
+        space.select_hyperslab((0, 0), (1, 1), block=(h5s.UNLIMITED, 4))
+        source = h5s.create_simple((0, 4), (h5s.UNLIMITED, 4))
+        source.select_hyperslab((0, 0), (1, 1), block=(h5s.UNLIMITED, 4))
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_virtual(space, b"grow.h5", b"data", source)
+        h5d.create(f.id, b"growing", h5t.STD_I32LE, space, dcpl=dcpl)
+    path = tmp_path / "unlimited.h5"
+    manifest = h5lens.index(path)
+    assert {s.url for s in manifest.sources[1:]} == {str(tmp_path / n) for n in ("blk_0.h5", "blk_1.h5", "blk_2.h5", "grow.h5")}
+    assert not manifest.chunks["blocks"].inline and not manifest.chunks["growing"].inline
+    _same_as_h5py(manifest, path, ["blocks", "growing"])
+
+    with h5py.File(tmp_path / "grow.h5", "a") as f:  # the source grows: h5py reads more rows
+        f["data"].resize((80, 4))
+    with pytest.raises(StaleSourceError, match="grow.h5"):
+        h5lens.open_group(manifest)

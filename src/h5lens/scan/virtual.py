@@ -9,11 +9,18 @@ the sources share. What no mapping covers reads as the virtual dataset's fill va
 libhdf5 reads it; so does a mapping whose source file or dataset is not there (libhdf5
 skips those too).
 
-Anything else (several blocks per selection, point selections, unlimited and printf-style
-mappings ``%b``, sources that differ in type, codecs or chunk shape, boxes across chunk
-boundaries, overlapping mappings, a source's unwritten chunks under another fill value)
-is no set of whole chunks: :func:`virtual_table` says why, and the dataset is copied
-under the materialize limit as every dataset without a zarr form is.
+An unlimited mapping is taken at the extent libhdf5 gives the virtual dataset when it is
+indexed (its default view, the last available source): a printf-style mapping (source
+names with ``%b``) becomes one box per block present, each block's name with its number;
+a mapping onto a growing source dataset, one box as long as the extent. A source file
+added later is not seen until the file is indexed again (a source rewritten or grown is:
+its identity changed).
+
+Anything else (several separate blocks per selection, point selections, sources that
+differ in type, codecs or chunk shape, boxes across chunk boundaries, overlapping
+mappings, a source's unwritten chunks under another fill value) is no set of whole
+chunks: :func:`virtual_table` says why, and the dataset is copied under the materialize
+limit as every dataset without a zarr form is.
 
 Source file names resolve as libhdf5 resolves them: ``.`` is the file itself; an absolute
 name that exists as it is; else against ``HDF5_VDS_PREFIX`` (``${ORIGIN}`` is the virtual
@@ -23,6 +30,7 @@ dataset's directory); else against the virtual dataset's own directory (or prefi
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
@@ -60,39 +68,88 @@ class Mapping:
 
 
 def mappings(dcpl: h5py.h5p.PropDCID, shape: tuple[int, ...]) -> list[Mapping] | str:
-    """The mappings, each one box onto one box; or why they are not."""
+    """The mappings, each one box onto one box, at the virtual dataset's extent as libhdf5
+    gives it (an unlimited mapping expanded into the blocks that extent holds, printf-style
+    names ``%b`` given their block numbers); or why they are not boxes."""
     found = []
     for i in range(dcpl.get_virtual_count()):
         file, dataset = dcpl.get_virtual_filename(i), dcpl.get_virtual_dsetname(i)
-        if "%" in file or "%" in dataset:
-            return "a printf-style source name (an unlimited mapping)"
-        box = _box(dcpl.get_virtual_vspace(i), shape)
-        if isinstance(box, str):
-            return box
+        boxes = _boxes(dcpl.get_virtual_vspace(i), shape)
+        if isinstance(boxes, str):
+            return boxes
         source_space = dcpl.get_virtual_srcspace(i)
-        source_box: Box | None = None
-        if source_space.get_select_type() != h5py.h5s.SEL_ALL:
-            selected = _box(source_space, tuple(int(n) for n in source_space.shape))
-            if isinstance(selected, str):
-                return selected
-            source_box = selected
-        found.append(Mapping(box, file, dataset, source_box))
+        for number, box in boxes:
+            if number is None and ("%" in file or "%" in dataset):
+                return "a printf-style source name outside an unlimited mapping"
+            source_box: Box | None = None
+            if source_space.get_select_type() != h5py.h5s.SEL_ALL:
+                selected = _source_box(source_space, box)
+                if isinstance(selected, str):
+                    return selected
+                source_box = selected
+            named = (file, dataset) if number is None else (_printf(file, number), _printf(dataset, number))
+            found.append(Mapping(box, named[0], named[1], source_box))
     return found
 
 
-def _box(space: h5py.h5s.SpaceID, shape: tuple[int, ...]) -> Box | str:
+def _printf(name: str, block: int) -> str:
+    """A printf-style source name for one block: ``%b`` its number, ``%%`` a percent sign."""
+    return re.sub(r"%%|%b", lambda m: "%" if m.group() == "%%" else str(block), name)
+
+
+def _boxes(space: h5py.h5s.SpaceID, shape: tuple[int, ...]) -> list[tuple[int | None, Box]] | str:
+    """The boxes a virtual selection covers: one, or an unlimited mapping's blocks (numbered)."""
     kind = space.get_select_type()
     if kind == h5py.h5s.SEL_ALL:
-        return Box((0,) * len(shape), shape)
+        return [(None, Box((0,) * len(shape), shape))]
     if kind != h5py.h5s.SEL_HYPERSLABS or not space.is_regular_hyperslab():
         return "an irregular selection (points or several hyperslabs)"
-    start, stride, count, block = space.get_regular_hyperslab()
-    if any(c == h5py.h5s.UNLIMITED or b == h5py.h5s.UNLIMITED for c, b in zip(count, block, strict=True)):
-        return "an unlimited mapping"
-    # a box: per dimension one block, or blocks laid end to end (h5py writes count=extent, block=1)
-    if any(c != 1 and st != b for c, st, b in zip(count, stride, block, strict=True)):
-        return "a selection of several separate blocks"
-    return Box(tuple(int(s) for s in start), tuple(int(c) * int(b) for c, b in zip(count, block, strict=True)))
+    start, stride, count, block = (tuple(int(n) for n in part) for part in space.get_regular_hyperslab())
+    unlimited = h5py.h5s.UNLIMITED
+    extent = []
+    for d, (c, st, b) in enumerate(zip(count, stride, block, strict=True)):
+        if b == unlimited:  # one block growing with the extent
+            extent.append(max(0, shape[d] - start[d]))
+        elif c == unlimited:
+            extent.append(b)
+        elif c != 1 and st != b:
+            return "a selection of several separate blocks"
+        else:  # one block, or blocks laid end to end (h5py writes count=extent, block=1)
+            extent.append(c * b)
+    repeated = [d for d, c in enumerate(count) if c == unlimited]
+    if not repeated:
+        return [(None, Box(start, tuple(extent)))]
+    if len(repeated) > 1:
+        return "an unlimited mapping repeated along several dimensions"
+    d = repeated[0]
+    blocks = max(0, -(-(shape[d] - start[d]) // stride[d]))
+    found: list[tuple[int | None, Box]] = []
+    for number in range(blocks):
+        at = start[:d] + (start[d] + number * stride[d],) + start[d + 1 :]
+        if at[d] + extent[d] > shape[d]:
+            return "an unlimited mapping whose last block lies past the extent"
+        found.append((number, Box(at, tuple(extent))))
+    return found
+
+
+def _source_box(space: h5py.h5s.SpaceID, box: Box) -> Box | str:
+    """The source selection as a box; an unlimited block takes the virtual box's extent."""
+    if space.get_select_type() != h5py.h5s.SEL_HYPERSLABS or not space.is_regular_hyperslab():
+        return "an irregular source selection (points or several hyperslabs)"
+    start, stride, count, block = (tuple(int(n) for n in part) for part in space.get_regular_hyperslab())
+    extent = []
+    for d, (c, st, b) in enumerate(zip(count, stride, block, strict=True)):
+        if b == h5py.h5s.UNLIMITED:
+            if len(start) != len(box.shape):
+                return "an unlimited source selection of another rank"
+            extent.append(box.shape[d])
+        elif c == h5py.h5s.UNLIMITED:
+            return "a source selection of unlimited blocks"
+        elif c != 1 and st != b:
+            return "a source selection of several separate blocks"
+        else:
+            extent.append(c * b)
+    return Box(start, tuple(extent))
 
 
 def resolve_source_file(name: str, files: OtherFiles) -> str:
