@@ -1096,17 +1096,6 @@ def test_a_name_that_is_not_utf8_is_refused(tmp_path):
         h5lens.index(path)
 
 
-def test_region_reference_dataset_is_refused(tmp_path):
-    path = tmp_path / "region.h5"
-    with h5py.File(path, "w") as f:
-        data = f.create_dataset("data", data=np.arange(10))
-        regions = f.create_dataset("sub/regions", shape=(2,), dtype=h5py.regionref_dtype)
-        regions[0] = data.regionref[2:5]
-        regions[1] = data.regionref[7:]
-    with pytest.raises(h5lens.UnsupportedFeatureError, match="/sub/regions"):
-        h5lens.index(path)
-
-
 def _valid_file(tmp_path: Path) -> Path:
     path = tmp_path / "valid.h5"
     with h5py.File(path, "w") as f:

@@ -64,7 +64,7 @@ _NUMERIC = (
     "complex128",
 )
 #: Values ``_DTYPE`` may take.
-KNOWN_DTYPES = frozenset(_NUMERIC) | {"str", "bytes", "object_reference"}
+KNOWN_DTYPES = frozenset(_NUMERIC) | {"str", "bytes", "object_reference", "region_reference"}
 _BYTES_TYPES = ("null_terminated_bytes", "raw_bytes", "variable_length_bytes", "bytes")
 _LINK_KEYS = {"name", "source", "path"}
 _REFERENCE_KEYS = {"source", "path"}
@@ -328,6 +328,10 @@ class _Validator:
             values = self._inline_values(key)
             if values is not None:
                 yield from self._targets(path, "object reference", values)
+        elif attributes.get(convention.DTYPE) == "region_reference" and type_name == "string":
+            values = self._inline_values(key)
+            if values is not None:
+                yield from self._regions(path, values)
         if meta is not None and native is not None:
             yield from self._chunks(key, path, doc, native)
             yield from self._inline_decodes(key, path)
@@ -348,7 +352,7 @@ class _Validator:
         if not isinstance(value, str) or value not in KNOWN_DTYPES:
             yield Problem(path, f"_DTYPE {value!r} is not one of {sorted(KNOWN_DTYPES)}")
             return
-        if value in ("str", "object_reference"):
+        if value in ("str", "object_reference", "region_reference"):
             expected: tuple[str, ...] = ("string",)
         elif value == "bytes":
             expected = _BYTES_TYPES
@@ -478,6 +482,20 @@ class _Validator:
         if dangling:
             shown = ", ".join(repr(d) for d in dangling[:5]) + (" ..." if len(dangling) > 5 else "")
             yield Problem(path, f"{what} paths that do not exist: {shown}")
+
+    def _regions(self, path: str, values: np.ndarray) -> Iterator[Problem]:
+        from h5lens.read.references import parse
+
+        targets = []
+        for text in np.asarray(values).ravel().tolist():
+            try:
+                found = parse(text, path)
+            except (ManifestFormatError, ValueError) as e:
+                yield Problem(path, f"a region reference that is not the convention's form: {e}")
+                return
+            if found is not None and found[0] == ".":
+                targets.append(found[1])
+        yield from self._targets(path, "region reference", np.asarray(targets, dtype=object))
 
     def _exists(self, target: str) -> bool:
         """Whether same-file path ``target`` reaches a node, following ``_LINKS`` on the way."""

@@ -42,14 +42,16 @@ import zarr
 
 from h5lens import convention
 from h5lens.dtypes_forms import restore_array_fields, view_array_fields
-from h5lens.read.attribute_types import typed
 from h5lens.errors import InvalidOptionError, NotAManifestError, SourceNotFoundError
 from h5lens.keys import unescape_key
 from h5lens.locations import is_remote, local_path, resolve
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import Manifest
+from h5lens.read.attribute_types import typed
 from h5lens.read.check import read_checked
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
+from h5lens.read.references import Region, each, with_targets
+from h5lens.read.references import parse as parse_region
 
 __all__ = [
     "RESERVED_ATTRIBUTES",
@@ -79,7 +81,7 @@ class Link(NamedTuple):
 Indexer = Callable[..., Manifest]
 
 
-def open(  # noqa: A001 - the module's entry point; h5lens.open passes h5lens.index as index
+def open(
     manifest_or_path: PathOrManifest,
     *,
     index: Indexer | None = None,
@@ -232,6 +234,11 @@ class _File:
             self._opened[url] = found
         return found
 
+    def region(self, value: Any, where: str) -> Region | None:
+        """A ``_REGION_REFERENCE`` object (or its JSON text) as a Region; None if null."""
+        found = parse_region(value, where)
+        return None if found is None else Region(self.resolve(found[0], found[1]), found[2])
+
     def resolve(self, source: str, path: str) -> Node:
         if self._depth > _MAX_LINK_DEPTH:
             raise KeyError(f"{path!r}: more than {_MAX_LINK_DEPTH} links followed (a cycle of links?)")
@@ -336,6 +343,8 @@ class Attributes(Mapping[str, Any]):
             ref = value.get(convention.REFERENCE)
             if len(value) == 1 and isinstance(ref, dict):
                 return self._file.resolve(ref.get("source", "."), ref["path"])
+            if len(value) == 1 and isinstance(value.get(convention.REGION_REFERENCE), dict):
+                return self._file.region(value[convention.REGION_REFERENCE], "attribute")
             return {k: self._decode(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self._decode(v) for v in value]
@@ -378,7 +387,9 @@ class Group(Node, Mapping[str, Node]):
             return False
         return True
 
-    def __getitem__(self, name: str) -> Node:
+    def __getitem__(self, name: str | Region) -> Node:
+        if isinstance(name, Region):  # as h5py's file[ref]: the dataset it selects from
+            return name.node
         members = self._members()
         if name in members:
             return self._follow(*members[name])
@@ -459,8 +470,13 @@ class Dataset(Node):
 
     @property
     def is_reference(self) -> bool:
-        """A dataset of object references (``_DTYPE: "object_reference"``)."""
-        return self._doc.get("attributes", {}).get(convention.DTYPE) == "object_reference"
+        """A dataset of object or region references (``_DTYPE: "object_reference"``,
+        ``"region_reference"``): read as nodes and :class:`~h5lens.read.references.Region`."""
+        return self._doc.get("attributes", {}).get(convention.DTYPE) in ("object_reference", "region_reference")
+
+    @property
+    def is_region_reference(self) -> bool:
+        return self._doc.get("attributes", {}).get(convention.DTYPE) == "region_reference"
 
     @property
     def reference_fields(self) -> tuple[str, ...]:
@@ -521,6 +537,10 @@ class Dataset(Node):
         return self._raw(key)
 
     def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, Region):  # as h5py's dataset[ref]: the values the region selects
+            if key.node != self:
+                raise ValueError(f"the region selects from {key.node.h5_path!r}, not {self.h5_path!r}")
+            return key.read()
         if self.is_empty:
             if _whole(key):
                 return empty(self._array.dtype)
@@ -550,34 +570,12 @@ class Dataset(Node):
         return self._file.node(path) if path else None
 
     def _targets(self, paths: Any) -> Any:
-        if isinstance(paths, str):
-            return self._resolve_path(paths)
-        array = np.asarray(paths)
-        if array.ndim == 0:
-            return self._resolve_path(str(array[()]))
-        out = np.empty(array.shape, dtype=object)
-        for i, path in enumerate(array.ravel().tolist()):
-            out.flat[i] = self._resolve_path(path)
-        return out
+        if self.is_region_reference:
+            return each(paths, lambda text: self._file.region(text, self.h5_path))
+        return each(paths, self._resolve_path)
 
     def _with_nodes(self, values: Any) -> Any:
-        fields = self.reference_fields
-        array = np.asarray(values)
-        out = np.empty(array.shape, dtype=self.dtype)
-        for name in array.dtype.names:
-            column = array[name]
-            if name in fields:
-                targets = self._targets(column)  # an object array, even 0-d: a Group is a Mapping numpy would unpack
-                if not isinstance(targets, np.ndarray):
-                    holder = np.empty((), dtype=object)
-                    holder[()] = targets
-                    targets = holder
-                out[name] = targets
-            else:
-                out[name] = column
-        if isinstance(values, np.void):
-            return out[()]
-        return out
+        return with_targets(values, self.reference_fields, self.dtype, self._targets)
 
 
 def _whole(key: Any) -> bool:

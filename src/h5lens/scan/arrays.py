@@ -65,7 +65,7 @@ def chunk_nbytes(doc: dict[str, Any], itemsize: int) -> int:
 
 
 def _value_itemsize(plan: TypePlan, values: np.ndarray) -> int:
-    if plan.kind in ("string", "reference", "vlen-bytes"):
+    if plan.kind in ("string", "reference", "region", "vlen-bytes"):
         return 16  # a typical short string; only used to size chunks
     return values.dtype.itemsize
 
@@ -88,7 +88,7 @@ def bytes_codec(plan: TypePlan) -> dict[str, Any]:
 
 
 def value_codecs(plan: TypePlan, nbytes: int) -> list[dict[str, Any]]:
-    if plan.kind in ("string", "reference"):
+    if plan.kind in ("string", "reference", "region"):
         return [{"name": "vlen-utf8", "configuration": {}}]
     if plan.kind == "vlen-bytes":
         return [{"name": "vlen-bytes", "configuration": {}}]

@@ -120,7 +120,11 @@ def _to_json(value: Any, where: str, resolve: ResolveRef) -> Any:
     if isinstance(value, (np.datetime64, np.timedelta64)):
         return int(value.astype(np.int64))  # the count in its unit; the type is in attribute_types
     if isinstance(value, h5py.RegionReference):
-        raise UnsupportedFeatureError(f"{where}: region references have no form in the convention")
+        region = getattr(resolve, "region", None)  # h5lens.scan.regions.Resolver
+        if region is None:
+            raise UnsupportedFeatureError(f"{where}: region references need the file they select from")
+        found = region(value, where)
+        return None if found is None else {convention.REGION_REFERENCE: found}
     if isinstance(value, h5py.Reference):
         return _reference(value, where, resolve)
     if isinstance(value, np.void):

@@ -68,6 +68,7 @@ from h5lens.scan.options import (
 from h5lens.scan.other_files import OtherFiles
 from h5lens.scan.profiles import ProfileContext
 from h5lens.scan.ragged import Made, ragged_base, ragged_nodes
+from h5lens.scan.regions import Resolver
 from h5lens.scan.registry import apply_profiles
 from h5lens.scan.source import OpenSource, TrackedFile, open_source
 from h5lens.scan.virtual import virtual_table
@@ -276,15 +277,8 @@ def _unreadable(h5: h5py.File, path: str, error: BaseException) -> H5LensError:
     return NotHDF5Error(f"{path}: cannot read dataset, the file may be damaged ({first_line(error)})")
 
 
-def _resolver(h5: h5py.File, found: Walk) -> ResolvePath:
-    def resolve(ref: h5py.Reference) -> str | None:
-        try:
-            target = h5[ref]
-        except (ValueError, KeyError, OSError, RuntimeError):
-            return None
-        return found.path_of(target) or target.name
-
-    return resolve
+def _resolver(h5: h5py.File, found: Walk) -> Resolver:
+    return Resolver(h5, found)
 
 
 def _group_document(

@@ -29,6 +29,7 @@ from h5lens.errors import UnsupportedFeatureError
 # _DTYPE names as hdmf-zarr writes them: numpy type names, "str", "object_reference".
 DTYPE_STR = "str"
 DTYPE_OBJECT_REFERENCE = "object_reference"
+DTYPE_REGION_REFERENCE = "region_reference"
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class TypePlan:
     numpy_dtype: np.dtype | None
     endian: str | None  # "little" / "big" for the bytes codec, None for 1-byte and non-raw types
     raw: bool  # the stored HDF5 bytes decode as-is
-    kind: str  # "numeric", "bool", "bytes", "string", "reference", "compound", "opaque", "enum"
+    kind: str  # "numeric", "bool", "bytes", "string", "reference", "region", "compound", "opaque", "enum"
     dtype_attr: str | None  # value of the _DTYPE attribute, None for compounds
     extra_shape: tuple[int, ...] = ()  # HDF5 array element types add trailing dimensions
     reference_fields: tuple[str, ...] = ()
@@ -117,11 +118,8 @@ def plan_type(dtype: np.dtype, path: str) -> TypePlan:
         )
 
     ref_class = h5py.check_ref_dtype(dtype)
-    if ref_class is h5py.RegionReference:
-        raise UnsupportedFeatureError(
-            f"{path}: region references have no zarr v3 form and no reader of the "
-            "unified convention implements _REGION_REFERENCE"
-        )
+    if ref_class is h5py.RegionReference:  # the convention's _REGION_REFERENCE objects, as JSON text
+        return TypePlan("string", np.dtypes.StringDType(), None, False, "region", DTYPE_REGION_REFERENCE)
     if ref_class is h5py.Reference:
         return TypePlan(
             "string", np.dtypes.StringDType(), None, False, "reference", DTYPE_OBJECT_REFERENCE
@@ -294,7 +292,7 @@ def structured_json(dtype: np.dtype) -> dict[str, Any]:
 
 def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
     """The zarr v3 JSON form of fill value ``fill`` for arrays of ``plan``."""
-    if plan.kind in ("string", "reference"):
+    if plan.kind in ("string", "reference", "region"):
         return ""
     if plan.kind == "vlen-bytes":
         return ""

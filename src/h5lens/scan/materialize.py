@@ -30,6 +30,10 @@ def read_values(
     if plan.kind == "string":
         # h5py reads variable-length strings as bytes, whatever their character set
         return text_or_bytes(np.asarray(ds[selection], dtype=object))
+    if plan.kind == "region":
+        refs = np.asarray(ds[selection], dtype=object)
+        texts = [_region_text(r, path, resolve) for r in refs.ravel()]
+        return np.array(texts, dtype=np.dtypes.StringDType()).reshape(refs.shape)
     if plan.kind == "reference":
         refs = np.asarray(ds[selection], dtype=object)
         paths = [_ref_path(r, path, resolve) for r in refs.ravel()]
@@ -64,6 +68,13 @@ def text_or_bytes(raw: np.ndarray) -> np.ndarray:
 def is_bytes_values(values: np.ndarray) -> bool:
     """Whether :func:`text_or_bytes` (or a compound rewrite) kept these values as bytes."""
     return values.dtype.kind == "O"
+
+
+def _region_text(ref: Any, path: str, resolve: ResolvePath) -> str:
+    region_text = getattr(resolve, "region_text", None)  # h5lens.scan.regions.Resolver
+    if region_text is None:
+        raise UnsupportedFeatureError(f"{path}: region references need the file they select from")
+    return str(region_text(ref, path))
 
 
 def _ref_path(ref: Any, path: str, resolve: ResolvePath) -> str:
