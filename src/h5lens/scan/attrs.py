@@ -37,10 +37,21 @@ class _NotText(Exception):
 
 
 def read_attributes(
-    obj: h5py.HLObject, h5_path: str, resolve: ResolveRef, *, nan_as_string: bool = False
+    obj: h5py.HLObject,
+    h5_path: str,
+    resolve: ResolveRef,
+    *,
+    nan_as_string: bool = False,
+    types: dict[str, str] | None = None,
+    before_variable: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """All attributes of ``obj`` as JSON-ready values, in the file's order."""
+    """All attributes of ``obj`` as JSON-ready values, in the file's order; each opened once.
+
+    ``types`` receives :func:`attribute_types`'s answer from the same pass;
+    ``before_variable`` runs before the first variable-length value is read (the check of
+    the global heap collections libhdf5 would parse)."""
     out: dict[str, Any] = {}
+    opened = []
     for name in obj.attrs.keys():
         where = f"{h5_path} attribute {name!r}"
         if not _is_text(name):
@@ -51,7 +62,20 @@ def read_attributes(
                 "attribute would be overwritten or misread"
             )
         try:
-            value = obj.attrs[name]
+            attr = h5py.h5a.open(obj.id, name.encode("utf-8"))
+            dtype = attr.dtype
+        except (OSError, TypeError, ValueError, RuntimeError, KeyError) as e:
+            raise UnsupportedFeatureError(f"{where}: h5py cannot read it ({e})") from None
+        opened.append((name, where, attr, dtype))
+    if before_variable is not None and any(_variable(dtype) for _, _, _, dtype in opened):
+        before_variable()
+    for name, where, attr, dtype in opened:
+        if types is not None:
+            found = _type_name(dtype, attr)
+            if found is not None:
+                types[name] = found
+        try:
+            value = _value(attr, dtype)
         except (OSError, TypeError, ValueError, RuntimeError) as e:
             raise UnsupportedFeatureError(f"{where}: h5py cannot read it ({e})") from None
         converted = to_json(value, where, resolve)
@@ -59,37 +83,68 @@ def read_attributes(
     return out
 
 
+def _variable(dtype: np.dtype) -> bool:
+    if dtype.names is not None:
+        return any(_variable(dtype.fields[n][0]) for n in dtype.names)  # type: ignore[index]
+    base = dtype.base
+    return h5py.check_vlen_dtype(base) is not None or (
+        (info := h5py.check_string_dtype(base)) is not None and info.length is None
+    ) or h5py.check_ref_dtype(base) is not None
+
+
+def _value(attr: h5py.h5a.AttrID, dtype: np.dtype) -> Any:
+    """The attribute's value exactly as h5py's ``obj.attrs[name]`` gives it (the same steps,
+    through h5py's low-level API, on the attribute already open)."""
+    shape = attr.shape
+    if shape is None:
+        return h5py.Empty(dtype)
+    memory_type = h5py.h5t.py_create(dtype)
+    if dtype.subdtype is not None:  # numpy has no top-level array type: its shape joins the attribute's
+        dtype, extra = dtype.subdtype
+        shape = tuple(shape) + tuple(extra)
+    values = np.zeros(shape, dtype=dtype, order="C")
+    attr.read(values, mtype=memory_type)
+    info = h5py.check_string_dtype(dtype)
+    if info is not None and info.length is None:
+        values = np.array([b.decode("utf-8", "surrogateescape") for b in values.flat], dtype=dtype).reshape(values.shape)
+    return values[()] if values.ndim == 0 else values
+
+
 def attribute_types(obj: h5py.HLObject) -> dict[str, str]:
     """The numeric types of ``obj``'s attributes that their JSON values do not say (a float32
     ``scale_factor`` reads back from JSON as float64): name -> numpy type name, one of
     :data:`~h5lens.manifest.tables.ATTRIBUTE_TYPES`. Read from the attributes' types alone."""
-    from h5lens.manifest.tables import ATTRIBUTE_TYPES, TIME_ATTRIBUTE_TYPES
-
     out: dict[str, str] = {}
     for name in obj.attrs.keys():
         try:
-            dtype = obj.attrs.get_id(name).dtype
+            attr = obj.attrs.get_id(name)
+            dtype = attr.dtype
         except (OSError, TypeError, ValueError, RuntimeError, KeyError):
             continue  # read_attributes says what is wrong with it
-        vlen = h5py.check_vlen_dtype(dtype)
-        if vlen is not None and h5py.check_string_dtype(dtype) is None:
-            primitive = ragged_primitive(vlen)
-            if primitive is not None:
-                out[name] = vlen_type_name(primitive, len(obj.attrs.get_id(name).shape))
-            continue
-        base = dtype.base
-        if base.names is not None:
-            continue
-        if base.kind == "V":
-            out[name] = f"V{base.itemsize}"  # opaque: the JSON holds its bytes
-            continue
-        if base.kind in "iufc":
-            found = base.newbyteorder("=").name
-            if found in ATTRIBUTE_TYPES:
-                out[name] = found
-        elif base.kind in "Mm" and str(base.newbyteorder("=")) in TIME_ATTRIBUTE_TYPES:
-            out[name] = str(base.newbyteorder("="))
+        found = _type_name(dtype, attr)
+        if found is not None:
+            out[name] = found
     return out
+
+
+def _type_name(dtype: np.dtype, attr: h5py.h5a.AttrID) -> str | None:
+    from h5lens.manifest.tables import ATTRIBUTE_TYPES, TIME_ATTRIBUTE_TYPES
+
+    vlen = h5py.check_vlen_dtype(dtype)
+    if vlen is not None and h5py.check_string_dtype(dtype) is None:
+        primitive = ragged_primitive(vlen)
+        return None if primitive is None else vlen_type_name(primitive, len(attr.shape or ()))
+    base = dtype.base
+    if base.names is not None:
+        return None
+    if base.kind == "V":
+        return f"V{base.itemsize}"  # opaque: the JSON holds its bytes
+    if base.kind in "iufc":
+        found = base.newbyteorder("=").name
+        return found if found in ATTRIBUTE_TYPES else None
+    if base.kind in "Mm" and str(base.newbyteorder("=")) in TIME_ATTRIBUTE_TYPES:
+        return str(base.newbyteorder("="))
+    return None
 
 
 def to_json(value: Any, where: str, resolve: ResolveRef) -> Any:

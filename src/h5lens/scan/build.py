@@ -35,7 +35,7 @@ from h5lens.scan.arrays import (
     store_inline,
     value_codecs,
 )
-from h5lens.scan.attrs import attribute_types, read_attributes
+from h5lens.scan.attrs import read_attributes
 from h5lens.scan.codecs import (
     Filter,
     ambiguous_length,
@@ -145,8 +145,7 @@ def _build(
     heaps = HeapCheck(h5, read_at, opened.source.size, indexes.superblock)
     types: dict[str, dict[str, str]] = {}  # node -> attribute -> numpy type name (attribute_types)
     for group in found.groups:
-        nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps)
-        types[group.key] = attribute_types(h5[group.h5_path])
+        nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps, types.setdefault(group.key, {}))
     state: _ScanState = {"done": 0, "path": "/", "chunks": 0}
 
     def report() -> None:
@@ -161,10 +160,12 @@ def _build(
     for number, record in enumerate(found.datasets):
         state["done"], state["path"] = number, record.h5_path
         report()
+        found_types: dict[str, str] = {}
         try:
-            made = _ragged(h5[record.h5_path], record, options, resolve, nan_strings, heaps)
+            ds = h5[record.h5_path]  # one lookup by path (MATLAB files hold tens of thousands)
+            made = _ragged(ds, record, options, resolve, nan_strings, heaps, found_types)
             if made is None:
-                doc, table = _array(h5[record.h5_path], record, options, resolve, nan_strings, indexes, heaps, files)
+                doc, table = _array(ds, record, options, resolve, nan_strings, indexes, heaps, files, found_types)
                 made = [(record.key, doc, table)]
         except UnsupportedFeatureError as e:
             refused[record.key] = e
@@ -179,7 +180,7 @@ def _build(
                 _check_inside_file(record.h5_path, made_table, opened.source.size)
                 tables[key] = made_table
                 state["chunks"] += made_table.n_present
-        types[record.key] = attribute_types(h5[record.h5_path])
+        types[record.key] = found_types
     state["done"], state["path"] = len(found.datasets), ""
     report()
     opened.on_read(None)
@@ -281,13 +282,30 @@ def _resolver(h5: h5py.File, found: Walk) -> Resolver:
     return Resolver(h5, found)
 
 
+def _attributes(
+    obj: h5py.HLObject,
+    path: str,
+    resolve: ResolvePath,
+    nan_strings: bool,
+    heaps: HeapCheck | None,
+    types: dict[str, str] | None,
+) -> dict[str, Any]:
+    """The node's attributes (and their types, into ``types``), the global heap collections
+    of variable-length values checked before h5py parses them."""
+    check = None if heaps is None else (lambda: heaps.check_attributes(obj, path))
+    return read_attributes(obj, path, resolve, nan_as_string=nan_strings, types=types, before_variable=check)
+
+
 def _group_document(
-    h5: h5py.File, group: GroupRecord, resolve: ResolvePath, nan_strings: bool, heaps: HeapCheck | None = None
+    h5: h5py.File,
+    group: GroupRecord,
+    resolve: ResolvePath,
+    nan_strings: bool,
+    heaps: HeapCheck | None = None,
+    types: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     h5_group = h5[group.h5_path]
-    if heaps is not None:
-        heaps.check_attributes(h5_group, group.h5_path)  # before h5py parses their heap
-    attributes = read_attributes(h5_group, group.h5_path, resolve, nan_as_string=nan_strings)
+    attributes = _attributes(h5_group, group.h5_path, resolve, nan_strings, heaps, types)
     if group.links:
         attributes[convention.LINKS] = [{"name": e.name, "source": e.source, "path": e.path} for e in group.links]
     return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
@@ -302,13 +320,12 @@ def _array(
     indexes: chunk_scan.IndexWalks | None = None,
     heaps: HeapCheck | None = None,
     files: OtherFiles | None = None,
+    types: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], ChunkTable]:
     path = record.h5_path
     plan = _plan_of(ds, path)
     fill = _fill_value(ds)
-    if heaps is not None:
-        heaps.check_attributes(ds, path)  # before h5py parses their heap
-    attributes = read_attributes(ds, path, resolve, nan_as_string=nan_strings)
+    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types)
     dcpl = ds.id.get_create_plist()
     layout = dcpl.get_layout()
 
@@ -458,6 +475,7 @@ def _ragged(
     resolve: ResolvePath,
     nan_strings: bool,
     heaps: HeapCheck | None,
+    types: dict[str, str] | None = None,
 ) -> Made | None:
     """A dataset of variable-length sequences of numbers as an awkward-array group and its
     buffers (:mod:`h5lens.scan.ragged`); None for every other dataset."""
@@ -465,9 +483,7 @@ def _ragged(
     base = ragged_base(element_dtype(ds, path), path)
     if base is None:
         return None
-    if heaps is not None:
-        heaps.check_attributes(ds, path)
-    attributes = read_attributes(ds, path, resolve, nan_as_string=nan_strings)
+    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types)
     count = 0 if ds.shape is None else int(np.prod(ds.shape, dtype=np.int64))
     _check_limit(path, options, 8 * count, "variable-length sequences are not stored in the dataset's chunks",
                  values=True)  # fmt: skip
