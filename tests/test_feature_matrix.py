@@ -1162,7 +1162,8 @@ def test_materialize_limit(tmp_path):
 
 
 def test_committed_datatypes(tmp_path):
-    """A committed datatype is a type definition: without attributes nothing is lost; with, it is refused."""
+    """A committed datatype is a type definition: without attributes nothing is lost; with
+    them it is a node of its own (``_DATATYPE``), its attributes and type read as h5py reads them."""
     path = tmp_path / "named.h5"
     with h5py.File(path, "w") as f:
         f["kind"] = np.dtype([("a", "<i4"), ("b", "<f8")])
@@ -1171,8 +1172,20 @@ def test_committed_datatypes(tmp_path):
     assert sorted(group.keys()) == ["values"]
     with h5py.File(path, "a") as f:
         f["kind"].attrs["units"] = "m"
-    with pytest.raises(h5lens.UnsupportedFeatureError, match="/kind"):
-        h5lens.index(path)
+        f["kind"].attrs["scale"] = np.float32(0.5)
+        f["plain"] = np.dtype("<i2")
+        f["plain"].attrs["note"] = "a named int16"
+        f["values"].attrs["type"] = f["kind"].ref  # an object reference to it
+    manifest = h5lens.index(path)
+    assert manifest.nodes["kind"]["attributes"]["_DATATYPE"]["name"] == "structured"
+    root = h5lens.open(manifest)
+    with h5py.File(path) as f:
+        for name in ("kind", "plain"):
+            assert root[name].dtype == f[name].dtype
+            assert dict(root[name].attrs) == {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f[name].attrs.items()}
+            assert type(root[name].attrs.get("scale", 0)) is type(f[name].attrs.get("scale", 0))
+        assert root["values"].attrs["type"].h5_path == f[f["values"].attrs["type"]].name
+    assert h5lens.validate(manifest) == []
 
 
 def test_a_filter_libhdf5_cannot_load_is_an_unsupported_feature_naming_it(tmp_path):

@@ -13,6 +13,7 @@ from h5lens.errors import NotHDF5Error
 from h5lens.manifest.model import Manifest
 from h5lens.read import navigate
 from h5lens.read import ragged as _ragged  # noqa: F401 - navigation's ragged datasets (navigate.DATASET_KINDS)
+from h5lens.read import datatypes as _datatypes  # noqa: F401 - committed datatypes (navigate.DATASET_KINDS)
 from h5lens.read.navigate import Group
 from h5lens.read.open import load_manifest, open_group, open_store
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest

@@ -146,6 +146,8 @@ def _build(
     types: dict[str, dict[str, str]] = {}  # node -> attribute -> numpy type name (attribute_types)
     for group in found.groups:
         nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps, types.setdefault(group.key, {}))
+    for named in found.datatypes:
+        nodes[named.key] = _datatype_document(h5, named, resolve, nan_strings, heaps, types.setdefault(named.key, {}))
     state: _ScanState = {"done": 0, "path": "/", "chunks": 0}
 
     def report() -> None:
@@ -294,6 +296,28 @@ def _attributes(
     of variable-length values checked before h5py parses them."""
     check = None if heaps is None else (lambda: heaps.check_attributes(obj, path))
     return read_attributes(obj, path, resolve, nan_as_string=nan_strings, types=types, before_variable=check)
+
+
+def _datatype_document(
+    h5: h5py.File,
+    record: DatasetRecord,
+    resolve: ResolvePath,
+    nan_strings: bool,
+    heaps: HeapCheck | None,
+    types: dict[str, str],
+) -> dict[str, Any]:
+    """A committed datatype that carries attributes: a group holding them, and the type as
+    the zarr data type arrays of it would have (``_DATATYPE``)."""
+    named = h5[record.h5_path]
+    plan = plan_type(named.dtype, record.h5_path)
+    if plan.data_type is None:  # a compound rewritten from its values: no values here to size it
+        raise UnsupportedFeatureError(
+            f"{record.h5_path}: a committed datatype with attributes whose type zarr stores only with values "
+            f"({named.dtype})"
+        )
+    attributes = _attributes(named, record.h5_path, resolve, nan_strings, heaps, types)
+    attributes[convention.DATATYPE] = plan.data_type
+    return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
 
 
 def _group_document(

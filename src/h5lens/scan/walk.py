@@ -48,6 +48,8 @@ class Walk:
     groups: list[GroupRecord]
     datasets: list[DatasetRecord]
     canonical: dict[int, str]  # object identity -> "/escaped/zarr/path"
+    # committed datatypes that carry attributes (the others are type definitions only)
+    datatypes: list[DatasetRecord] = field(default_factory=list)
 
     def path_of(self, obj: h5py.HLObject) -> str | None:
         return self.canonical.get(_identity(obj))
@@ -67,6 +69,7 @@ def walk(h5: h5py.File) -> Walk:
     """Record every group, dataset and link reachable from the root of ``h5``."""
     groups: list[GroupRecord] = []
     datasets: list[DatasetRecord] = []
+    datatypes: list[DatasetRecord] = []
     try:
         canonical: dict[int, str] = {_identity(h5): "/"}
     except (TypeError, RuntimeError, OSError) as e:  # h5py hashes by the object's address
@@ -122,11 +125,8 @@ def walk(h5: h5py.File) -> Walk:
             datasets.append(DatasetRecord(child_h5, child_key))
         elif isinstance(object_id, h5py.h5t.TypeID) and h5py.h5a.get_num_attrs(object_id):
             # a committed datatype is a type definition (the datasets using it carry the type);
-            # attributes on it have nowhere to go in zarr, and must not vanish
-            attributes = sorted(h5py.Datatype(object_id).attrs)
-            raise UnsupportedFeatureError(
-                f"{child_h5}: committed datatype with attributes {attributes}; zarr has no node for it"
-            )
+            # one with attributes becomes a node of its own, so that they do not vanish
+            datatypes.append(DatasetRecord(child_h5, child_key))
 
     resolved: dict[str, str] = {}  # soft links often share targets (NWB links many to one)
     for record, name, target in pending_soft:
@@ -136,7 +136,7 @@ def walk(h5: h5py.File) -> Walk:
         record.links.append(LinkEntry(name, ".", found))
     for record in groups:
         record.links.sort(key=lambda entry: entry.name)
-    return Walk(groups, datasets, canonical)
+    return Walk(groups, datasets, canonical, datatypes)
 
 
 def _cause(error: BaseException) -> BaseException:
