@@ -499,6 +499,34 @@ def build_names(path: Path, kind: FileKind | None = None) -> None:
         f.create_dataset("refs", data=[f["50%"].ref, f["CON.d/__inner/x:y"].ref], dtype=h5py.ref_dtype)
 
 
+def build_other_files(path: Path, kind: FileKind | None = None) -> None:
+    """Data in other files and elsewhere in the file: virtual datasets over the file's own
+    datasets and over a sibling written the same way, and external raw storage."""
+    kind = kind or FileKind()
+    sibling = path.with_name(path.stem + "-source.h5")
+    with kind.create(sibling) as f:
+        f.create_dataset("frames", data=np.arange(6 * 8 * 5, dtype=">u2").reshape(6, 8, 5), chunks=(2, 4, 5),
+                         compression="gzip", shuffle=True)  # fmt: skip
+    raw = path.with_suffix(".raw")
+    with kind.create(path) as f:
+        v = f.create_group("virtual")
+        a = v.create_dataset("part_a", data=np.arange(40, dtype="<i4").reshape(4, 10), chunks=(2, 10))
+        b = v.create_dataset("part_b", data=-np.arange(40, dtype="<i4").reshape(4, 10), chunks=(2, 10))
+        layout = h5py.VirtualLayout((10, 10), "<i4")
+        layout[0:4] = h5py.VirtualSource(a)
+        layout[4:8] = h5py.VirtualSource(b)  # rows 8-9 map nowhere: the fill value
+        v.create_virtual_dataset("stacked", layout, fillvalue=-7)
+        frames = h5py.VirtualLayout((2, 6, 8, 5), ">u2")
+        frames[0] = h5py.VirtualSource(str(sibling), "frames", (6, 8, 5))
+        frames[1] = h5py.VirtualSource(str(sibling), "frames", (6, 8, 5))
+        v.create_virtual_dataset("frames_twice", frames)
+        odd = h5py.VirtualLayout((9, 10), "<i4")
+        odd[1:5] = h5py.VirtualSource(a)  # across chunk boundaries: copied
+        v.create_virtual_dataset("shifted", odd, fillvalue=0)
+        f.create_dataset("external", data=np.arange(300, dtype=">f8").reshape(30, 10),
+                         external=[(str(raw), 0, 10 * 80), (str(raw), 4096, 20 * 80)])  # fmt: skip
+
+
 BUILDERS: dict[str, Callable[[Path, FileKind | None], None]] = {
     "numeric": build_numeric,
     "strings": build_strings,
@@ -515,6 +543,7 @@ BUILDERS: dict[str, Callable[[Path, FileKind | None], None]] = {
     "hard_links": build_hard_links,
     "attributes": build_attributes,
     "names": build_names,
+    "other_files": build_other_files,
 }
 
 
