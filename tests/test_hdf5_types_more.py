@@ -107,9 +107,37 @@ def test_ragged_datasets_are_values_and_offsets_that_zarr_and_anndata_read(tmp_p
             assert got.to_list() == _lists(want), f"{name} through anndata"
 
 
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_ragged_sequences_of_records_read_as_h5py_reads_them(order, tmp_path):
+    """Sequences of compounds of numbers: an awkward ListOffsetArray of a RecordArray, one
+    buffer per field; navigation gives h5py's structured arrays, anndata the awkward records."""
+    anndata = pytest.importorskip("anndata")
+    path = tmp_path / "records.h5"
+    record = np.dtype([("t", f"{order}f8"), ("n", f"{order}i4"), ("ok", "?")])
+    events = [np.array([(1.5, 2, True), (2.5, 3, False)], record), np.zeros(0, record), np.array([(9.0, -1, True)], record)]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("events", data=_objects(events, (3,)), dtype=h5py.vlen_dtype(record))
+        f.create_dataset("grid", data=_objects(events + events[:1], (2, 2)), dtype=h5py.vlen_dtype(record), chunks=(1, 2))
+    manifest = h5lens.index(path)
+    manifest.save(tmp_path / "m.json")
+    group = h5lens.open_group(tmp_path / "m.json")
+    with h5py.File(path) as f:
+        for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+            for name in ("events", "grid"):
+                want, got = f[name][()], root[name][()]
+                assert got.shape == want.shape, name
+                for g, w in zip(got.ravel(), want.ravel(), strict=True):
+                    assert g.dtype.names == w.dtype.names and g.shape == w.shape, name
+                    for field in w.dtype.names:
+                        assert g[field].dtype == w[field].dtype.newbyteorder("="), name
+                        np.testing.assert_array_equal(g[field], w[field], err_msg=f"{name}.{field}")
+        got = anndata.io.read_elem(group["events"]).to_list()
+        assert got == [[dict(zip(record.names, r.tolist(), strict=True)) for r in e] for e in f["events"][()]]
+
+
 def test_ragged_sequences_of_what_awkward_has_no_primitive_for_are_refused_by_name(tmp_path):
     path = tmp_path / "records.h5"
-    record = np.dtype([("a", "<i4"), ("b", "<f8")])
+    record = np.dtype([("a", "<i4"), ("name", "S4")])
     with h5py.File(path, "w") as f:
         f.create_dataset("records", data=_objects([np.zeros(2, record)], (1,)), dtype=h5py.vlen_dtype(record))
         assert f["records"][()][0].dtype == record  # h5py reads it

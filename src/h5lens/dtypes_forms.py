@@ -129,24 +129,61 @@ def ragged_primitive(base: np.dtype) -> str | None:
     return None
 
 
-def ragged_form(shape: tuple[int, ...], primitive: str) -> tuple[dict[str, Any], int, str, str]:
-    """awkward's form of ``shape`` sequences of ``primitive`` (RegularArray per axis after the
-    first, then ListOffsetArray of NumpyArray), its length, and its two buffer names."""
+# A sequence element: awkward's primitive name, or a record's [[field name, primitive], ...]
+RaggedElement = str | list[list[str]]
+
+
+def ragged_element(base: np.dtype) -> RaggedElement | None:
+    """What awkward holds a sequence element of ``base`` as: a primitive, or a record of
+    primitive fields (a compound of numbers); None if neither."""
+    if base.names is None or base.fields is None:
+        return ragged_primitive(base)
+    fields = []
+    for name in base.names:
+        primitive = ragged_primitive(base.fields[name][0])
+        if primitive is None:
+            return None
+        fields.append([name, primitive])
+    return fields or None
+
+
+def element_dtype(element: RaggedElement) -> np.dtype:
+    """The (native) numpy dtype of a sequence element."""
+    if isinstance(element, str):
+        return np.dtype(element)
+    return np.dtype([(str(name), np.dtype(str(primitive))) for name, primitive in element])
+
+
+def _numpy_form(primitive: str, key: str) -> dict[str, Any]:
+    return {"class": "NumpyArray", "primitive": primitive, "inner_shape": [], "parameters": {}, "form_key": key}
+
+
+def ragged_form(shape: tuple[int, ...], element: RaggedElement) -> tuple[dict[str, Any], int, str, list[str]]:
+    """awkward's form of ``shape`` sequences of ``element`` (RegularArray per axis after the
+    first, then ListOffsetArray of a NumpyArray, or of a RecordArray of NumpyArrays), its
+    length, its offsets buffer's name and its data buffers' names (one per record field)."""
     inner_axes = list(shape[1:])
     depth = len(inner_axes)
-    form: dict[str, Any] = {
-        "class": "NumpyArray",
-        "primitive": primitive,
-        "inner_shape": [],
-        "parameters": {},
-        "form_key": f"node{depth + 1}",
-    }
+    form: dict[str, Any]
+    if isinstance(element, str):
+        form = _numpy_form(element, f"node{depth + 1}")
+        data_names = [f"node{depth + 1}-data"]
+    else:
+        keys = [f"node{depth + 2 + i}" for i in range(len(element))]
+        form = {
+            "class": "RecordArray",
+            "fields": [name for name, _ in element],
+            "contents": [_numpy_form(primitive, key) for (_, primitive), key in zip(element, keys, strict=True)],
+            "parameters": {},
+            "form_key": f"node{depth + 1}",
+        }
+        data_names = [f"{key}-data" for key in keys]
     form = {"class": "ListOffsetArray", "offsets": "i64", "content": form, "parameters": {}, "form_key": f"node{depth}"}
     for level in range(depth - 1, -1, -1):
         form = {"class": "RegularArray", "size": inner_axes[level], "content": form, "parameters": {},
                 "form_key": f"node{level}"}  # fmt: skip
     length = shape[0] if shape else 1  # a scalar: one sequence
-    return form, length, f"node{depth}-offsets", f"node{depth + 1}-data"
+    return form, length, f"node{depth}-offsets", data_names
 
 
 def ragged_buffers(values: np.ndarray, base: np.dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -156,9 +193,15 @@ def ragged_buffers(values: np.ndarray, base: np.dtype) -> tuple[np.ndarray, np.n
     lengths = np.fromiter((v.size for v in flat), dtype=np.int64, count=len(flat))
     offsets = np.zeros(len(flat) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    native = base.newbyteorder("=")
+    native = _native(base)
     data = np.concatenate(flat).astype(native) if flat else np.zeros(0, native)
     return offsets, data
+
+
+def _native(dtype: np.dtype) -> np.dtype:
+    if dtype.names is None or dtype.fields is None:
+        return dtype.newbyteorder("=")
+    return np.dtype([(name, _native(dtype.fields[name][0])) for name in dtype.names])
 
 
 def ragged_values(shape: tuple[int, ...], offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
@@ -211,7 +254,6 @@ __all__ = [
     "form_text",
     "is_opaque_type",
     "parse_vlen_type",
-    "vlen_type_name",
     "ragged_buffers",
     "ragged_form",
     "ragged_primitive",
@@ -219,4 +261,5 @@ __all__ = [
     "restore_array_fields",
     "struct_form",
     "view_array_fields",
+    "vlen_type_name",
 ]

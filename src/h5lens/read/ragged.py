@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from h5lens import convention
-from h5lens.dtypes_forms import AWKWARD_ATTRIBUTES, ragged_form, ragged_values
+from h5lens.dtypes_forms import AWKWARD_ATTRIBUTES, element_dtype, ragged_form, ragged_values
 from h5lens.errors import ManifestFormatError
 from h5lens.read.navigate import DATASET_KINDS, Attributes, Node, empty
 
@@ -36,8 +36,11 @@ class RaggedDataset(Node):
 
     @property
     def element_dtype(self) -> np.dtype:
-        """The dtype of each sequence's values (h5py's ``check_vlen_dtype``)."""
-        return np.dtype(self._marker["dtype"])
+        """The dtype of each sequence's values (h5py's ``check_vlen_dtype``; native byte order)."""
+        try:
+            return element_dtype(self._marker["dtype"])
+        except (TypeError, ValueError) as e:
+            raise ManifestFormatError(f"{self.h5_path}: _RAGGED dtype {self._marker['dtype']!r} is no element type") from e
 
     @property
     def dtype(self) -> np.dtype:
@@ -82,11 +85,18 @@ class RaggedDataset(Node):
         return values[()] if shape == () and key == () else values[key]
 
     def _values(self, shape: tuple[int, ...]) -> np.ndarray:
-        _, _, offsets_name, data_name = ragged_form(shape, self._marker["dtype"])
+        element = self.element_dtype
+        _, _, offsets_name, data_names = ragged_form(shape, self._marker["dtype"])
         offsets = np.asarray(self._file.array(f"{self._key}/{offsets_name}")[...])
-        data = np.asarray(self._file.array(f"{self._key}/{data_name}")[...])
+        buffers = [np.asarray(self._file.array(f"{self._key}/{name}")[...]) for name in data_names]
+        if element.names is None:
+            data = buffers[0].astype(element, copy=False)
+        else:  # a record's fields, one buffer each
+            data = np.empty(min((b.size for b in buffers), default=0), dtype=element)
+            for field, buffer in zip(element.names, buffers, strict=True):
+                data[field] = buffer[: data.size]
         try:
-            return ragged_values(shape, offsets, data.astype(self.element_dtype, copy=False))
+            return ragged_values(shape, offsets, data)
         except ValueError as e:
             raise ManifestFormatError(f"{self.h5_path}: the ragged dataset's buffers are damaged ({e})") from None
 

@@ -21,8 +21,8 @@ from h5lens.dtypes_forms import (
     AWKWARD_ENCODING,
     form_text,
     ragged_buffers,
+    ragged_element,
     ragged_form,
-    ragged_primitive,
 )
 from h5lens.errors import UnsupportedFeatureError
 from h5lens.manifest.model import ChunkTable
@@ -42,10 +42,10 @@ def ragged_base(dtype: np.dtype, path: str) -> np.dtype | None:
         return None
     if base == np.dtype("uint8") or base == np.dtype("int8"):
         return None  # variable-length bytes (h5lens.scan.dtypes)
-    if ragged_primitive(base) is None:
+    if ragged_element(base) is None:
         raise UnsupportedFeatureError(
-            f"{path}: variable-length sequences of {base} have no form in h5lens (only sequences of numbers "
-            "and booleans are written, as awkward-array groups)"
+            f"{path}: variable-length sequences of {base} have no form in h5lens (sequences of numbers, "
+            "booleans and compounds of them are written, as awkward-array groups)"
         )
     return base
 
@@ -70,19 +70,25 @@ def ragged_nodes(
     if values is None:
         values = np.empty(0, dtype=object)
     shape = tuple(values.shape)
-    primitive = ragged_primitive(base)
-    assert primitive is not None  # ragged_base refused the others
-    form, length, offsets_name, data_name = ragged_form(shape, primitive)
+    element = ragged_element(base)
+    assert element is not None  # ragged_base refused the others
+    form, length, offsets_name, data_names = ragged_form(shape, element)
     offsets, data = ragged_buffers(values, base)
+    if isinstance(element, str):
+        buffers = [(offsets_name, offsets), (data_names[0], data)]
+    else:  # a record: one buffer per field, as awkward keeps a RecordArray's contents
+        buffers = [(offsets_name, offsets)] + [
+            (name, np.ascontiguousarray(data[field])) for name, (field, _) in zip(data_names, element, strict=True)
+        ]
     group_attributes = {
         **attributes,
         **AWKWARD_ENCODING,
         "form": form_text(form),
         "length": length,
-        convention.RAGGED: {"dtype": primitive, "shape": None if empty else list(shape)},
+        convention.RAGGED: {"dtype": element, "shape": None if empty else list(shape)},
     }
     made: Made = [(key, {"zarr_format": 3, "node_type": "group", "attributes": group_attributes}, None)]
-    for name, buffer in ((offsets_name, offsets), (data_name, data)):
+    for name, buffer in buffers:
         plan = plan_type(buffer.dtype, f"{path} ({name})")
         # encoded as anndata encodes an awkward array's buffers (it warns about them otherwise)
         doc, table = inline_array(f"{path}/{name}", plan, buffer, dict(_BUFFER_ENCODING), None, options)
