@@ -223,3 +223,37 @@ def test_compound_members_that_are_arrays_read_as_h5py_reads_them(threshold, tmp
         if threshold == 0:
             for name in ("chunked", "contiguous"):  # "mixed" is repacked: another byte order
                 assert (manifest.chunks[name].source >= 0).any(), f"{name} is referenced"
+
+
+def test_compounds_with_members_that_are_sequences_read_as_h5py_reads_them(tmp_path):
+    """A compound with ragged members (NWB's and PyTables' tables of spike times): an awkward
+    RecordArray, sequence members as ListOffsetArrays; navigation gives h5py's records."""
+    anndata = pytest.importorskip("anndata")
+    path = tmp_path / "units.h5"
+    unit = np.dtype([("id", "<i4"), ("spikes", h5py.vlen_dtype(np.float64)), ("weight", ">f4"),
+                     ("channels", h5py.vlen_dtype(np.dtype(">u2")))])  # fmt: skip
+    with h5py.File(path, "w") as f:
+        table = f.create_dataset("units", shape=(3,), dtype=unit, chunks=(2,))
+        table[0] = (1, np.array([0.1, 0.2]), 1.5, np.array([3, 4], ">u2"))
+        table[1] = (2, np.zeros(0), 2.5, np.zeros(0, ">u2"))
+        table[2] = (3, np.array([9.0]), -1.0, np.array([7], ">u2"))
+        grid = f.create_dataset("grid", shape=(2, 2), dtype=unit)
+        grid[...] = np.array([[table[0], table[1]], [table[2], table[0]]], dtype=unit)
+        f.create_dataset("unwritten", shape=(2,), dtype=unit)
+    manifest = h5lens.index(path)
+    manifest.save(tmp_path / "m.json")
+    for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+        with h5py.File(path) as f:
+            for name in ("units", "grid", "unwritten"):
+                want, got = f[name][()], root[name][()]
+                assert got.shape == want.shape and root[name].dtype.names == f[name].dtype.names, name
+                for field in unit.names:
+                    for g, w in zip(got[field].ravel(), want[field].ravel(), strict=True):
+                        np.testing.assert_array_equal(g, w, err_msg=f"{name}.{field}")
+            np.testing.assert_array_equal(root["units"][1]["spikes"], f["units"][1]["spikes"])
+    group = h5lens.open_group(manifest)
+    records = anndata.io.read_elem(group["units"]).to_list()
+    with h5py.File(path) as f:
+        assert records == [{n: (r[n].tolist() if isinstance(r[n], np.ndarray) else r[n].item()) for n in unit.names}
+                           for r in f["units"][()]]  # fmt: skip
+    assert h5lens.validate(manifest) == []

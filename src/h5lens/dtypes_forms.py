@@ -186,6 +186,98 @@ def ragged_form(shape: tuple[int, ...], element: RaggedElement) -> tuple[dict[st
     return form, length, f"node{depth}-offsets", data_names
 
 
+# A compound with members that are sequences: [[field, primitive, is a sequence], ...]
+RecordFields = list[list[Any]]
+
+
+def sequence_base(field: np.dtype) -> np.dtype | None:
+    """The element type of a field that is a variable-length sequence (h5py's
+    ``vlen_dtype``: an object dtype whose metadata names it); None otherwise."""
+    metadata: dict[str, Any] = dict(field.metadata or {})
+    base = metadata.get("vlen") if field.kind == "O" else None
+    return base if isinstance(base, np.dtype) else None
+
+
+def record_fields(dtype: np.dtype) -> RecordFields | None:
+    """The fields of a compound with members that are sequences of numbers (the others
+    numbers): what awkward holds as a RecordArray of NumpyArrays and ListOffsetArrays;
+    None for every other type."""
+    if dtype.names is None or dtype.fields is None:
+        return None
+    found, sequences = [], False
+    for name in dtype.names:
+        field = dtype.fields[name][0]
+        base = sequence_base(field)
+        primitive = ragged_primitive(base if base is not None else field)
+        if primitive is None:
+            return None
+        sequences = sequences or base is not None
+        found.append([name, primitive, base is not None])
+    return found if sequences else None
+
+
+def record_dtype(fields: RecordFields) -> np.dtype:
+    """h5py's dtype of such a compound: sequence members as ``vlen_dtype`` objects."""
+    return np.dtype([
+        (str(name), np.dtype("O", metadata={"vlen": np.dtype(str(primitive))}) if sequence else np.dtype(str(primitive)))
+        for name, primitive, sequence in fields
+    ])
+
+
+def record_form(shape: tuple[int, ...], fields: RecordFields) -> tuple[dict[str, Any], int, list[list[str]]]:
+    """awkward's form of ``shape`` records (RegularArray per axis after the first, then a
+    RecordArray whose members are NumpyArrays, or ListOffsetArrays of NumpyArrays), its
+    length, and per field its buffer names (``[data]`` or ``[offsets, data]``)."""
+    inner_axes = list(shape[1:])
+    depth = len(inner_axes)
+    counter = depth + 1
+    contents, buffers = [], []
+    for _, primitive, sequence in fields:
+        if sequence:
+            outer, inner = f"node{counter}", f"node{counter + 1}"
+            counter += 2
+            contents.append({"class": "ListOffsetArray", "offsets": "i64", "content": _numpy_form(primitive, inner),
+                             "parameters": {}, "form_key": outer})  # fmt: skip
+            buffers.append([f"{outer}-offsets", f"{inner}-data"])
+        else:
+            key = f"node{counter}"
+            counter += 1
+            contents.append(_numpy_form(primitive, key))
+            buffers.append([f"{key}-data"])
+    form: dict[str, Any] = {"class": "RecordArray", "fields": [name for name, _, _ in fields], "contents": contents,
+                            "parameters": {}, "form_key": f"node{depth}"}  # fmt: skip
+    for level in range(depth - 1, -1, -1):
+        form = {"class": "RegularArray", "size": inner_axes[level], "content": form, "parameters": {},
+                "form_key": f"node{level}"}  # fmt: skip
+    return form, shape[0] if shape else 1, buffers
+
+
+def record_buffers(values: np.ndarray, fields: RecordFields) -> list[list[np.ndarray]]:
+    """Per field its buffers (row-major over the records): the values, or offsets and values."""
+    flat = values.reshape(-1)
+    out = []
+    for name, primitive, sequence in fields:
+        if sequence:
+            out.append(list(ragged_buffers(flat[name], np.dtype(primitive))))
+        else:
+            out.append([np.ascontiguousarray(flat[name]).astype(np.dtype(primitive))])
+    return out
+
+
+def record_values(shape: tuple[int, ...], fields: RecordFields, buffers: list[list[np.ndarray]]) -> np.ndarray:
+    """The records h5py reads (sequence members as arrays) from their buffers."""
+    count = int(np.prod(shape, dtype=np.int64))
+    out = np.empty(count, dtype=record_dtype(fields))
+    for (name, primitive, sequence), found in zip(fields, buffers, strict=True):
+        if sequence:
+            out[name] = ragged_values((count,), found[0], found[1].astype(np.dtype(primitive), copy=False))
+        elif found[0].shape != (count,):
+            raise ValueError(f"field {name}: {found[0].size} values for {count} records")
+        else:
+            out[name] = found[0]
+    return out.reshape(shape)
+
+
 def ragged_buffers(values: np.ndarray, base: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """The offsets (int64, one more than the sequences) and the concatenated data (native
     ``base``) of an object array of sequences, in row-major order."""

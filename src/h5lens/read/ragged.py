@@ -12,7 +12,15 @@ from typing import Any
 import numpy as np
 
 from h5lens import convention
-from h5lens.dtypes_forms import AWKWARD_ATTRIBUTES, element_dtype, ragged_form, ragged_values
+from h5lens.dtypes_forms import (
+    AWKWARD_ATTRIBUTES,
+    element_dtype,
+    ragged_form,
+    ragged_values,
+    record_dtype,
+    record_form,
+    record_values,
+)
 from h5lens.errors import ManifestFormatError
 from h5lens.read.navigate import DATASET_KINDS, Attributes, Node, empty
 
@@ -44,7 +52,9 @@ class RaggedDataset(Node):
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(object)
+        """h5py's: objects (sequences), or a compound whose sequence members are objects."""
+        record = self._marker.get("record")
+        return np.dtype(object) if record is None else record_dtype(record)
 
     @property
     def ndim(self) -> int:
@@ -79,12 +89,20 @@ class RaggedDataset(Node):
         shape = self.shape
         if shape is None:
             if key is Ellipsis or key in ((), (Ellipsis,)):
-                return empty(self.element_dtype)
+                return empty(self.dtype if "record" in self._marker else self.element_dtype)
             raise ValueError(f"{self.h5_path!r} has a null dataspace: only [()] reads it")
         values = self._values(shape)
         return values[()] if shape == () and key == () else values[key]
 
     def _values(self, shape: tuple[int, ...]) -> np.ndarray:
+        record = self._marker.get("record")
+        if record is not None:  # records with members that are sequences
+            _, _, names = record_form(shape, record)
+            per_field = [[np.asarray(self._file.array(f"{self._key}/{n}")[...]) for n in field] for field in names]
+            try:
+                return record_values(shape, record, per_field)
+            except ValueError as e:
+                raise ManifestFormatError(f"{self.h5_path}: the ragged dataset's buffers are damaged ({e})") from None
         element = self.element_dtype
         _, _, offsets_name, data_names = ragged_form(shape, self._marker["dtype"])
         offsets = np.asarray(self._file.array(f"{self._key}/{offsets_name}")[...])

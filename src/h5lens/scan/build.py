@@ -13,6 +13,7 @@ import h5py
 import numpy as np
 
 from h5lens import convention
+from h5lens.dtypes_forms import record_fields
 from h5lens.errors import (
     H5LensError,
     MaterializeLimitError,
@@ -67,7 +68,7 @@ from h5lens.scan.options import (
 )
 from h5lens.scan.other_files import OtherFiles
 from h5lens.scan.profiles import ProfileContext
-from h5lens.scan.ragged import Made, ragged_base, ragged_nodes
+from h5lens.scan.ragged import Made, ragged_base, ragged_nodes, record_nodes
 from h5lens.scan.regions import Resolver
 from h5lens.scan.registry import apply_profiles
 from h5lens.scan.source import OpenSource, TrackedFile, open_source
@@ -504,8 +505,10 @@ def _ragged(
     """A dataset of variable-length sequences of numbers as an awkward-array group and its
     buffers (:mod:`h5lens.scan.ragged`); None for every other dataset."""
     path = record.h5_path
-    base = ragged_base(element_dtype(ds, path), path)
-    if base is None:
+    dtype = element_dtype(ds, path)
+    fields = record_fields(dtype)  # a compound with members that are sequences
+    base = None if fields is not None else ragged_base(dtype, path)
+    if base is None and fields is None:
         return None
     attributes = _attributes(ds, path, resolve, nan_strings, heaps, types)
     count = 0 if ds.shape is None else int(np.prod(ds.shape, dtype=np.int64))
@@ -513,6 +516,10 @@ def _ragged(
                  values=True)  # fmt: skip
     if heaps is not None:
         heaps.check_dataset(ds, path)  # before h5py parses them: damage can make libhdf5 loop
+    if fields is not None:
+        return record_nodes(record.key, path, None if ds.shape is None else np.asarray(ds[()]).reshape(ds.shape),
+                            fields, attributes, options)  # fmt: skip
+    assert base is not None
     values: np.ndarray | None = None
     if ds.shape is not None:  # h5py gives a scalar's one sequence as an array of its values
         read = ds[()]

@@ -19,10 +19,14 @@ from h5lens import convention
 from h5lens.dtypes_forms import (
     AWKWARD_ATTRIBUTES,
     AWKWARD_ENCODING,
+    RecordFields,
     form_text,
     ragged_buffers,
     ragged_element,
     ragged_form,
+    record_buffers,
+    record_dtype,
+    record_form,
 )
 from h5lens.errors import UnsupportedFeatureError
 from h5lens.manifest.model import ChunkTable
@@ -58,14 +62,8 @@ def ragged_nodes(
     attributes: dict[str, Any],
     options: ScanOptions,
 ) -> Made:
-    """The group and its two buffer arrays for ``values`` (h5py's object array; None for a
+    """The group and its buffer arrays for ``values`` (h5py's object array; None for a
     null dataspace) of sequences of ``base``."""
-    taken = [name for name in AWKWARD_ATTRIBUTES if name in attributes]
-    if taken:
-        raise UnsupportedFeatureError(
-            f"{path}: a ragged dataset is written as an awkward-array group, whose attributes {taken} "
-            "its own HDF5 attributes of those names would overwrite"
-        )
     empty = values is None
     if values is None:
         values = np.empty(0, dtype=object)
@@ -80,13 +78,50 @@ def ragged_nodes(
         buffers = [(offsets_name, offsets)] + [
             (name, np.ascontiguousarray(data[field])) for name, (field, _) in zip(data_names, element, strict=True)
         ]
-    group_attributes = {
-        **attributes,
-        **AWKWARD_ENCODING,
-        "form": form_text(form),
-        "length": length,
-        convention.RAGGED: {"dtype": element, "shape": None if empty else list(shape)},
-    }
+    marker = {"dtype": element, "shape": None if empty else list(shape)}
+    return _awkward_group(key, path, attributes, form, length, marker, buffers, options)
+
+
+def record_nodes(
+    key: str,
+    path: str,
+    values: np.ndarray | None,
+    fields: RecordFields,
+    attributes: dict[str, Any],
+    options: ScanOptions,
+) -> Made:
+    """The group and its buffer arrays for compound ``values`` with members that are
+    sequences (h5py's structured array; None for a null dataspace)."""
+    empty = values is None
+    if values is None:
+        values = np.empty(0, dtype=record_dtype(fields))
+    shape = tuple(values.shape)
+    form, length, names = record_form(shape, fields)
+    found = record_buffers(values, fields)
+    buffers = [(name, buffer) for field_names, field_buffers in zip(names, found, strict=True)
+               for name, buffer in zip(field_names, field_buffers, strict=True)]  # fmt: skip
+    marker = {"record": fields, "shape": None if empty else list(shape)}
+    return _awkward_group(key, path, attributes, form, length, marker, buffers, options)
+
+
+def _awkward_group(
+    key: str,
+    path: str,
+    attributes: dict[str, Any],
+    form: dict[str, Any],
+    length: int,
+    marker: dict[str, Any],
+    buffers: list[tuple[str, np.ndarray]],
+    options: ScanOptions,
+) -> Made:
+    taken = [name for name in AWKWARD_ATTRIBUTES if name in attributes]
+    if taken:
+        raise UnsupportedFeatureError(
+            f"{path}: a ragged dataset is written as an awkward-array group, whose attributes {taken} "
+            "its own HDF5 attributes of those names would overwrite"
+        )
+    group_attributes = {**attributes, **AWKWARD_ENCODING, "form": form_text(form), "length": length,
+                        convention.RAGGED: marker}  # fmt: skip
     made: Made = [(key, {"zarr_format": 3, "node_type": "group", "attributes": group_attributes}, None)]
     for name, buffer in buffers:
         plan = plan_type(buffer.dtype, f"{path} ({name})")
@@ -96,4 +131,4 @@ def ragged_nodes(
     return made
 
 
-__all__ = ["ragged_base", "ragged_nodes"]
+__all__ = ["ragged_base", "ragged_nodes", "record_nodes"]
