@@ -153,6 +153,28 @@ def decode_hdf5_lzf(data: bytes | memoryview, expected: int | None, backend: _Ba
     return out
 
 
+def decode_hdf5_lzf_into(data: bytes | memoryview, out: memoryview) -> None:
+    """Decode one HDF5-LZF chunk of ``len(out)`` decoded bytes straight into ``out``
+    (imagecodecs' liblzf, which writes into a buffer; python-lzf cannot): a chunk stored
+    uncompressed is copied; one that does not decode to exactly ``len(out)`` bytes goes
+    through :func:`decode_hdf5_lzf`, whose error it raises."""
+    expected = len(out)
+    if len(data) == expected:
+        out[:] = data  # the optional filter was skipped: stored uncompressed
+        return
+    import imagecodecs
+
+    try:
+        if len(imagecodecs.lzf_decode(data, header=False, out=out)) == expected:
+            return
+    except imagecodecs.LzfError:
+        pass
+    decoded = decode_hdf5_lzf(data, expected)
+    if len(decoded) != expected:
+        raise ValueError(f"LZF chunk decoded to {len(decoded)} bytes, expected {expected}")
+    out[:] = decoded
+
+
 def encode_hdf5_lzf(data: bytes, backend: _Backend | None = None) -> bytes:
     """Encode as the HDF5 filter would: raw LZF if strictly smaller, else the input unchanged."""
     backend = backend or _backend()

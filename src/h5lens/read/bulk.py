@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from h5lens import convention
-from h5lens.codecs.table import Decoder, decoder
+from h5lens.codecs.table import Decoder, IntoDecoder, decoder
 from h5lens.errors import SourceReadError
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.read.text import TextCodec
@@ -123,10 +123,14 @@ class ArrayCodec:
         Writable (a bytearray underneath), as h5py's are: callers modify what they read.
         And never a view of a buffer of more elements (bytes seen as uint8), which scipy's
         sparse constructors would copy again."""
-        n = len(raws)
         joined = bytearray().join(raws)
-        if len(joined) != n * self.chunk_nbytes:
+        if len(joined) != len(raws) * self.chunk_nbytes:
             raise ValueError("a chunk did not decode to a whole chunk")
+        return self.joined_values(joined)
+
+    def joined_values(self, joined: bytearray) -> np.ndarray:
+        """Whole chunks' decoded bytes, one after the other → their values, ``(n, *chunk_shape)``."""
+        n = len(joined) // self.chunk_nbytes
         if self.unshuffle:
             planes = np.frombuffer(joined, dtype=np.uint8).reshape(n, self.unshuffle, -1)
             return _unshuffle(planes, self.stored).reshape(n, *self.chunk_shape)
@@ -309,6 +313,38 @@ def _decode_all(
     return [raw for future in futures for raw in future.result()]
 
 
+def _decode_into(
+    codec: ArrayCodec, datas: list[bytes | memoryview], flats: list[int], describe: Callable[[int], str]
+) -> bytearray:
+    """Every chunk decoded straight into its place in one buffer (the last decoder writes
+    there: :class:`~h5lens.codecs.table.IntoDecoder`), on a few threads when there are many."""
+    size = codec.chunk_nbytes
+    joined = bytearray(len(datas) * size)
+    view = memoryview(joined)
+    last = codec.decoders[-1]
+    assert isinstance(last, IntoDecoder)
+    before = codec.decoders[:-1]
+
+    def work(lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            try:
+                data = datas[i]
+                for step in before:
+                    data = step(data, size)  # type: ignore[arg-type]  # the decoders take any buffer
+                last.into(data, view[i * size : (i + 1) * size])
+            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+                raise SourceReadError(f"{describe(flats[i])} does not decode ({type(e).__name__}: {e})") from e
+
+    n = len(datas)
+    if n < _PARALLEL_FROM or _THREADS == 1 or size < _PARALLEL_CHUNK:
+        work(0, n)
+    else:
+        step = -(-n // _THREADS)
+        for future in [_executor().submit(work, lo, min(lo + step, n)) for lo in range(0, n, step)]:
+            future.result()
+    return joined
+
+
 def _decoded(
     codec: ArrayCodec | TextCodec, flats: list[int], payloads: dict[int, bytes | memoryview], describe: Callable[[int], str]
 ) -> np.ndarray:
@@ -316,6 +352,8 @@ def _decoded(
     that does not decode to a whole chunk raises SourceReadError naming it."""
     if isinstance(codec, TextCodec):
         return codec.values(flats, payloads, describe)
+    if codec.decoders and isinstance(codec.decoders[-1], IntoDecoder):
+        return codec.joined_values(_decode_into(codec, [payloads[flat] for flat in flats], flats, describe))
     raws = _decode_all(codec, [payloads[flat] for flat in flats], flats, describe)
     for flat, raw in zip(flats, raws, strict=True):
         if len(raw) != codec.chunk_nbytes:
