@@ -16,7 +16,6 @@ exactly as zarr would decode it, or not at all.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -47,25 +46,6 @@ _BIG_CHUNK = 64 << 10
 _THREADS = max(1, min(4, os.cpu_count() or 1))
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
-
-
-# Below this many stored bytes a selection is decoded on the event loop itself: handing it
-# to a thread costs more (~100 µs a hop) than decoding it, and a lazy AnnData makes
-# dozens of such reads.
-_INLINE_BYTES = 256 << 10
-
-
-def decodes_here(nbytes: int) -> bool:
-    """Whether ``nbytes`` of stored chunks are too few for a hop to another thread to pay."""
-    return nbytes < _INLINE_BYTES
-
-
-async def off_loop(payloads: dict[int, bytes | memoryview], work: Callable[..., Any], *args: Any) -> Any:
-    """``work(*args)`` on a thread (decoding does not hold up the event loop's other
-    reads), or right here when ``payloads`` are too few bytes for the hop to pay."""
-    if decodes_here(sum(len(p) for p in payloads.values())):
-        return work(*args)
-    return await asyncio.to_thread(work, *args)
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -272,7 +252,7 @@ def _place_each(
                 continue
             try:
                 values = codec.chunk_values(codec.decode_bytes(data))
-            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+            except Exception as e:
                 raise SourceReadError(f"{describe(flat)} does not decode ({type(e).__name__}: {e})") from e
             part = values[selection.chunk[i]]
             if selection.drop_axes:
@@ -301,7 +281,7 @@ def _decode_all(
         for i in range(lo, hi):
             try:
                 done.append(codec.decode_bytes(datas[i]))
-            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+            except Exception as e:
                 raise SourceReadError(f"{describe(flats[i])} does not decode ({type(e).__name__}: {e})") from e
         return done
 
@@ -332,7 +312,7 @@ def _decode_into(
                 for step in before:
                     data = step(data, size)  # type: ignore[arg-type]  # the decoders take any buffer
                 last.into(data, view[i * size : (i + 1) * size])
-            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+            except Exception as e:
                 raise SourceReadError(f"{describe(flats[i])} does not decode ({type(e).__name__}: {e})") from e
 
     n = len(datas)

@@ -36,13 +36,12 @@ from h5lens.read.bulk import (
     ArrayCodec,
     Selection,
     assemble,
-    decodes_here,
     gather_runs,
-    off_loop,
     region_chunks,
     run_chunks,
     scatter,
 )
+from h5lens.read.offload import decodes_here, off_loop
 from h5lens.read.text import TextCodec
 
 if TYPE_CHECKING:
@@ -99,7 +98,8 @@ class ReadPlan:
         return None if payloads is None else self.layout(payloads)
 
     async def run(self, store: RegionReads) -> Any:
-        """The plan run on the event loop: fetched at once, decoded off the loop if long."""
+        """The plan run on the event loop: fetched at once, decoded with the other reads of
+        the same turn, off the loop if they are long (:mod:`h5lens.read.offload`)."""
         payloads = await store.read_many_async(self.path, self.flats) if self.flats.size else {}
         return await off_loop(payloads, self.layout, payloads)
 
@@ -212,4 +212,4 @@ def whole(shape: tuple[int, ...]) -> Bounds:
     return [(0, n) for n in shape]
 
 
-__all__ = ["ReadPlan", "decoding", "chunks_plan", "decoder", "region_of", "region_plan", "runs_plan", "whole"]
+__all__ = ["ReadPlan", "chunks_plan", "decoder", "decoding", "region_of", "region_plan", "runs_plan", "whole"]

@@ -1,0 +1,122 @@
+"""Where a read plan's decoding runs once its bytes are in: on the event loop, or on threads.
+
+One small read decodes best on the event loop itself: a hop to a thread costs more (~100 µs)
+than its decoding, and a lazy AnnData makes dozens of such reads. But a minibatch loader
+(annbatch) sends hundreds of small reads in one event-loop turn (256 blocks of `data` and
+`indices` per preload), and decoded one after the other on the loop they keep one core
+busy while the other waits. So the decodings asked for in one turn are taken together:
+few bytes in all, they run on the loop as before; more, they are shared out between a few
+threads in one hop each (libdeflate, zlib on big inputs and the other decompressors release
+the GIL), and each read resumes with its own result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# Below this many stored bytes in a turn, decoding stays on the event loop.
+_INLINE_BYTES = 256 << 10
+_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+
+def decodes_here(nbytes: int) -> bool:
+    """Whether ``nbytes`` of stored chunks are too few for a hop to another thread to pay."""
+    return nbytes < _INLINE_BYTES
+
+
+@dataclass
+class _Job:
+    nbytes: int
+    work: Callable[..., Any]
+    args: tuple[Any, ...]
+    future: asyncio.Future[Any]
+
+
+@dataclass
+class _Turn:
+    jobs: list[_Job] = field(default_factory=list)
+
+
+_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turn] = weakref.WeakKeyDictionary()
+
+
+async def off_loop(payloads: dict[int, bytes | memoryview], work: Callable[..., Any], *args: Any) -> Any:
+    """``work(*args)``, decoding ``payloads``: with the other decodings asked for in this
+    event-loop turn, on the loop if they are few bytes in all, else on a few threads."""
+    nbytes = sum(len(p) for p in payloads.values())
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    turn = _turns.get(loop)
+    if turn is None:
+        turn = _turns[loop] = _Turn()
+        loop.call_soon(_flush, loop)  # after every read of this turn has asked
+    turn.jobs.append(_Job(nbytes, work, args, future))
+    return await future
+
+
+def _flush(loop: asyncio.AbstractEventLoop) -> None:
+    turn = _turns.pop(loop, None)
+    if turn is None or not turn.jobs:
+        return
+    jobs = turn.jobs
+    if decodes_here(sum(job.nbytes for job in jobs)):
+        for job in jobs:
+            _settle(job, *_run(job))
+        return
+    for group in _share(jobs, _THREADS):
+        task = loop.run_in_executor(None, _run_group, group)  # not h5lens's decode pool: work may use it
+        task.add_done_callback(functools.partial(_settle_group, group))
+
+
+def _share(jobs: list[_Job], count: int) -> list[list[_Job]]:
+    """Jobs shared out into at most ``count`` groups of about equal bytes (biggest first)."""
+    groups: list[list[_Job]] = [[] for _ in range(min(count, len(jobs)))]
+    loads = [0] * len(groups)
+    for job in sorted(jobs, key=lambda j: -j.nbytes):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(job)
+        loads[lightest] += job.nbytes
+    return [g for g in groups if g]
+
+
+def _run(job: _Job) -> tuple[bool, Any]:
+    if job.future.done():  # its reader was cancelled
+        return True, None
+    try:
+        return True, job.work(*job.args)
+    except BaseException as e:  # noqa: BLE001 - handed to the job's own reader
+        return False, e
+
+
+def _run_group(group: list[_Job]) -> list[tuple[bool, Any]]:
+    return [_run(job) for job in group]
+
+
+def _settle(job: _Job, ok: bool, value: Any) -> None:
+    if job.future.done():
+        return
+    if ok:
+        job.future.set_result(value)
+    else:
+        job.future.set_exception(value)
+
+
+def _settle_group(group: list[_Job], done: asyncio.Future[list[tuple[bool, Any]]]) -> None:
+    if done.cancelled():
+        for job in group:
+            if not job.future.done():
+                job.future.cancel()
+        return
+    error = done.exception()
+    if error is not None:
+        for job in group:
+            _settle(job, False, error)
+        return
+    for job, (ok, value) in zip(group, done.result(), strict=True):
+        _settle(job, ok, value)
