@@ -9,6 +9,8 @@ gave it.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from h5lens.errors import H5LensError
 from h5lens.manifest.zarr_keys import chunk_key
+from h5lens.read.decoded_cache import DecodedChunks
 from h5lens.read.bulk import ArrayCodec, array_codec
 from h5lens.read.plan import region_plan, runs_plan
 from h5lens.read.text import TextCodec, text_codec
@@ -52,8 +55,15 @@ class RegionReads:
         """How array ``path``'s chunks decode, when h5lens decodes them itself (cached)."""
         if path not in self._codecs:
             doc = self.manifest.nodes.get(path)
-            self._codecs[path] = None if doc is None or path not in self.manifest.chunks else array_codec(path, doc)
+            codec = None if doc is None or path not in self.manifest.chunks else array_codec(path, doc)
+            kept = self.decoded_chunks
+            self._codecs[path] = codec if codec is None or kept is None else dataclasses.replace(codec, cache=kept)
         return self._codecs[path]
+
+    @property
+    def decoded_chunks(self) -> DecodedChunks | None:
+        """The decoded chunks this store keeps (``decoded_cache_bytes``), if it keeps any."""
+        return None
 
     def region_codec(self, path: str) -> ArrayCodec | TextCodec | None:
         """How array ``path``'s chunks decode in a region read: its :meth:`array_codec`, or

@@ -20,7 +20,14 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5lens.codecs import register as register_codecs
-from h5lens.errors import H5LensError, RefusedSourceError, SourceNotFoundError, SourceReadError, StaleSourceError
+from h5lens.errors import (
+    H5LensError,
+    InvalidOptionError,
+    RefusedSourceError,
+    SourceNotFoundError,
+    SourceReadError,
+    StaleSourceError,
+)
 from h5lens.fetch.sources import ChunkRead, ReadStats, SourceReads
 from h5lens.locations import is_remote, resolve
 from h5lens.manifest.checks import VLEN_ALONE, codec_names, vlen_count_problem
@@ -29,6 +36,7 @@ from h5lens.manifest.model import MISSING, Manifest
 from h5lens.manifest.refs_json import dumps_document
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key
 from h5lens.read.bulk import ArrayCodec
+from h5lens.read.decoded_cache import DecodedChunks
 from h5lens.read.text import TextCodec
 from h5lens.regions import RegionReads
 
@@ -70,6 +78,7 @@ class ManifestStore(RegionReads, Store):
         source_urls: dict[str, str] | None = None,
         read_only: bool = True,
         allow_local: Iterable[str] | bool = (),
+        decoded_cache_bytes: int = 0,
     ) -> None:
         if not read_only:
             raise ValueError(_READ_ONLY)
@@ -79,6 +88,10 @@ class ManifestStore(RegionReads, Store):
         self.source_urls = dict(source_urls or {})
         self.allow_local: tuple[str, ...] | bool = allow_local if isinstance(allow_local, bool) else tuple(allow_local)
         self._check_local_sources()
+        if type(decoded_cache_bytes) is not int or decoded_cache_bytes < 0:
+            raise InvalidOptionError(f"decoded_cache_bytes must be a byte count (0: off). Got {decoded_cache_bytes!r}")
+        self.decoded_cache_bytes = decoded_cache_bytes
+        self._decoded: DecodedChunks | None = None
         self._reads: SourceReads | None = None
         self._metadata: dict[str, bytes] | None = None
         self._grammar: KeyGrammar | None = None
@@ -113,7 +126,16 @@ class ManifestStore(RegionReads, Store):
         state["_tree"] = None
         state["_codecs"] = {}
         state["_text_codecs"] = {}
+        state["_decoded"] = None  # each process keeps its own
         return state
+
+    @property
+    def decoded_chunks(self) -> DecodedChunks | None:
+        """The decoded chunks kept for later reads (``decoded_cache_bytes``; None when off):
+        see :mod:`h5lens.read.decoded_cache`."""
+        if self.decoded_cache_bytes and self._decoded is None:
+            self._decoded = DecodedChunks(self.decoded_cache_bytes)
+        return self._decoded
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

@@ -20,7 +20,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -30,6 +30,7 @@ from h5lens import convention
 from h5lens.codecs.table import Decoder, IntoDecoder, decoder
 from h5lens.errors import SourceReadError
 from h5lens.manifest.documents import ArrayDocument
+from h5lens.read.decoded_cache import Decoded, DecodedChunks
 from h5lens.read.text import TextCodec
 
 # Below this many chunks a selection is decoded on the calling thread: a pool's hand-off
@@ -73,6 +74,8 @@ class ArrayCodec:
     decoders: tuple[Decoder, ...]
     fill: Any
     unshuffle: int = 0
+    # the store's decoded chunks (h5lens.read.decoded_cache), when it keeps them
+    cache: DecodedChunks | None = field(default=None, compare=False)
 
     @cached_property
     def chunk_items(self) -> int:
@@ -83,7 +86,10 @@ class ArrayCodec:
         return self.chunk_items * self.stored.itemsize
 
     def decode_bytes(self, data: bytes | memoryview) -> bytes | memoryview:
-        """One chunk's bytes through ``decoders`` (not the bulk unshuffle)."""
+        """One chunk's bytes through ``decoders`` (not the bulk unshuffle); a chunk the
+        store kept decoded as it is."""
+        if isinstance(data, Decoded):
+            return data
         for step in self.decoders:
             data = step(data, self.chunk_nbytes)  # type: ignore[arg-type]  # the decoders take any buffer
         return data
@@ -276,13 +282,18 @@ def _decode_all(
     if not codec.decoders:
         return datas
 
+    cache = codec.cache
+
     def work(lo: int, hi: int) -> list[bytes | memoryview]:
         done = []
         for i in range(lo, hi):
             try:
-                done.append(codec.decode_bytes(datas[i]))
-            except Exception as e:
+                decoded = codec.decode_bytes(datas[i])
+            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
                 raise SourceReadError(f"{describe(flats[i])} does not decode ({type(e).__name__}: {e})") from e
+            if cache is not None and not isinstance(datas[i], Decoded) and len(decoded) == codec.chunk_nbytes:
+                cache.put(codec.path, flats[i], decoded)
+            done.append(decoded)
         return done
 
     n = len(datas)
@@ -305,15 +316,23 @@ def _decode_into(
     assert isinstance(last, IntoDecoder)
     before = codec.decoders[:-1]
 
+    cache = codec.cache
+
     def work(lo: int, hi: int) -> None:
         for i in range(lo, hi):
+            into = view[i * size : (i + 1) * size]
+            data = datas[i]
+            if isinstance(data, Decoded):  # kept decoded by the store
+                into[:] = data
+                continue
             try:
-                data = datas[i]
                 for step in before:
                     data = step(data, size)  # type: ignore[arg-type]  # the decoders take any buffer
-                last.into(data, view[i * size : (i + 1) * size])
-            except Exception as e:
+                last.into(data, into)
+            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
                 raise SourceReadError(f"{describe(flats[i])} does not decode ({type(e).__name__}: {e})") from e
+            if cache is not None:
+                cache.put(codec.path, flats[i], into)
 
     n = len(datas)
     if n < _PARALLEL_FROM or _THREADS == 1 or size < _PARALLEL_CHUNK:

@@ -81,7 +81,7 @@ class Link(NamedTuple):
 Indexer = Callable[..., Manifest]
 
 
-def open(
+def open(  # noqa: A001 - the module's entry point; h5lens.open passes h5lens.index as index
     manifest_or_path: PathOrManifest,
     *,
     index: Indexer | None = None,

@@ -52,6 +52,7 @@ class OpenKwargs(TypedDict, total=False):
     verify: bool
     allow_local: Iterable[str] | bool
     limits: Limits | None
+    decoded_cache_bytes: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +66,8 @@ class OpenOptions:
     indexing (:class:`~h5lens.errors.StaleSourceError`). A manifest read from a remote URL
     may not read local files unless ``allow_local`` names them (path prefixes, or True); a
     manifest that claims more than ``limits`` is refused: see docs/security.md.
+    ``decoded_cache_bytes`` (default 0: off) keeps up to that many bytes of decoded chunks
+    for later reads (minibatch loaders: see docs/ml-loading.md).
     """
 
     storage_options: dict[str, Any] | None = None
@@ -73,6 +76,7 @@ class OpenOptions:
     verify: bool = True
     allow_local: Iterable[str] | bool = ()
     limits: Limits | None = None
+    decoded_cache_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.allow_local, bool):  # a generator would be spent by the first store
@@ -107,7 +111,11 @@ class OpenOptions:
         from h5lens.store import ManifestStore
 
         store = ManifestStore(
-            self.load(manifest), source_options=self.for_sources, source_urls=self.source_urls, allow_local=self.allow_local
+            self.load(manifest),
+            source_options=self.for_sources,
+            source_urls=self.source_urls,
+            allow_local=self.allow_local,
+            decoded_cache_bytes=self.decoded_cache_bytes,
         )
         if self.verify:
             store.verify_sources()

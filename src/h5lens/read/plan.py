@@ -41,6 +41,7 @@ from h5lens.read.bulk import (
     run_chunks,
     scatter,
 )
+from h5lens.read.decoded_cache import Decoded
 from h5lens.read.offload import decodes_here, off_loop
 from h5lens.read.text import TextCodec
 
@@ -90,18 +91,31 @@ class ReadPlan:
         :meth:`run`)."""
         if not decodes_here(self.stored_bytes(store)):
             return None
+        kept, missing = self._kept(store)
         try:
-            payloads = store.reads.read_many_now(self.path, self.flats)
+            payloads = store.reads.read_many_now(self.path, missing)
         except H5LensError as e:
             store.name_failed_chunk(self.path, e)
             raise
-        return None if payloads is None else self.layout(payloads)
+        return None if payloads is None else self.layout({**payloads, **kept})
 
     async def run(self, store: RegionReads) -> Any:
         """The plan run on the event loop: fetched at once, decoded with the other reads of
         the same turn, off the loop if they are long (:mod:`h5lens.read.offload`)."""
-        payloads = await store.read_many_async(self.path, self.flats) if self.flats.size else {}
+        kept, missing = self._kept(store)
+        payloads = await store.read_many_async(self.path, missing) if missing.size else {}
+        payloads.update(kept)
         return await off_loop(payloads, self.layout, payloads)
+
+    def _kept(self, store: RegionReads) -> tuple[dict[int, Decoded], np.ndarray]:
+        """The chunks the store keeps decoded (``decoded_cache_bytes``) and the others."""
+        cache = getattr(self.codec, "cache", None)
+        if cache is None or not self.flats.size:
+            return {}, self.flats
+        kept = cache.take(self.path, self.flats.tolist())
+        if not kept:
+            return {}, self.flats
+        return kept, np.asarray([f for f in self.flats.tolist() if f not in kept], dtype=np.int64)
 
 
 def region_plan(store: RegionReads, path: str, bounds: Sequence[tuple[int, int]]) -> ReadPlan | np.ndarray | None:

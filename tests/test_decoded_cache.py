@@ -1,0 +1,52 @@
+"""decoded_cache_bytes: a store keeps decoded chunks for later reads, within its bound;
+what it gives back is what h5py reads, and it is off unless asked for."""
+
+from __future__ import annotations
+
+import pickle
+
+import h5py
+import numpy as np
+import pytest
+import zarr
+
+import h5lens
+
+
+def _file(path):
+    rng = np.random.default_rng(5)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=rng.integers(0, 100, 200_000).astype("i4"), chunks=(5_000,), compression="gzip")
+        f.create_dataset("y", data=rng.random((300, 400)), chunks=(30, 400), compression="gzip", shuffle=True)
+        f.create_dataset("z", data=rng.random(90_000).astype("f4"), chunks=(3_000,), compression="lzf")
+    return path
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["own-routes", "fast_reads"])
+def test_reads_through_kept_chunks_are_h5pys(tmp_path, fast):
+    path = _file(tmp_path / "kept.h5")
+    if fast:
+        h5lens.fast_reads()
+    store = h5lens.open_store(h5lens.index(path), decoded_cache_bytes=64 << 20)
+    group = zarr.open_group(store, mode="r")
+    with h5py.File(path) as f:
+        for _ in range(2):  # the second time from the kept chunks
+            for name, key in (("x", np.s_[1_234:150_000]), ("y", np.s_[45:200, 10:390]), ("z", np.s_[::1])):
+                np.testing.assert_array_equal(group[name][key], f[name][key])
+                np.testing.assert_array_equal(store.read_region(name, [(0, n) for n in f[name].shape]), f[name][...])
+    kept = store.decoded_chunks
+    assert kept is not None and kept.hits > 0 and 0 < kept.nbytes <= 64 << 20
+
+
+def test_the_bound_holds_and_off_is_the_default(tmp_path):
+    path = _file(tmp_path / "kept.h5")
+    manifest = h5lens.index(path)
+    assert h5lens.open_store(manifest).decoded_chunks is None
+    store = h5lens.open_store(manifest, decoded_cache_bytes=50_000)  # two chunks of x
+    with h5py.File(path) as f:
+        np.testing.assert_array_equal(store.read_region("x", [(0, 200_000)]), f["x"][...])
+    assert store.decoded_chunks is not None and store.decoded_chunks.nbytes <= 50_000
+    copy = pickle.loads(pickle.dumps(store))  # a worker keeps its own
+    assert copy.decoded_cache_bytes == 50_000 and copy.decoded_chunks is not None and copy.decoded_chunks.nbytes == 0
+    with pytest.raises(h5lens.InvalidOptionError, match="decoded_cache_bytes"):
+        h5lens.open_store(manifest, decoded_cache_bytes=-1)
