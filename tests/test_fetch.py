@@ -53,6 +53,21 @@ def test_merge_plan_splits_at_gaps_and_spans():
     assert merge_plan(offsets[:0], lengths[:0]) == []
 
 
+def test_scattered_ranges_are_bridged_within_a_budget():
+    """A loader's scattered blocks: gaps under MAX_GAP are bridged only while they add no
+    more bytes than were asked for (smallest first), or 1 MiB in all; a small file's few
+    ranges still share one request."""
+    rng = np.random.default_rng(1)
+    offsets = np.sort(rng.choice(4000, 300, replace=False)).astype(np.int64) * 40_000  # 40 kB chunks, a third of them
+    lengths = np.full(300, 40_000, dtype=np.int64)
+    plan = merge_plan(offsets, lengths)
+    fetched = sum(int(offsets[hi - 1] + lengths[hi - 1] - offsets[lo]) for lo, hi in plan)
+    assert int(lengths.sum()) < fetched <= 2 * int(lengths.sum())
+    assert len(plan) > 1
+    small = np.array([0, 5_000, 60_000, 400_000], dtype=np.int64)
+    assert merge_plan(small, np.full(4, 30, dtype=np.int64)) == [(0, 4)]
+
+
 def test_read_ranges_merges_and_matches_file_bytes(blob):
     path, data = blob
     fetcher, requests = _fetcher(path)

@@ -5,8 +5,9 @@ Two knobs decide it, measured on a simulated S3 (``benchmarks/read_bench.py``):
 ``gap``
     ranges at most this far apart share a request (a request costs a round trip; bytes in
     between cost transfer time). Optionally only within a byte budget (``extra_ratio``:
-    the gaps bridged may add at most that many bytes per byte asked for, smallest gaps
-    first), for files whose index nodes sit between the data they index (a scan).
+    the gaps bridged may add at most that many bytes per byte asked for, or ``extra_floor``
+    bytes in all if that is more, smallest gaps first): for files whose index nodes sit
+    between the data they index (a scan), and reads of scattered chunks (a loader's blocks).
 ``part``
     a request longer than this is fetched as parts of this size on parallel connections
     and joined: one S3 connection streams ~100 MB/s, and they add up (as the AWS CRT and
@@ -28,6 +29,7 @@ class Planner:
     span: int  # no merged request longer than this
     part: int  # requests longer than this are fetched as parallel parts of this size
     extra_ratio: float | None = None  # bridge gaps only within this many extra bytes per byte asked
+    extra_floor: int = 0  # ... or within this many bytes in all, whichever is more
 
     def runs(self, offsets: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
         """``[lo, hi)`` runs of offset-sorted ranges, one request each (see the module docstring).
@@ -45,7 +47,7 @@ class Planner:
             union = _union_bytes(offsets, reach, gaps)
             candidates = candidates[np.argsort(gaps[candidates], kind="stable")]
             spent = np.cumsum(gaps[candidates])
-            bridge[candidates[spent <= self.extra_ratio * union]] = True
+            bridge[candidates[spent <= max(self.extra_ratio * union, self.extra_floor)]] = True
         breaks = (np.flatnonzero(~bridge) + 1).tolist()
         plan: list[tuple[int, int]] = []
         for lo, hi in zip([0, *breaks], [*breaks, n], strict=True):
@@ -84,8 +86,11 @@ def _union_bytes(offsets: np.ndarray, reach: np.ndarray, gaps: np.ndarray) -> in
 
 
 # Store reads (a read of many chunks; read-ahead; prefetch): a request costs about as much
-# as 1 MiB of transfer at S3's 20 ms and 100 MB/s per connection.
-READS = Planner(gap=1 << 20, span=32 << 20, part=1 << 20)
+# as 1 MiB of transfer at S3's 20 ms and 100 MB/s per connection; the gaps bridged add at
+# most as many bytes as were asked for, or 1 MiB (a minibatch loader's scattered blocks would
+# otherwise fetch, and hold, most of the file per preload: 470 against 384 MiB peak, and
+# 73k against 80k cells/s, on benchmarks/loader_bench.py's S3 route).
+READS = Planner(gap=1 << 20, span=32 << 20, part=1 << 20, extra_ratio=1.0, extra_floor=1 << 20)
 # Local files: a pread costs a few microseconds, about what copying 16 KiB does.
 LOCAL = Planner(gap=16 << 10, span=32 << 20, part=1 << 62)
 # A scan's reads of index nodes and small arrays: they sit between the data chunks they
