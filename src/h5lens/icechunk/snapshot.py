@@ -29,7 +29,7 @@ from h5lens.errors import H5LensError, InvalidOptionError, ManifestFormatError
 from h5lens.manifest.checks import check_node_path, check_ranges, check_vlen_inline, grid_shape_of
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
-from h5lens.manifest.tables import ChunkTable, ChunkTableBuilder, ManifestParts, Source, checked_attribute_types
+from h5lens.manifest.tables import ChunkTable, ChunkTableBuilder, ManifestParts, Source, parts_of_file
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, chunk_key, join, metadata_key
 
 if TYPE_CHECKING:
@@ -118,18 +118,8 @@ async def _read(store: IcechunkStore, where: str, record: Any, limits: Limits) -
     for path, table in chunks.items():
         check_ranges(path, table, sources, DEFAULT_ENCODING)
         check_vlen_inline(path, nodes[path], table, DEFAULT_ENCODING)
-    convention = record.get("convention", "released")
-    if not isinstance(convention, str):
-        raise ManifestFormatError(f"{where}: the commit's h5lens.convention is not a name: {convention!r}")
-    return ManifestParts(
-        nodes=nodes,
-        chunks=chunks,
-        sources=sources,
-        convention=convention,
-        writer=str(record.get("writer", "")),
-        location=where,
-        recorded=None,
-        attribute_types=checked_attribute_types(record.get("attribute_types"), nodes, where),
+    return parts_of_file(
+        record, nodes=nodes, chunks=chunks, sources=sources, location=where, recorded=None, writer_key="writer"
     )
 
 

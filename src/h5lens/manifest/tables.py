@@ -455,9 +455,11 @@ def parts_of_file(
     sources: Sequence[Source],
     location: str | None,
     recorded: dict[str, dict[str, Any]] | None,
+    writer_key: str = "version",
 ) -> ManifestParts:
     """The parts of a manifest file (either form), with what its ``.h5lens`` record says:
-    the convention, the writer's version and the attribute types (checked against ``nodes``)."""
+    the convention, the writer's version (under ``writer_key``: an Icechunk commit's record
+    says ``writer``) and the attribute types (checked against ``nodes``)."""
     where = location or "manifest"
     convention = info.get("convention", "released")
     if not isinstance(convention, str):
@@ -469,7 +471,7 @@ def parts_of_file(
         chunks=chunks,
         sources=sources,
         convention=convention,
-        writer=str(info.get("version", "")),
+        writer=str(info.get(writer_key, "")),
         location=location,
         recorded=recorded,
         attribute_types=checked_attribute_types(info.get("attribute_types"), nodes, where),
