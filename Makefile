@@ -59,6 +59,7 @@ bench-read: $(STAMP)
 # annbatch minibatches over h5lens, VirtualiZarr and annbatch's converted copy, locally and on a
 # simulated S3 (docs/ml-loading.md); `--cells 1000000` for the issue's bigger atlas.
 bench-loader: $(STAMP)
+	$(VENV)/bin/python -m pip install --quiet zarrs  # the copy-zarrs route: zarrs-python's pipeline
 	$(VENV)/bin/python benchmarks/loader_bench.py
 
 # Mutation testing (docs/testing.md): occasional, not part of CI; results in .mutation/.

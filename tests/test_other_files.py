@@ -116,24 +116,25 @@ def _sources_written(directory: Path, count: int = 4, rows: int = 100) -> list[n
     return written
 
 
-def _virtual_file(directory: Path) -> Path:
+def _virtual_file(directory: Path, *, shifted: bool = True) -> Path:
     _sources_written(directory)
     with h5py.File(directory / "vds.h5", "w") as f:
         stacked = h5py.VirtualLayout((4, 100, 50), "f4")
         concat = h5py.VirtualLayout((400, 50), "f4")
         gappy = h5py.VirtualLayout((6, 100, 50), "f4")
-        shifted = h5py.VirtualLayout((410, 50), "f4")
+        across = h5py.VirtualLayout((410, 50), "f4")
         for i in range(4):
             source = h5py.VirtualSource(f"src{i}.h5", "data", (100, 50))
             stacked[i] = source
             concat[i * 100 : (i + 1) * 100] = source
             gappy[i] = source
-            shifted[10 + i * 100 : 10 + (i + 1) * 100] = source
+            across[10 + i * 100 : 10 + (i + 1) * 100] = source
         gappy[5] = h5py.VirtualSource("missing.h5", "data", (100, 50))  # libhdf5 reads fill values there
         f.create_virtual_dataset("stacked", stacked, fillvalue=-1)
         f.create_virtual_dataset("concat", concat, fillvalue=-1)
         f.create_virtual_dataset("gappy", gappy, fillvalue=-1)
-        f.create_virtual_dataset("shifted", shifted, fillvalue=-1)  # boxes across chunk boundaries
+        if shifted:
+            f.create_virtual_dataset("shifted", across, fillvalue=-1)  # boxes across chunk boundaries
         f.create_dataset("own", data=np.arange(1_000, dtype="i8").reshape(10, 100), chunks=(5, 100))
         own = h5py.VirtualLayout((10, 100), "i8")
         own[:] = h5py.VirtualSource(".", "own", (10, 100))
@@ -196,7 +197,7 @@ def test_navigation_and_h5lens_open_read_a_virtual_dataset(tmp_path):
 
 
 def test_virtual_sources_on_s3(s3, tmp_path):
-    path = _virtual_file(tmp_path)
+    path = _virtual_file(tmp_path, shifted=False)
     prefix = f"bucket/{uuid.uuid4().hex}"
     fs = s3.filesystem()
     for name in ["vds.h5", *(f"src{i}.h5" for i in range(4))]:
@@ -245,3 +246,28 @@ def test_unlimited_mappings_are_taken_at_their_extent(tmp_path, monkeypatch):
         f["data"].resize((80, 4))
     with pytest.raises(StaleSourceError, match="grow.h5"):
         h5lens.open_group(manifest)
+
+
+def test_a_remote_virtual_dataset_that_cannot_be_referenced_is_refused_by_name(s3, tmp_path):
+    """Copying it would go through libhdf5, which cannot open a remote file's sources and
+    would give fill values for every one of them."""
+    _virtual_file(tmp_path)
+    prefix = f"bucket/{uuid.uuid4().hex}"
+    fs = s3.filesystem()
+    for name in ["vds.h5", *(f"src{i}.h5" for i in range(4))]:
+        fs.put(str(tmp_path / name), f"{prefix}/{name}")
+    with pytest.raises(h5lens.UnsupportedFeatureError, match="/shifted.*remote"):
+        h5lens.index(f"s3://{prefix}/vds.h5", storage_options=s3.storage_options())
+
+
+def test_external_slabs_past_a_raw_files_end_are_the_zero_fill(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rows = np.arange(400_000, dtype="<f8").reshape(40_000, 10)
+    with h5py.File(tmp_path / "sparse.h5", "w") as f:
+        f.create_dataset("x", data=rows, external=[("sparse.raw", 0, rows.nbytes)])
+    with open(tmp_path / "sparse.raw", "r+b") as raw:  # the second half of the file never written
+        raw.truncate(rows.nbytes // 2)
+    manifest = h5lens.index(tmp_path / "sparse.h5", slab_bytes=256 << 10)
+    table = manifest.chunks["x"]
+    assert (table.source == -1).any() and table.inline_bytes < 256 << 10  # absent, not copied as zeros
+    _same_as_h5py(manifest, tmp_path / "sparse.h5", ["x"])

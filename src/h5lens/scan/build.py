@@ -416,10 +416,13 @@ def _array(
 
     if files is not None and plan.raw and layout == h5py.h5d.CONTIGUOUS and _external(dcpl):
         stream = external_segments(dcpl, files)
-        slabs = external_table(path, shape, base_itemsize, stream, files, options.slab_bytes)
+        zero_fill = fill is None or not np.asarray(fill).tobytes().strip(b"\0")
+        slabs = external_table(path, shape, base_itemsize, stream, files, options.slab_bytes, zero_fill=zero_fill)
         if slabs is not None:  # references into the raw files
+            built = slabs[1].build()
+            _check_limit(path, options, built.inline_bytes, "external raw files end before their segments do")
             doc = document(path, plan, shape, slabs[0], [*plan.array_codecs, bytes_codec(plan)], fill, attributes)
-            return finish_scalar(doc, slabs[1].build(), options)
+            return finish_scalar(doc, built, options)
         # copied, but read from the raw files as resolved here (h5py looks only in the working directory)
         total = int(np.prod(ds.shape, dtype=np.int64)) * ds.dtype.itemsize
         _check_limit(path, options, total, "external raw storage split inside an element")
@@ -432,6 +435,13 @@ def _array(
         if not isinstance(made, str):
             return made
         virtual_reason = f"a virtual dataset whose mappings are no set of whole source chunks ({made})"
+    if layout == h5py.h5d.VIRTUAL and ds.file.driver == "fileobj":
+        # libhdf5 opens a virtual dataset's sources by local name: through a remote file it
+        # would find none and give fill values for all of them
+        raise UnsupportedFeatureError(
+            f"{path}: {virtual_reason or 'a virtual dataset h5lens does not reference'} in a remote file, whose "
+            "sources libhdf5 cannot open to copy it; index a local copy of the files"
+        )
 
     # Everything else is decoded by h5py and stored inline.
     reason = virtual_reason or  _materialize_reason(plan, layout, dcpl, filters, base_itemsize)

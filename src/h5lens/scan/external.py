@@ -93,9 +93,13 @@ def external_table(
     stream: list[Segment],
     files: OtherFiles,
     slab_bytes: int,
+    *,
+    zero_fill: bool,
 ) -> tuple[tuple[int, ...], ChunkTableBuilder] | None:
     """The slab shape and the table of references into the raw files; None where no slab
-    of whole rows lies inside one segment (a boundary splits a row)."""
+    of whole rows lies inside one segment (a boundary splits a row). A slab wholly past
+    its file's end is absent where the fill value is zeros (what libhdf5 reads there),
+    else stored inline as zeros (the caller bounds what is inline)."""
     if not shape or 0 in shape:
         return None
     row_bytes = itemsize * int(np.prod(shape[1:], dtype=np.int64))
@@ -127,6 +131,8 @@ def external_table(
             ) from None
         if where + length <= size:
             table.refer(np.asarray([i * per_row]), where, length, files.number(segment.url))
+        elif where >= size and zero_fill:
+            continue  # nothing of it in the file: zeros, the fill value
         else:  # the file ends first: libhdf5 reads zeros there
             found = files.read(segment.url, where, length) if where < size else b""
             table.set_inline(np.asarray([i * per_row]), [found + bytes(length - len(found))])
