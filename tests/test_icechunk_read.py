@@ -60,6 +60,8 @@ def test_every_opener_reads_a_committed_file_like_h5py(tmp_path):
     assert h5lens.validate(text, deep=True) == []
 
     # the references are the file's, as indexed: nothing was copied on the way
+    with pytest.raises(h5lens.InvalidOptionError, match="load_manifest"):
+        h5lens.Manifest.load(text)  # the file reader says where a repository is read
     loaded = h5lens.load_manifest(text)
     assert loaded.location == f"{text}#snapshot={snapshot}"
     assert [s.to_dict() for s in loaded.sources] == [s.to_dict() for s in manifest.sources]

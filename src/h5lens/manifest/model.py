@@ -154,6 +154,10 @@ class Manifest(ManifestParts):
         """Read a manifest in either form (detected from the file). Manifests are untrusted
         input, checked against ``limits`` (:class:`h5lens.manifest.limits.Limits`). An
         Icechunk repository (``icechunk://``) is read by :func:`h5lens.load_manifest`."""
+        if os.fspath(path).startswith("icechunk://"):
+            from h5lens.errors import InvalidOptionError
+
+            raise InvalidOptionError(f"{os.fspath(path)}: an Icechunk repository; read it with h5lens.load_manifest")
         return cls.from_parts(io.read(path, storage_options=storage_options, limits=limits or DEFAULT_LIMITS))
 
     @classmethod

@@ -22,7 +22,7 @@ def inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], thres
     if threshold <= 0:
         return
     paths, flats, offsets, lengths = [], [], [], []
-    for number, (path, table) in enumerate(tables.items()):
+    for number, table in enumerate(tables.values()):
         referenced = table.referenced_bytes
         if referenced == 0 or referenced + table.inline_bytes > threshold:
             continue
