@@ -404,19 +404,27 @@ def test_requests_merge_only_where_it_costs_few_bytes() -> None:
     assert plan([(0, 1000), (1100, 1000)], span=1500) == [(0, 1000), (1100, 2100)]
 
 
-def test_fetched_spans_answer_every_range_they_hold() -> None:
+def test_a_scans_fetches_answer_every_range_they_hold(tmp_path) -> None:
     """Spans fetched level after level nest and overlap (a level's one request spanning the
-    nodes fetched one by one before it): every range any of them holds is found."""
-    from h5lens.fetch.batches import _Fetched
+    nodes fetched one by one before it): every range any of them holds is answered from
+    what was fetched, without another request, and the caller's bytes are the file's."""
+    from h5lens.fetch import SCAN, ChunkFetcher, LocalClient
 
     data = bytes(range(256)) * 64
-    fetched = _Fetched()
+    path = tmp_path / "spans.bin"
+    path.write_bytes(data)
+    fetcher = ChunkFetcher(LocalClient(str(path)), planner=SCAN, keep="all")
     spans = [(1000, 50), (2000, 50), (3000, 50), (4000, 50), (5000, 50), (6000, 50), (500, 9000), (9400, 500)]
     spans += [(700, 20), (9000, 10)]  # inside spans already held
-    for start, length in spans:
-        fetched.add(start, data[start : start + length])
-        for offset, n in [(o + k, m) for o, size in spans[: spans.index((start, length)) + 1] for k, m in ((0, 1), (1, size - 1))]:
-            found = fetched.find(offset, n)
-            assert found == data[offset : offset + n]
-    assert fetched.find(400, 200) is None and fetched.find(9800, 200) is None
-    assert [s for s, _ in fetched.spans] == sorted(s for s, _ in fetched.spans)
+
+    async def walk() -> None:
+        for i, (start, length) in enumerate(spans):
+            requests = fetcher.stats.requests
+            assert await fetcher.read_together([(start, length)]) == [data[start : start + length]]
+            assert fetcher.stats.requests == requests + (0 if i >= 8 else 1)
+            held = [(o + k, m) for o, size in spans[: i + 1] for k, m in ((0, 1), (1, size - 1))]
+            assert await fetcher.read_together(held) == [data[o : o + n] for o, n in held]
+            assert fetcher.stats.requests == requests + (0 if i >= 8 else 1)  # all from what was fetched
+
+    asyncio.run(walk())
+    assert fetcher.stats.batches == 8

@@ -5,8 +5,8 @@
 * :mod:`~h5lens.fetch.retry`: the one retry policy of every request;
 * :mod:`~h5lens.fetch.planner`: which requests fetch a set of ranges (merged across
   small gaps, long ones split into parallel parts);
-* :mod:`~h5lens.fetch.blocks`: merged, read-ahead, cached requests to one remote source;
-* :mod:`~h5lens.fetch.batches`: a scan's reads of one event-loop turn, fetched as one batch;
+* :mod:`~h5lens.fetch.blocks`: the one batcher: requests of one event-loop turn merged,
+  read ahead and kept (a store's reads; a scan's, in lockstep);
 * :mod:`~h5lens.fetch.sources`: what a store reads and when (read-ahead, whole arrays,
   prefetch), the one read planner every reader of a manifest goes through.
 """

@@ -1,6 +1,17 @@
-"""Merged, read-ahead fetching of one remote source: requests issued in the same event-loop
-turn are merged where they sit close together in the file, and fetched bytes are kept
-per request ("block") until the chunks fetched into it ahead of time have been read.
+"""The one batcher of h5lens: merged, read-ahead fetching of one remote source.
+
+Requests issued in the same event-loop turn are merged where they sit close together in
+the file (by a :class:`~h5lens.fetch.planner.Planner`), and fetched bytes are kept per
+request ("block"). Two retention rules, one per kind of reader:
+
+* a store's chunk reads (``keep="read-ahead"``): a block stays until the chunks fetched
+  into it ahead of time have been read, within a bounded cache;
+* a scan's reads of index nodes and object headers (``keep="all"``): everything fetched
+  stays until the fetcher is dropped, so a range read twice (an object header read again
+  whole after a first guess) costs nothing the second time, and
+  :meth:`ChunkFetcher.read_together` answers every caller of a turn when the whole turn's
+  batch has arrived: the walks of every dataset of a file advance level by level in
+  lockstep, and a scan costs about as many round trips as its deepest index has levels.
 """
 
 from __future__ import annotations
@@ -11,7 +22,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -25,13 +36,22 @@ SPENT_CACHE_BYTES = 4 << 20  # blocks already read, kept for reads of the same b
 class _Block:
     """One merged request's bytes: [start, end) of a source, fetched once and sliced by many reads."""
 
-    __slots__ = ("start", "end", "future", "unclaimed")
+    __slots__ = ("start", "end", "future", "unclaimed", "turn")
 
     def __init__(self, start: int, end: int, future: asyncio.Future[memoryview], unclaimed: int) -> None:
         self.start = start
         self.end = end
         self.future = future
         self.unclaimed = unclaimed  # bytes fetched for reads still to come (read-ahead, prefetch)
+        self.turn: asyncio.Future[None] | None = None  # done when every block of its turn's batch is
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0  # round trips: turns whose requests went out together, one after the other
+    requests: int = 0  # requests sent (GETs; a request split into parallel parts counts once)
+    bytes: int = 0  # bytes fetched
+    asked: int = 0  # bytes the callers asked for (overlaps within a turn counted once)
 
 
 @dataclass
@@ -52,11 +72,22 @@ class ChunkFetcher:
     """
 
     def __init__(
-        self, client: ByteReader, *, on_request: Callable[[int], None] | None = None, planner: Planner = READS
+        self,
+        client: ByteReader,
+        *,
+        on_request: Callable[[int], None] | None = None,
+        planner: Planner = READS,
+        keep: Literal["read-ahead", "all"] = "read-ahead",
+        cached: Callable[[int, int], bytes | None] | None = None,
+        on_batch: Callable[[BatchStats], None] | None = None,
     ) -> None:
         self.client = client
         self.planner = planner
+        self.keep = keep
         self.on_request = on_request  # called with (nbytes) for each request sent
+        self.cached = cached  # bytes someone else fetched already (a scan: libhdf5's block cache)
+        self.on_batch = on_batch  # called when a turn's batch has arrived
+        self.stats = BatchStats()
         self._tasks: set[asyncio.Task[None]] = set()
         self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
         self._starts: list[int] = []  # sorted block starts
@@ -97,6 +128,35 @@ class ChunkFetcher:
             datas[w][begin : begin + length]
             for w, begin, length in zip(which.tolist(), begins, lengths.tolist(), strict=True)
         ]
+
+    async def read_together(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``(offset, length)``, fetched with every range asked for in
+        this event-loop turn; the caller resumes when the whole turn's batch has arrived
+        (see the module docstring)."""
+        ranges = [(int(o), int(n)) for o, n in ranges]
+        found: list[bytes | _Block | asyncio.Future[_Block]] = []
+        for offset, length in ranges:
+            block = self._find(offset, length)
+            known = self.cached(offset, length) if block is None and self.cached is not None else None
+            if block is not None:
+                found.append(block)
+            elif known is not None:
+                found.append(known)
+            else:
+                waiter: asyncio.Future[_Block] = asyncio.get_running_loop().create_future()
+                self._enqueue(_Pending(offset, length, waiter))
+                found.append(waiter)
+        blocks = [await f if isinstance(f, asyncio.Future) else f for f in found]
+        for turn in {id(b.turn): b.turn for b in blocks if isinstance(b, _Block) and b.turn is not None}.values():
+            await turn
+        out = []
+        for (offset, length), held in zip(ranges, blocks, strict=True):
+            if isinstance(held, bytes):
+                out.append(held)
+            else:
+                data = await held.future
+                out.append(bytes(data[offset - held.start : offset - held.start + length]))
+        return out
 
     def prefetch(self, offsets: np.ndarray, lengths: np.ndarray) -> None:
         """Start fetching these chunks now (merged); later reads of them use these requests."""
@@ -149,6 +209,16 @@ class ChunkFetcher:
         block = _Block(start, end, future, unclaimed)
         # Registered while in flight too: a concurrent read of the same bytes waits on it.
         i = bisect.bisect_right(self._starts, start)
+        if self.keep == "all":  # blocks inside the new one are found in it from now on
+            j = i
+            while j < len(self._blocks) and self._blocks[j].end <= end:
+                j += 1
+            while i > 0 and self._starts[i - 1] == start and self._blocks[i - 1].end <= end:
+                i -= 1
+            for inner in self._blocks[i:j]:
+                self._age.pop(id(inner), None)
+                self._cached_bytes -= inner.end - inner.start
+            del self._starts[i:j], self._blocks[i:j]
         self._starts.insert(i, start)
         self._blocks.insert(i, block)
         self._age[id(block)] = block
@@ -187,7 +257,7 @@ class ChunkFetcher:
     def _spend(self, block: _Block) -> None:
         """Every byte fetched ahead into ``block`` has been read. Keep it a little longer
         (neighbouring slices share boundary chunks) within SPENT_CACHE_BYTES."""
-        if id(block) in self._spent or id(block) not in self._age:
+        if self.keep == "all" or id(block) in self._spent or id(block) not in self._age:
             return
         self._spent[id(block)] = block
         self._spent_bytes += block.end - block.start
@@ -207,7 +277,7 @@ class ChunkFetcher:
         self._cached_bytes -= block.end - block.start
 
     def _evict(self) -> None:
-        while self._cached_bytes > READAHEAD_CACHE_BYTES and len(self._age) > 1:
+        while self.keep != "all" and self._cached_bytes > READAHEAD_CACHE_BYTES and len(self._age) > 1:
             self._drop(next(iter(self._age.values())))
 
     @property
@@ -229,15 +299,33 @@ class ChunkFetcher:
         self._pending_offsets.clear()
         offsets = np.asarray([p.offset for p in pending], dtype=np.int64)
         lengths = np.asarray([p.length for p in pending], dtype=np.int64)
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        blocks = []
         for lo, hi in self.planner.runs(offsets, lengths):
             items = pending[lo:hi]
             end = int((offsets[lo:hi] + lengths[lo:hi]).max())
             block = self._new_block(items[0].offset, end, sum(p.length for p in items if p.waiter is None))
+            block.turn = turn
+            blocks.append(block)
             for item in items:
                 if item.waiter is not None and not item.waiter.done():
                     item.waiter.set_result(block)
+        asked = [p.waiter is not None for p in pending]
+        self._spawn(self._turn_done(turn, blocks, _union_bytes(offsets[asked], lengths[asked])))
+
+    async def _turn_done(self, turn: asyncio.Future[None], blocks: list[_Block], asked: int) -> None:
+        """Resolve ``turn`` once all its blocks have arrived (or failed), and count the batch."""
+        await asyncio.gather(*(b.future for b in blocks), return_exceptions=True)
+        if not turn.done():
+            turn.set_result(None)
+        self.stats.batches += 1
+        self.stats.asked += asked
+        if self.on_batch is not None:
+            self.on_batch(self.stats)
 
     async def _fetch(self, block: _Block) -> None:
+        self.stats.requests += 1
+        self.stats.bytes += block.end - block.start
         if self.on_request is not None:
             self.on_request(block.end - block.start)
         try:
@@ -271,6 +359,17 @@ class ChunkFetcher:
         for (lo, _), data in zip(parts, await asyncio.gather(*(one(lo, hi) for lo, hi in parts)), strict=True):
             out[lo - start : lo - start + len(data)] = data
         return memoryview(out)
+
+
+def _union_bytes(offsets: np.ndarray, lengths: np.ndarray) -> int:
+    """Bytes of the union of ranges (in any order)."""
+    if not len(offsets):
+        return 0
+    order = np.argsort(offsets, kind="stable")
+    starts, ends = offsets[order], (offsets + lengths)[order]
+    reach = np.maximum.accumulate(ends)
+    breaks = np.flatnonzero(starts[1:] > reach[:-1]) + 1
+    return int((reach[np.r_[breaks - 1, len(starts) - 1]] - starts[np.r_[0, breaks]]).sum())
 
 
 def _failed(block: _Block) -> bool:

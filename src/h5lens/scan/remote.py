@@ -4,7 +4,8 @@ libhdf5 reads a remote file through a block cache (:class:`h5lens.scan.source.Tr
 whose misses come here one request at a time (:meth:`RemoteRanges.fetch_sync`); what
 h5lens reads itself (chunk indexes, the chunks of small arrays) goes through here too:
 ranges asked for together are fetched together, in one batch of concurrent requests
-(:class:`~h5lens.fetch.batches.BatchedRanges`). Requests run on zarr's event loop thread,
+(:meth:`~h5lens.fetch.blocks.ChunkFetcher.read_together`, the batcher a store's reads use
+too, keeping all it fetched). Requests run on zarr's event loop thread,
 through the byte client of :func:`h5lens.fetch.clients.open_client` (obstore where the
 options allow it, fsspec otherwise), as every other read of h5lens does.
 """
@@ -14,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from h5lens.fetch.batches import BatchedRanges, BatchStats
+from h5lens.fetch.blocks import BatchStats, ChunkFetcher
 from h5lens.fetch.clients import open_client
+from h5lens.fetch.planner import SCAN
 
 T = TypeVar("T")
 
@@ -33,7 +35,8 @@ class RemoteRanges:
     ) -> None:
         self.url = url
         self.source = open_client(url, storage_options)
-        self.batched = BatchedRanges(self._fetch, concurrency=self.source.concurrency, on_batch=on_batch, cached=cached)
+        self.fetcher = ChunkFetcher(self.source, planner=SCAN, keep="all", cached=cached, on_batch=on_batch)
+        self.batched = self.fetcher.read_together  # ``await batched([(offset, length), ...])``
 
     @property
     def client(self) -> str:
@@ -42,7 +45,7 @@ class RemoteRanges:
 
     @property
     def stats(self) -> BatchStats:
-        return self.batched.stats
+        return self.fetcher.stats
 
     def stat(self) -> dict[str, Any]:
         """The file's size and ETag: the first request, which fails fast (the probe policy)."""
@@ -60,12 +63,13 @@ class RemoteRanges:
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes of each ``(offset, length)``, fetched as one batch."""
-        return self.run(self.batched(list(ranges)))
+        return self.run(self.fetcher.read_together(list(ranges)))
 
     async def _fetch(self, offset: int, length: int) -> bytes:
         return bytes(await self.source.get(offset, length))
 
     def close(self) -> None:
+        self.fetcher.close()
         self.source.close()
 
 

@@ -180,7 +180,7 @@ class OpenSource:
         if isinstance(self.raw, TrackedFile):
             self.raw.on_read = callback
         if self.ranges is not None:
-            self.ranges.batched.on_batch = None if callback is None else (lambda _stats: callback())
+            self.ranges.fetcher.on_batch = None if callback is None else (lambda _stats: callback())
 
     def read_summary(self) -> str:
         """What a remote scan fetched, and how (for the log)."""
@@ -307,7 +307,7 @@ def _open_remote(
         raise
     size = int(info.get("size") or 0)
     raw = TrackedFile(ranges.fetch_sync, size, block_size)
-    ranges.batched.cached = raw.cached
+    ranges.fetcher.cached = raw.cached
     return raw, Source(url, size, info.get("mtime") if info.get("etag") is None else None, info.get("etag")), ranges
 
 

@@ -5,7 +5,7 @@ before it: over S3 that is one round trip per node. This walker reads the same
 structures level by level instead: at each level it asks for every node it
 needs in one ``read_ranges`` call, so a walk costs about the depth of the index
 in round trips, whatever the number of nodes (and walks of many datasets run
-together share those round trips: :mod:`h5lens.fetch.batches`). The table
+together share those round trips: :meth:`h5lens.fetch.blocks.ChunkFetcher.read_together`). The table
 comes back as numpy columns, never a Python object per chunk, which also makes
 it the cheaper way to list a local file's chunks.
 
