@@ -50,3 +50,29 @@ def test_the_bound_holds_and_off_is_the_default(tmp_path):
     assert copy.decoded_cache_bytes == 50_000 and copy.decoded_chunks is not None and copy.decoded_chunks.nbytes == 0
     with pytest.raises(h5lens.InvalidOptionError, match="decoded_cache_bytes"):
         h5lens.open_store(manifest, decoded_cache_bytes=-1)
+
+
+@pytest.mark.parametrize("where", ["file", "object"])
+def test_workers_stores_keep_decoded_chunks_as_asked(tmp_path, where):
+    """A lazy AnnData's tasks carry its store as a handle (h5lens.read.shared): the store a
+    worker builds from the handle keeps decoded chunks as the opener asked, for a manifest
+    file ("load" handles) and a manifest object ("object" handles) alike, and reads h5py's values."""
+    from h5lens.read.options import OpenOptions
+    from h5lens.read.shared import _CACHE, origin_of, shared_store
+
+    path = _file(tmp_path / "kept.h5")
+    manifest = h5lens.index(path)
+    if where == "file":
+        manifest.save(tmp_path / "kept.json")
+        manifest = str(tmp_path / "kept.json")
+    group = h5lens.open_group(manifest, decoded_cache_bytes=1 << 20)
+    store = group.store
+    shared = shared_store(group, origin_of(store, OpenOptions()) if where == "file" else None)
+    assert shared._handle()[0] == ("load" if where == "file" else "object")
+    _CACHE.clear()
+    worker = pickle.loads(pickle.dumps(shared))
+    assert worker is not shared and worker.decoded_cache_bytes == 1 << 20
+    with h5py.File(path) as f:
+        for _ in range(2):
+            np.testing.assert_array_equal(worker.read_region("x", [(1_000, 120_000)]), f["x"][1_000:120_000])
+    assert worker.decoded_chunks is not None and worker.decoded_chunks.hits > 0

@@ -68,8 +68,15 @@ class SharedManifestStore(ManifestStore):
         allow_local: Iterable[str] | bool = (),
         origin: Origin | None = None,
         key: str | None = None,
+        decoded_cache_bytes: int = 0,
     ) -> None:
-        super().__init__(manifest, source_options=source_options, source_urls=source_urls, allow_local=allow_local)
+        super().__init__(
+            manifest,
+            source_options=source_options,
+            source_urls=source_urls,
+            allow_local=allow_local,
+            decoded_cache_bytes=decoded_cache_bytes,
+        )
         self._origin = origin
         self._key = key or (_origin_key(self, origin) if origin is not None else uuid.uuid4().hex)
         self._payload: bytes | None = None
@@ -82,6 +89,7 @@ class SharedManifestStore(ManifestStore):
             source_urls=store.source_urls,
             allow_local=store.allow_local,
             origin=origin,
+            decoded_cache_bytes=store.decoded_cache_bytes,
         )
 
     @property
@@ -96,7 +104,7 @@ class SharedManifestStore(ManifestStore):
         return (_shared_store, (self._key, self._handle()))
 
     def _handle(self) -> tuple[Any, ...]:
-        common = (self.source_options, self.source_urls, self.allow_local)
+        common = (self.source_options, self.source_urls, self.allow_local, self.decoded_cache_bytes)
         if self._origin is not None:
             sources = tuple(s.to_dict() for s in self.manifest.sources)
             return ("load", self._origin, sources, *common)
@@ -115,6 +123,7 @@ def _origin_key(store: ManifestStore, origin: Origin) -> str:
             sorted(store.source_options.items()),
             sorted(store.source_urls.items()),
             store.allow_local,
+            store.decoded_cache_bytes,
             sources,
         )
     )
@@ -137,11 +146,16 @@ def _shared_store(key: str, handle: tuple[Any, ...]) -> ManifestStore:
 
 def _build(key: str, handle: tuple[Any, ...]) -> SharedManifestStore:
     if handle[0] == "object":
-        manifest, source_options, source_urls, allow_local = pickle.loads(handle[1])  # bytes the client pickled
+        manifest, source_options, source_urls, allow_local, cache_bytes = pickle.loads(handle[1])  # the client's bytes
         return SharedManifestStore(
-            manifest, source_options=source_options, source_urls=source_urls, allow_local=allow_local, key=key
+            manifest,
+            source_options=source_options,
+            source_urls=source_urls,
+            allow_local=allow_local,
+            key=key,
+            decoded_cache_bytes=cache_bytes,
         )
-    _, origin, sources, source_options, source_urls, allow_local = handle
+    _, origin, sources, source_options, source_urls, allow_local, cache_bytes = handle
     manifest = load_manifest(origin.location, storage_options=origin.storage_options or None, limits=origin.limits)
     found = tuple(s.to_dict() for s in manifest.sources)
     if found != sources:
@@ -157,6 +171,7 @@ def _build(key: str, handle: tuple[Any, ...]) -> SharedManifestStore:
         allow_local=allow_local,
         origin=origin,
         key=key,
+        decoded_cache_bytes=cache_bytes,
     )
 
 
