@@ -135,14 +135,46 @@ def test_ragged_sequences_of_records_read_as_h5py_reads_them(order, tmp_path):
         assert got == [[dict(zip(record.names, r.tolist(), strict=True)) for r in e] for e in f["events"][()]]
 
 
-def test_ragged_sequences_of_what_awkward_has_no_primitive_for_are_refused_by_name(tmp_path):
+@pytest.mark.parametrize("layout", ["sequences", "members"])
+def test_byte_string_fields_of_ragged_records_read_as_h5py_reads_them(layout, tmp_path):
+    """Fixed-length byte strings in records with sequences (sequences of records, or records
+    with sequence members): awkward's bytestrings of that length, the field's bytes as one
+    uint8 buffer; navigation gives h5py's values, anndata/awkward the padded bytes."""
+    anndata = pytest.importorskip("anndata")
     path = tmp_path / "records.h5"
-    record = np.dtype([("a", "<i4"), ("name", "S4")])
     with h5py.File(path, "w") as f:
-        f.create_dataset("records", data=_objects([np.zeros(2, record)], (1,)), dtype=h5py.vlen_dtype(record))
-        assert f["records"][()][0].dtype == record  # h5py reads it
-    with pytest.raises(h5lens.UnsupportedFeatureError, match=r"/records: variable-length sequences of"):
-        h5lens.index(path)
+        if layout == "sequences":
+            record = np.dtype([("a", "<i4"), ("name", "S4"), ("b", ">f8")])
+            rows = [np.array([(1, b"ab", 0.5), (2, b"wxyz", 1.5)], record), np.zeros(0, record), np.array([(3, b"", 2.0)], record)]
+            f.create_dataset("records", data=_objects(rows, (3,)), dtype=h5py.vlen_dtype(record))
+        else:
+            record = np.dtype([("name", "S5"), ("spikes", h5py.vlen_dtype(np.float32)), ("id", "<u2")])
+            table = np.empty(3, record)
+            table[:] = [(b"unit1", np.arange(3, dtype="f4"), 7), (b"u", np.zeros(0, "f4"), 8), (b"\x00\xffab", np.ones(2, "f4"), 9)]
+            f.create_dataset("records", data=table)
+    manifest = h5lens.index(path)
+    manifest.save(tmp_path / "m.json")
+    with h5py.File(path) as f:
+        want = f["records"][()]
+        for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+            got = root["records"][()]
+            assert got.shape == want.shape
+            for g, w in zip(np.atleast_1d(got).ravel(), np.atleast_1d(want).ravel(), strict=True):
+                if layout == "sequences":
+                    assert g.dtype.names == w.dtype.names and g.shape == w.shape
+                    for name in w.dtype.names:
+                        assert g[name].dtype == w[name].dtype.newbyteorder("="), name
+                        np.testing.assert_array_equal(g[name], w[name], err_msg=name)
+                else:
+                    for name in w.dtype.names:
+                        np.testing.assert_array_equal(np.asarray(g[name]), np.asarray(w[name]), err_msg=name)
+                        assert type(g[name]) is type(w[name]), name
+        got = anndata.io.read_elem(h5lens.open_group(tmp_path / "m.json")["records"]).to_list()
+        if layout == "sequences":
+            expected = [[{"a": int(r["a"]), "name": r["name"].ljust(4, b"\0"), "b": float(r["b"])} for r in row] for row in want]
+        else:
+            expected = [{"name": r["name"].ljust(5, b"\0"), "spikes": r["spikes"].tolist(), "id": int(r["id"])} for r in want]
+        assert got == expected  # awkward keeps the stored bytes: padded to the field's length
 
 
 def test_opaque_attributes_come_back_as_h5py_gives_them(tmp_path):

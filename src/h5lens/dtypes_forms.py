@@ -129,7 +129,36 @@ def ragged_primitive(base: np.dtype) -> str | None:
     return None
 
 
+def field_primitive(field: np.dtype) -> str | None:
+    """What a record's field is held as: a primitive, or ``"S<n>"`` for fixed-length byte
+    strings of ``n`` bytes (awkward's bytestrings: a RegularArray of ``n`` bytes, whose
+    buffer is the field's bytes as uint8); None if neither."""
+    if field.kind == "S" and field.itemsize > 0 and field.subdtype is None:
+        return f"S{field.itemsize}"
+    return ragged_primitive(field)
+
+
+def to_buffer(values: np.ndarray, primitive: str) -> np.ndarray:
+    """A field's values as the buffer of its form (bytes as uint8, numbers in native order)."""
+    dtype = np.dtype(primitive)
+    if dtype.kind == "S":
+        return np.ascontiguousarray(values.reshape(-1), dtype=dtype).view(np.uint8)
+    return np.ascontiguousarray(values).astype(dtype, copy=False)
+
+
+def from_buffer(buffer: np.ndarray, primitive: str) -> np.ndarray:
+    """A field's values from the buffer of its form (:func:`to_buffer` undone)."""
+    dtype = np.dtype(primitive)
+    if dtype.kind == "S":
+        raw = np.ascontiguousarray(buffer).reshape(-1)
+        if raw.dtype.itemsize != 1 or raw.size % dtype.itemsize:
+            raise ValueError(f"{raw.size} bytes are no whole {primitive} values")
+        return raw.view(dtype)
+    return buffer.astype(dtype, copy=False)
+
+
 # A sequence element: awkward's primitive name, or a record's [[field name, primitive], ...]
+# (a field's primitive may be "S<n>": see field_primitive)
 RaggedElement = str | list[list[str]]
 
 
@@ -140,7 +169,7 @@ def ragged_element(base: np.dtype) -> RaggedElement | None:
         return ragged_primitive(base)
     fields = []
     for name in base.names:
-        primitive = ragged_primitive(base.fields[name][0])
+        primitive = field_primitive(base.fields[name][0])
         if primitive is None:
             return None
         fields.append([name, primitive])
@@ -155,6 +184,11 @@ def element_dtype(element: RaggedElement) -> np.dtype:
 
 
 def _numpy_form(primitive: str, key: str) -> dict[str, Any]:
+    if primitive.startswith("S"):  # awkward's bytestrings of a fixed length; the buffer is the bytes
+        content = {"class": "NumpyArray", "primitive": "uint8", "inner_shape": [], "parameters": {"__array__": "byte"},
+                   "form_key": key}  # fmt: skip
+        return {"class": "RegularArray", "size": int(primitive[1:]), "content": content,
+                "parameters": {"__array__": "bytestring"}, "form_key": None}  # fmt: skip
     return {"class": "NumpyArray", "primitive": primitive, "inner_shape": [], "parameters": {}, "form_key": key}
 
 
@@ -208,7 +242,7 @@ def record_fields(dtype: np.dtype) -> RecordFields | None:
     for name in dtype.names:
         field = dtype.fields[name][0]
         base = sequence_base(field)
-        primitive = ragged_primitive(base if base is not None else field)
+        primitive = ragged_primitive(base) if base is not None else field_primitive(field)
         if primitive is None:
             return None
         sequences = sequences or base is not None
@@ -260,7 +294,7 @@ def record_buffers(values: np.ndarray, fields: RecordFields) -> list[list[np.nda
         if sequence:
             out.append(list(ragged_buffers(flat[name], np.dtype(primitive))))
         else:
-            out.append([np.ascontiguousarray(flat[name]).astype(np.dtype(primitive))])
+            out.append([to_buffer(flat[name], primitive)])
     return out
 
 
@@ -271,10 +305,11 @@ def record_values(shape: tuple[int, ...], fields: RecordFields, buffers: list[li
     for (name, primitive, sequence), found in zip(fields, buffers, strict=True):
         if sequence:
             out[name] = ragged_values((count,), found[0], found[1].astype(np.dtype(primitive), copy=False))
-        elif found[0].shape != (count,):
-            raise ValueError(f"field {name}: {found[0].size} values for {count} records")
-        else:
-            out[name] = found[0]
+            continue
+        values = from_buffer(found[0], primitive)
+        if values.shape != (count,):
+            raise ValueError(f"field {name}: {values.size} values for {count} records")
+        out[name] = values
     return out.reshape(shape)
 
 

@@ -15,6 +15,7 @@ from h5lens import convention
 from h5lens.dtypes_forms import (
     AWKWARD_ATTRIBUTES,
     element_dtype,
+    from_buffer,
     ragged_form,
     ragged_values,
     record_dtype,
@@ -107,15 +108,16 @@ class RaggedDataset(Node):
         _, _, offsets_name, data_names = ragged_form(shape, self._marker["dtype"])
         offsets = np.asarray(self._file.array(f"{self._key}/{offsets_name}")[...])
         buffers = [np.asarray(self._file.array(f"{self._key}/{name}")[...]) for name in data_names]
-        if element.names is None:
-            data = buffers[0].astype(element, copy=False)
-        else:  # a record's fields, one buffer each
-            data = np.empty(min((b.size for b in buffers), default=0), dtype=element)
-            for field, buffer in zip(element.names, buffers, strict=True):
-                data[field] = buffer[: data.size]
         try:
+            if element.names is None:
+                data = buffers[0].astype(element, copy=False)
+            else:  # a record's fields, one buffer each
+                fields = [from_buffer(b, primitive) for b, (_, primitive) in zip(buffers, self._marker["dtype"], strict=True)]
+                data = np.empty(min((f.size for f in fields), default=0), dtype=element)
+                for field, values in zip(element.names, fields, strict=True):
+                    data[field] = values[: data.size]
             return ragged_values(shape, offsets, data)
-        except ValueError as e:
+        except (TypeError, ValueError) as e:
             raise ManifestFormatError(f"{self.h5_path}: the ragged dataset's buffers are damaged ({e})") from None
 
 

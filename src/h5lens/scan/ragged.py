@@ -25,6 +25,7 @@ from h5lens.dtypes_forms import (
     ragged_element,
     ragged_form,
     record_buffers,
+    to_buffer,
     record_dtype,
     record_form,
 )
@@ -49,7 +50,7 @@ def ragged_base(dtype: np.dtype, path: str) -> np.dtype | None:
     if ragged_element(base) is None:
         raise UnsupportedFeatureError(
             f"{path}: variable-length sequences of {base} have no form in h5lens (sequences of numbers, "
-            "booleans and compounds of them are written, as awkward-array groups)"
+            "booleans and compounds of them and of fixed-length byte strings are written, as awkward-array groups)"
         )
     return base
 
@@ -76,7 +77,8 @@ def ragged_nodes(
         buffers = [(offsets_name, offsets), (data_names[0], data)]
     else:  # a record: one buffer per field, as awkward keeps a RecordArray's contents
         buffers = [(offsets_name, offsets)] + [
-            (name, np.ascontiguousarray(data[field])) for name, (field, _) in zip(data_names, element, strict=True)
+            (name, to_buffer(data[field], primitive))
+            for name, (field, primitive) in zip(data_names, element, strict=True)
         ]
     marker = {"dtype": element, "shape": None if empty else list(shape)}
     return _awkward_group(key, path, attributes, form, length, marker, buffers, options)
