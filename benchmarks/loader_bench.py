@@ -462,6 +462,55 @@ def print_report(results: list[dict[str, Any]], wheres: list[str], info: dict[st
             print(f"  {r['where']} {r['route']}: {r['status']}: {r.get('error', '')[:300]}")
 
 
+def plot(runs: list[dict[str, Any]], path: str) -> str:
+    """Cells/s per route, one panel per (atlas size, where), from saved runs (``--json`` files)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib): no plot"
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = []
+    for run in runs:
+        for where in dict.fromkeys(r["where"] for r in run["results"]):
+            rows = [r for r in run["results"] if r["where"] == where and r.get("cells_per_s")]
+            if rows:
+                panels.append((f"{run['file']['cells']:,} cells, {where}", rows))
+    if not panels:
+        return "no results to plot"
+    import matplotlib.ticker
+
+    order = [r.key for r in ROUTES]
+    columns = min(2, len(panels))
+    lines = -(-len(panels) // columns)
+    fig, grid = plt.subplots(lines, columns, figsize=(5.2 * columns, 2.6 * lines + 0.6), squeeze=False)
+    for ax in grid.ravel()[len(panels):]:
+        ax.set_visible(False)
+    for ax, (title, rows) in zip(grid.ravel(), panels, strict=False):
+        rows = sorted(rows, key=lambda r: order.index(r["route"]) if r["route"] in order else len(order))
+        names = [r["route"] for r in rows]
+        colors = ["tab:blue" if n.startswith("h5lens") else "tab:gray" if n.startswith("copy") else "tab:orange"
+                  for n in names]  # fmt: skip
+        rates = [r["cells_per_s"] for r in rows]
+        ax.barh(names, rates, color=colors)
+        ax.set_xscale("log")
+        ax.set_xlim(min(rates) / 2, max(rates) * 4)
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        for y, rate in enumerate(rates):
+            ax.text(rate * 1.08, y, f"{rate:,.0f}", va="center", fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("cells/s (log)")
+        ax.grid(True, axis="x", which="both", alpha=0.3)
+    fig.suptitle("annbatch's Loader: h5lens over the h5ad (blue, no copy), VirtualiZarr (orange), "
+                 "annbatch's converted copy (gray)", fontsize=9)  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"plot written to {path}"
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cells", type=int, default=100_000, help="rows of the atlas (default 100,000; the issue's 10^6 too)")
@@ -479,11 +528,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--regenerate", action="store_true", help="write the h5ad and the copy again")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds before a route counts as hung")
     p.add_argument("--json", default=DEFAULT_JSON, help=f"write the numbers here (default {DEFAULT_JSON}; '' for none)")
+    p.add_argument("--plot", default="", help="draw cells/s per route into this PNG (needs matplotlib)")
+    p.add_argument("--plot-from", nargs="+", metavar="JSON",
+                   help="draw --plot (default docs/ml-loading.png) from these saved runs and exit, measuring nothing")  # fmt: skip
     return p.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.plot_from:
+        runs = []
+        for name in args.plot_from:
+            with open(name) as f:
+                runs.append(json.load(f))
+        print(plot(runs, args.plot or os.path.join(HERE, "..", "docs", "ml-loading.png")))
+        return 0
     started = time.perf_counter()
     os.makedirs(args.workdir, exist_ok=True)
     wheres = [w.strip() for w in args.where.split(",") if w.strip()]
@@ -516,6 +575,9 @@ def main(argv: list[str]) -> int:
         with open(args.json, "w") as f:
             json.dump(payload, f, indent=1, default=str)
         print(f"\nnumbers written to {args.json}")
+        if args.plot:
+            with open(args.json) as f:
+                print(plot([json.load(f)], args.plot))
     print(f"total wall time {time.perf_counter() - started:.0f} s")
     return 1 if any(r["status"] in ("FAILED", "ERROR") for r in results) else 0
 
