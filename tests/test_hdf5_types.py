@@ -308,3 +308,50 @@ def test_attributes_zarr_json_cannot_type_come_back_as_h5py_gives_them(tmp_path)
                 assert np.asarray(got).dtype == np.asarray(want).dtype and np.shape(got) == np.shape(want), name
                 np.testing.assert_array_equal(got, want, err_msg=name)
 
+
+
+@pytest.mark.parametrize("convention_form", ["released", "proposal"])
+def test_compound_attributes_come_back_with_h5pys_types(tmp_path, convention_form):
+    """Compound attributes (one record, arrays of them, sequences of them): the JSON holds
+    objects of field values, whose numbers would come back as float64 and int; the manifest
+    records the compound type, and navigation gives h5py's values of
+    h5py's types (np.void, structured arrays, object arrays of them)."""
+    record = np.dtype([("t", "<f4"), ("n", ">i2"), ("ok", "?"), ("big", "<u8")])
+    rows = np.array([(0.1, -3, True, 2**63 + 1), (np.nan, 7, False, 0)], record)
+    path = tmp_path / "compound.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["one"] = rows[0]
+        f.attrs["many"] = rows
+        f.attrs.create("grid", data=np.array([rows, rows[::-1]]))
+        sequences = np.empty(3, object)
+        sequences[:] = [rows, rows[:0], rows[1:]]
+        f.attrs.create("events", data=sequences, dtype=h5py.vlen_dtype(record))
+        nested = np.dtype([("inner", record), ("x", "<f8")])
+        f.attrs["nested"] = np.zeros((), nested)  # nested compounds: JSON objects, no type recorded
+        f.create_dataset("x", data=np.arange(3.0))
+        f["x"].attrs["one"] = rows[1]
+    manifest = h5lens.index(path, convention=convention_form)
+    manifest.save(tmp_path / "m.json")
+    with h5py.File(path) as f:
+        for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+            for node, attrs in ((root, f.attrs), (root["x"], f["x"].attrs)):
+                for name, want in attrs.items():
+                    got = node.attrs[name]
+                    if name == "nested":
+                        assert got == {"inner": {"t": 0.0, "n": 0, "ok": False, "big": 0}, "x": 0.0}
+                        continue
+                    assert type(got) is type(want), name
+                    if name == "events":
+                        assert got.shape == want.shape
+                        for g, w in zip(got, want, strict=True):
+                            _same_fields(g, w, name)
+                        continue
+                    _same_fields(np.asarray(got), np.asarray(want), name)
+
+
+def _same_fields(got: np.ndarray, want: np.ndarray, where: str) -> None:
+    """Same shape, same fields of the same types (in native order), same values (NaN too)."""
+    assert got.shape == want.shape, where
+    assert got.dtype == np.dtype([(n, want.dtype.fields[n][0].newbyteorder("=")) for n in want.dtype.names]), where
+    for name in want.dtype.names:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=f"{where}.{name}")

@@ -345,9 +345,16 @@ def ragged_values(shape: tuple[int, ...], offsets: np.ndarray, data: np.ndarray)
 # Attribute types (``Manifest.attribute_types``) of what JSON keeps only as lists: ragged
 # attributes ("vlen[int32]1d": sequences of int32 in a 1-d array; the JSON is nested lists,
 # whose depth alone cannot tell an empty sequence from an empty axis) and opaque ones ("V3":
-# 3-byte opaque values, the JSON their bytes as {"_BYTES": ...}).
-_VLEN_TYPE = re.compile(r"vlen\[([a-z0-9]+)\]([0-9]|[1-2][0-9]|3[0-2])d")
+# 3-byte opaque values, the JSON their bytes as {"_BYTES": ...}); compound ones
+# ('record[["t","float32"],["n","int16"]]': the JSON objects of field values, whose numbers
+# lose their types), and sequences of compounds ("vlen[record[...]]1d").
+_VLEN_TYPE = re.compile(r"vlen\[([a-z0-9]+|record\[.*\])\]([0-9]|[1-2][0-9]|3[0-2])d")
 _OPAQUE_TYPE = re.compile(r"V([1-9][0-9]{0,5})")
+_RECORD_PREFIX = "record"
+# field types of a compound attribute whose type is recorded (what JSON numbers can hold exactly)
+_RECORD_FIELD_TYPES = frozenset(
+    {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"}
+)
 
 
 def vlen_type_name(primitive: str, ndim: int) -> str:
@@ -359,11 +366,52 @@ def parse_vlen_type(name: str) -> tuple[np.dtype, int] | None:
     found = _VLEN_TYPE.fullmatch(name)
     if found is None:
         return None
+    inner = found.group(1)
+    if inner.startswith(_RECORD_PREFIX):
+        record = parse_record_type(inner)
+        return None if record is None else (record, int(found.group(2)))
     try:
-        base = np.dtype(found.group(1))
+        base = np.dtype(inner)
     except TypeError:
         return None
-    return (base, int(found.group(2))) if ragged_primitive(base) == found.group(1) else None
+    return (base, int(found.group(2))) if ragged_primitive(base) == inner else None
+
+
+def record_type_name(dtype: np.dtype) -> str | None:
+    """The attribute type name of a compound of numbers and booleans (native order; fields
+    that are arrays, compounds or anything else: None, the JSON objects stay as they are)."""
+    if dtype.names is None or dtype.fields is None or not dtype.names:
+        return None
+    fields = []
+    for name in dtype.names:
+        field = dtype.fields[name][0]
+        if field.names is not None or field.subdtype is not None or field.kind not in "biuf":
+            return None
+        fields.append([name, "bool" if field.kind == "b" else field.newbyteorder("=").name])
+    return _RECORD_PREFIX + json.dumps(fields, separators=(",", ":"))
+
+
+def parse_record_type(name: str) -> np.dtype | None:
+    """The numpy dtype a compound attribute type name (:func:`record_type_name`) names, else None."""
+    if not name.startswith(_RECORD_PREFIX + "["):
+        return None
+    try:
+        fields = json.loads(name[len(_RECORD_PREFIX) :])
+    except ValueError:
+        return None
+    if not isinstance(fields, list) or not fields:
+        return None
+    pairs = []
+    for field in fields:
+        if not (isinstance(field, list) and len(field) == 2 and all(isinstance(part, str) for part in field)):
+            return None
+        if field[1] not in _RECORD_FIELD_TYPES:
+            return None
+        pairs.append((field[0], field[1]))
+    try:
+        return np.dtype(pairs)
+    except (TypeError, ValueError):  # repeated or empty names
+        return None
 
 
 def is_opaque_type(name: str) -> bool:
@@ -380,11 +428,13 @@ __all__ = [
     "AWKWARD_ENCODING",
     "form_text",
     "is_opaque_type",
+    "parse_record_type",
     "parse_vlen_type",
     "ragged_buffers",
     "ragged_form",
     "ragged_primitive",
     "ragged_values",
+    "record_type_name",
     "restore_array_fields",
     "struct_form",
     "view_array_fields",

@@ -402,9 +402,10 @@ TIME_ATTRIBUTE_TYPES = frozenset(f"{kind}64[{unit}]" for kind in ("datetime", "t
 
 def is_attribute_type(type_name: Any) -> bool:
     """Whether ``type_name`` is an attribute type a manifest may record: one of
-    :data:`ATTRIBUTE_TYPES` or :data:`TIME_ATTRIBUTE_TYPES`, a ragged type (``"vlen[int32]1d"``)
-    or an opaque one (``"V3"``), as :mod:`h5lens.dtypes_forms` names them."""
-    from h5lens.dtypes_forms import is_opaque_type, parse_vlen_type
+    :data:`ATTRIBUTE_TYPES` or :data:`TIME_ATTRIBUTE_TYPES`, a ragged type (``"vlen[int32]1d"``),
+    an opaque one (``"V3"``) or a compound one (``'record[["t","float32"]]'``), as
+    :mod:`h5lens.dtypes_forms` names them."""
+    from h5lens.dtypes_forms import is_opaque_type, parse_record_type, parse_vlen_type
 
     if not isinstance(type_name, str):
         return False
@@ -412,6 +413,7 @@ def is_attribute_type(type_name: Any) -> bool:
         type_name in ATTRIBUTE_TYPES
         or type_name in TIME_ATTRIBUTE_TYPES
         or parse_vlen_type(type_name) is not None
+        or parse_record_type(type_name) is not None
         or is_opaque_type(type_name)
     )
 

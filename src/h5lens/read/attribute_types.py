@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.dtypes_forms import parse_vlen_type
+from h5lens.dtypes_forms import parse_record_type, parse_vlen_type
 
 
 def typed(value: Any, type_name: str) -> Any:
@@ -27,6 +27,9 @@ def typed(value: Any, type_name: str) -> Any:
     vlen = parse_vlen_type(type_name)
     if vlen is not None:
         return _ragged(value, *vlen)
+    record = parse_record_type(type_name)
+    if record is not None:
+        return _records(value, record)
     dtype = np.dtype(type_name)
     if isinstance(value, bool) or value is None:
         return value
@@ -70,6 +73,27 @@ def _opaque(value: Any, dtype: np.dtype) -> Any:
         return value
 
 
+def _records(value: Any, dtype: np.dtype) -> Any:
+    """JSON objects of field values (nested in lists like the array) as h5py's compound
+    values: ``np.void`` for one, a structured array for lists; anything else as it is."""
+    names = dtype.names or ()
+
+    def row(item: Any) -> Any:
+        if isinstance(item, dict):
+            if set(item) != set(names):
+                raise ValueError("fields differ")
+            return tuple(item[name] for name in names)
+        if isinstance(item, list):
+            return [row(i) for i in item]
+        raise ValueError("not a record")
+
+    try:
+        values = np.array(row(value), dtype=dtype)
+    except (TypeError, ValueError, OverflowError):
+        return value
+    return values[()] if values.ndim == 0 else values
+
+
 def _ragged(value: Any, base: np.dtype, ndim: int) -> Any:
     """Nested lists as h5py's object array (of ``ndim`` axes) of ``base`` arrays."""
     shape: list[int] = []
@@ -79,15 +103,23 @@ def _ragged(value: Any, base: np.dtype, ndim: int) -> Any:
             return value
         shape.append(len(probe))
         probe = probe[0] if probe else []
+    def sequence(leaf: Any) -> np.ndarray:
+        if base.names is None:
+            return np.asarray(leaf, dtype=base)
+        found = _records(leaf, base)
+        if not isinstance(found, np.ndarray) or found.ndim != 1:
+            raise ValueError("not a sequence of records")
+        return found
+
     try:
         if ndim == 0:
-            return np.asarray(value, dtype=base)
+            return sequence(value)
         out = np.empty(shape, dtype=object)
         for index in np.ndindex(*shape):
             leaf = value
             for i in index:
                 leaf = leaf[i]
-            out[index] = np.asarray(leaf, dtype=base)
+            out[index] = sequence(leaf)
     except (TypeError, ValueError, IndexError, OverflowError):
         return value
     return out

@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 
 from h5lens import convention
-from h5lens.dtypes_forms import ragged_primitive, vlen_type_name
+from h5lens.dtypes_forms import ragged_primitive, record_type_name, vlen_type_name
 from h5lens.errors import UnsupportedFeatureError
 
 ResolveRef = Callable[[h5py.Reference], str | None]
@@ -132,11 +132,11 @@ def _type_name(dtype: np.dtype, attr: h5py.h5a.AttrID) -> str | None:
 
     vlen = h5py.check_vlen_dtype(dtype)
     if vlen is not None and h5py.check_string_dtype(dtype) is None:
-        primitive = ragged_primitive(vlen)
+        primitive = ragged_primitive(vlen) if vlen.names is None else record_type_name(vlen)
         return None if primitive is None else vlen_type_name(primitive, len(attr.shape or ()))
     base = dtype.base
     if base.names is not None:
-        return None
+        return record_type_name(base)
     if base.kind == "V":
         return f"V{base.itemsize}"  # opaque: the JSON holds its bytes
     if base.kind in "iufc":
