@@ -35,6 +35,7 @@ from h5lens.scan.arrays import (
     store_inline,
     value_codecs,
 )
+from h5lens.scan.attr_headers import AttributeHeaders, cached_reader
 from h5lens.scan.attrs import read_attributes
 from h5lens.scan.codecs import (
     Filter,
@@ -144,11 +145,18 @@ def _build(
     # local files: preads (a few µs a header), not the buffered reader's seek and read
     read_at = reader_for(opened.raw) if not isinstance(opened.raw, TrackedFile) else opened.read
     heaps = HeapCheck(h5, read_at, opened.source.size, indexes.superblock)
+    # attribute values from the object headers (a remote file's: only from what libhdf5 has read)
+    header_read = cached_reader(opened.raw) if isinstance(opened.raw, TrackedFile) else read_at
+    headers = AttributeHeaders(header_read, indexes.superblock, opened.source.size)
     types: dict[str, dict[str, str]] = {}  # node -> attribute -> numpy type name (attribute_types)
     for group in found.groups:
-        nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps, types.setdefault(group.key, {}))
+        nodes[group.key] = _group_document(
+            h5, group, resolve, nan_strings, heaps, types.setdefault(group.key, {}), headers
+        )
     for named in found.datatypes:
-        nodes[named.key] = _datatype_document(h5, named, resolve, nan_strings, heaps, types.setdefault(named.key, {}))
+        nodes[named.key] = _datatype_document(
+            h5, named, resolve, nan_strings, heaps, types.setdefault(named.key, {}), headers
+        )
     state: _ScanState = {"done": 0, "path": "/", "chunks": 0}
 
     def report() -> None:
@@ -166,9 +174,11 @@ def _build(
         found_types: dict[str, str] = {}
         try:
             ds = h5[record.h5_path]  # one lookup by path (MATLAB files hold tens of thousands)
-            made = _ragged(ds, record, options, resolve, nan_strings, heaps, found_types)
+            made = _ragged(ds, record, options, resolve, nan_strings, heaps, found_types, headers)
             if made is None:
-                doc, table = _array(ds, record, options, resolve, nan_strings, indexes, heaps, files, found_types)
+                doc, table = _array(
+                    ds, record, options, resolve, nan_strings, indexes, heaps, files, found_types, headers
+                )
                 made = [(record.key, doc, table)]
         except UnsupportedFeatureError as e:
             refused[record.key] = e
@@ -292,11 +302,15 @@ def _attributes(
     nan_strings: bool,
     heaps: HeapCheck | None,
     types: dict[str, str] | None,
+    headers: AttributeHeaders | None = None,
 ) -> dict[str, Any]:
     """The node's attributes (and their types, into ``types``), the global heap collections
-    of variable-length values checked before h5py parses them."""
+    of variable-length values checked before h5py parses them; the common types' values
+    read from the object header where ``headers`` can."""
     check = None if heaps is None else (lambda: heaps.check_attributes(obj, path))
-    return read_attributes(obj, path, resolve, nan_as_string=nan_strings, types=types, before_variable=check)
+    return read_attributes(
+        obj, path, resolve, nan_as_string=nan_strings, types=types, before_variable=check, headers=headers
+    )
 
 
 def _datatype_document(
@@ -306,6 +320,7 @@ def _datatype_document(
     nan_strings: bool,
     heaps: HeapCheck | None,
     types: dict[str, str],
+    headers: AttributeHeaders | None = None,
 ) -> dict[str, Any]:
     """A committed datatype that carries attributes: a group holding them, and the type as
     the zarr data type arrays of it would have (``_DATATYPE``)."""
@@ -316,7 +331,7 @@ def _datatype_document(
             f"{record.h5_path}: a committed datatype with attributes whose type zarr stores only with values "
             f"({named.dtype})"
         )
-    attributes = _attributes(named, record.h5_path, resolve, nan_strings, heaps, types)
+    attributes = _attributes(named, record.h5_path, resolve, nan_strings, heaps, types, headers)
     attributes[convention.DATATYPE] = plan.data_type
     return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
 
@@ -328,9 +343,10 @@ def _group_document(
     nan_strings: bool,
     heaps: HeapCheck | None = None,
     types: dict[str, str] | None = None,
+    headers: AttributeHeaders | None = None,
 ) -> dict[str, Any]:
     h5_group = h5[group.h5_path]
-    attributes = _attributes(h5_group, group.h5_path, resolve, nan_strings, heaps, types)
+    attributes = _attributes(h5_group, group.h5_path, resolve, nan_strings, heaps, types, headers)
     if group.links:
         attributes[convention.LINKS] = [{"name": e.name, "source": e.source, "path": e.path} for e in group.links]
     return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
@@ -346,11 +362,12 @@ def _array(
     heaps: HeapCheck | None = None,
     files: OtherFiles | None = None,
     types: dict[str, str] | None = None,
+    headers: AttributeHeaders | None = None,
 ) -> tuple[dict[str, Any], ChunkTable]:
     path = record.h5_path
     plan = _plan_of(ds, path)
     fill = _fill_value(ds)
-    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types)
+    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types, headers)
     dcpl = ds.id.get_create_plist()
     layout = dcpl.get_layout()
 
@@ -511,6 +528,7 @@ def _ragged(
     nan_strings: bool,
     heaps: HeapCheck | None,
     types: dict[str, str] | None = None,
+    headers: AttributeHeaders | None = None,
 ) -> Made | None:
     """A dataset of variable-length sequences of numbers as an awkward-array group and its
     buffers (:mod:`h5lens.scan.ragged`); None for every other dataset."""
@@ -520,7 +538,7 @@ def _ragged(
     base = None if fields is not None else ragged_base(dtype, path)
     if base is None and fields is None:
         return None
-    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types)
+    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types, headers)
     count = 0 if ds.shape is None else int(np.prod(ds.shape, dtype=np.int64))
     _check_limit(path, options, 8 * count, "variable-length sequences are not stored in the dataset's chunks",
                  values=True)  # fmt: skip
