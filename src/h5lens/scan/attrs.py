@@ -58,7 +58,7 @@ def read_attributes(
     out: dict[str, Any] = {}
     listed = _from_header(obj, headers)
     names = obj.attrs.keys() if listed is None else listed.keys()
-    opened: list[tuple[str, str, h5py.h5a.AttrID | None, np.dtype, Any]] = []
+    opened: list[tuple[str, str, h5py.h5a.AttrID | HeaderAttribute, np.dtype]] = []
     for name in names:
         where = f"{h5_path} attribute {name!r}"
         if not _is_text(name):
@@ -70,31 +70,64 @@ def read_attributes(
             )
         found = None if listed is None else listed[name]
         if found is not None and found.dtype is not None:
-            opened.append((name, where, None, found.dtype, found.value))
+            opened.append((name, where, found, found.dtype))
             continue
         try:
             attr = h5py.h5a.open(obj.id, name.encode("utf-8"))
             dtype = attr.dtype
         except (OSError, TypeError, ValueError, RuntimeError, KeyError) as e:
             raise UnsupportedFeatureError(f"{where}: h5py cannot read it ({e})") from None
-        opened.append((name, where, attr, dtype, None))
-    if before_variable is not None and any(attr is not None and _variable(dtype) for _, _, attr, dtype, _ in opened):
+        opened.append((name, where, attr, dtype))
+    if before_variable is not None and any(
+        not isinstance(attr, HeaderAttribute) and _variable(dtype) for _, _, attr, dtype in opened
+    ):
         before_variable()
-    for name, where, attr, dtype, value in opened:
+    for name, where, attr, dtype in opened:
+        if isinstance(attr, HeaderAttribute):  # read from the header
+            converted, type_name = _header_json(attr, where, resolve, nan_as_string)
+            if types is not None and type_name is not None:
+                types[name] = type_name
+            out[name] = converted
+            continue
         if types is not None:
             type_name = _type_name(dtype, attr)
             if type_name is not None:
                 types[name] = type_name
-        if attr is None:  # read from the header
-            value = h5py.Empty(dtype) if value is NULL else value
-        else:
-            try:
-                value = _value(attr, dtype)
-            except (OSError, TypeError, ValueError, RuntimeError) as e:
-                raise UnsupportedFeatureError(f"{where}: h5py cannot read it ({e})") from None
+        try:
+            value = _value(attr, dtype)
+        except (OSError, TypeError, ValueError, RuntimeError) as e:
+            raise UnsupportedFeatureError(f"{where}: h5py cannot read it ({e})") from None
         converted = to_json(value, where, resolve)
         out[name] = _nan_strings(converted) if nan_as_string else converted
     return out
+
+
+# JSON value and type name of attributes read from headers, per distinct attribute message
+# (the same MATLAB class or path recurs on thousands of nodes): scalars only, since lists
+# and objects go into documents that may be changed afterwards.
+_HEADER_JSON: dict[tuple[HeaderAttribute, bool], tuple[Any, str | None]] = {}
+_HEADER_JSON_MAX = 8192
+_HEADER_TYPES: dict[np.dtype, Any] = {}  # the type names of the few numeric dtypes headers give
+_UNKNOWN = object()
+
+
+def _header_json(attribute: HeaderAttribute, where: str, resolve: ResolveRef, nan_as_string: bool) -> tuple[Any, str | None]:
+    key = (attribute, nan_as_string)
+    found = _HEADER_JSON.get(key)
+    if found is not None:
+        return found
+    assert attribute.dtype is not None
+    value = h5py.Empty(attribute.dtype) if attribute.value is NULL else attribute.value
+    converted = to_json(value, where, resolve)
+    type_name = _HEADER_TYPES.get(attribute.dtype, _UNKNOWN)
+    if type_name is _UNKNOWN:
+        type_name = _HEADER_TYPES[attribute.dtype] = _type_name(attribute.dtype, None)
+    made = (_nan_strings(converted) if nan_as_string else converted, type_name)
+    if not isinstance(made[0], (list, dict)):
+        if len(_HEADER_JSON) >= _HEADER_JSON_MAX:
+            _HEADER_JSON.clear()
+        _HEADER_JSON[key] = made
+    return made
 
 
 def _from_header(obj: h5py.HLObject, headers: AttributeHeaders | None) -> dict[str, HeaderAttribute] | None:

@@ -86,11 +86,12 @@ class _Null:
 NULL = _Null()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class HeaderAttribute:
     """One attribute message. ``dtype`` None: a type not read here (h5py must read it);
     otherwise ``dtype`` is h5py's ``attr.dtype`` and ``value`` what ``obj.attrs[name]`` gives
-    (a numpy scalar or array), or :data:`NULL` for a null dataspace."""
+    (a numpy scalar or array), or :data:`NULL` for a null dataspace. Identical messages
+    give the identical object (compared and hashed by identity: it can key a cache)."""
 
     name: bytes
     dtype: np.dtype | None
@@ -117,13 +118,6 @@ class AttributeReader:
         Raises :class:`UnsupportedIndexError` where the object must be left to h5py whole
         (dense storage, a shared attribute message, anything that does not parse)."""
         return header_attributes(run_sync(read_header(self._io, header_address, _KEEP)), self.sb)
-
-
-def read_attributes_at(
-    read_at: ReadAt, header_address: int, *, superblock: Superblock, file_size: int | None
-) -> list[HeaderAttribute]:
-    """:meth:`AttributeReader.read` of one object."""
-    return AttributeReader(read_at, superblock, file_size).read(header_address)
 
 
 def header_attributes(header: ObjectHeader, sb: Superblock) -> list[HeaderAttribute]:
