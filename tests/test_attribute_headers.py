@@ -162,6 +162,8 @@ def _numbers(f: h5py.File) -> None:
     f.attrs["python float"] = 0.1
     f.attrs["numpy scalar"] = np.float32(3.5)
     f.attrs["list"] = [1, 2, 3]
+    target.attrs["long array"] = np.arange(600.0)  # messages past 1 KiB are parsed uncached
+    target.attrs["long text"] = np.bytes_(b"x" * 3000)
 
 
 def _strings(f: h5py.File) -> None:

@@ -107,11 +107,14 @@ def read_attributes(
 # and objects go into documents that may be changed afterwards.
 _HEADER_JSON: dict[tuple[HeaderAttribute, bool], tuple[Any, str | None]] = {}
 _HEADER_JSON_MAX = 8192
+_HEADER_JSON_BYTES = 1024  # a long string's value is not kept (nor its attribute, by the key)
 _HEADER_TYPES: dict[np.dtype, Any] = {}  # the type names of the few numeric dtypes headers give
 _UNKNOWN = object()
 
 
-def _header_json(attribute: HeaderAttribute, where: str, resolve: ResolveRef, nan_as_string: bool) -> tuple[Any, str | None]:
+def _header_json(
+    attribute: HeaderAttribute, where: str, resolve: ResolveRef, nan_as_string: bool
+) -> tuple[Any, str | None]:
     key = (attribute, nan_as_string)
     found = _HEADER_JSON.get(key)
     if found is not None:
@@ -123,7 +126,7 @@ def _header_json(attribute: HeaderAttribute, where: str, resolve: ResolveRef, na
     if type_name is _UNKNOWN:
         type_name = _HEADER_TYPES[attribute.dtype] = _type_name(attribute.dtype, None)
     made = (_nan_strings(converted) if nan_as_string else converted, type_name)
-    if not isinstance(made[0], (list, dict)):
+    if not isinstance(made[0], (list, dict)) and getattr(attribute.value, "nbytes", 0) <= _HEADER_JSON_BYTES:
         if len(_HEADER_JSON) >= _HEADER_JSON_MAX:
             _HEADER_JSON.clear()
         _HEADER_JSON[key] = made

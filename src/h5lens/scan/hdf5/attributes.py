@@ -133,7 +133,8 @@ def header_attributes(header: ObjectHeader, sb: Superblock) -> list[HeaderAttrib
             if m.flags & MSG_FLAG_SHARED:
                 raise UnsupportedIndexError("a shared attribute message")
             order = -1 if m.creation_order is None else m.creation_order
-            found.append((order, _parsed(m.data, sb.sizeof_lengths)))
+            parse = _parsed if len(m.data) <= _CACHED_BODY else parse_attribute
+            found.append((order, parse(m.data, sb.sizeof_lengths)))
     names = {a.name for _, a in found}
     if len(names) != len(found):
         raise UnsupportedIndexError("two attribute messages of the same name")
@@ -158,11 +159,14 @@ def _check_compact(data: bytes, sb: Superblock) -> None:
         raise UnsupportedIndexError("attributes in dense storage")
 
 
+_CACHED_BODY = 1024  # larger messages (up to 64 KiB) are parsed each time: the cache stays small
+
+
 @lru_cache(maxsize=4096)
 def _parsed(body: bytes, sizeof_lengths: int) -> HeaderAttribute:
-    """:func:`parse_attribute`, once per distinct message: the same attribute (a MATLAB
-    class, a path) recurs on many objects. The values it hands out are shared, so arrays are
-    made read-only."""
+    """:func:`parse_attribute`, once per distinct (small) message: the same attribute (a
+    MATLAB class, a path) recurs on many objects. The values it hands out are shared, so
+    arrays are made read-only."""
     found = parse_attribute(body, sizeof_lengths)
     if isinstance(found.value, np.ndarray):
         found.value.flags.writeable = False

@@ -93,7 +93,14 @@ class _HeaderBlocks:
         self._split(data, start, end, _V2_MESSAGE, _v2_message_header_size(header_flags), "object header v2", tracked)
 
     def _split(
-        self, data: bytes, start: int, end: int, fields: struct.Struct, header_size: int, what: str, tracked: bool = False
+        self,
+        data: bytes,
+        start: int,
+        end: int,
+        fields: struct.Struct,
+        header_size: int,
+        what: str,
+        tracked: bool = False,
     ) -> None:
         """The messages of ``data[start:end]``, each a header (type, size, flags first, then
         the creation order where ``tracked``) and a body. (One loop, no call per message:
