@@ -449,3 +449,27 @@ def test_index_is_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lab
     assert fast == plain
     assert fast.attribute_types == plain.attribute_types
     assert fast.attribute_types  # the float32s and int8s are recorded
+
+
+def test_remote_headers_only_from_the_read_cache(tmp_path: Path) -> None:
+    """A remote file's headers are read only from what libhdf5 already fetched: none of it
+    cached, the object goes to h5py; all of it, the same attributes as a local read."""
+    from h5lens.scan.source import TrackedFile
+
+    path = tmp_path / "remote.h5"
+    with h5py.File(path, "w") as f:
+        _numbers(f)
+    data = path.read_bytes()
+    fetch = lambda offset, length: data[offset : offset + length]  # noqa: E731
+    tracked = TrackedFile(fetch, len(data), 1 << 20, cache_bytes=1 << 26)
+    with open(path, "rb") as raw, h5py.File(path) as f:
+        superblock = local_superblock(raw)
+        local = AttributeHeaders(reader_for(raw), lambda: superblock, len(data))
+        remote = AttributeHeaders(attr_headers.cached_reader(tracked), lambda: superblock, len(data))
+        assert remote.attributes(f["numbers"]) is None  # nothing fetched yet
+        tracked.seek(0)
+        tracked.read()  # as if libhdf5 had read it all
+        expected = local.attributes(f["numbers"])
+        found = remote.attributes(f["numbers"])
+        assert expected is not None and found is not None
+        assert [(a.name, a.dtype) for a in found] == [(a.name, a.dtype) for a in expected]
