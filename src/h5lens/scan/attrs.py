@@ -27,6 +27,8 @@ import numpy as np
 from h5lens import convention
 from h5lens.dtypes_forms import ragged_primitive, record_type_name, vlen_type_name
 from h5lens.errors import UnsupportedFeatureError
+from h5lens.scan.attr_headers import AttributeHeaders
+from h5lens.scan.hdf5.attributes import NULL, HeaderAttribute
 
 ResolveRef = Callable[[h5py.Reference], str | None]
 
@@ -44,15 +46,20 @@ def read_attributes(
     nan_as_string: bool = False,
     types: dict[str, str] | None = None,
     before_variable: Callable[[], None] | None = None,
+    headers: AttributeHeaders | None = None,
 ) -> dict[str, Any]:
     """All attributes of ``obj`` as JSON-ready values, in the file's order; each opened once.
 
     ``types`` receives :func:`attribute_types`'s answer from the same pass;
     ``before_variable`` runs before the first variable-length value is read (the check of
-    the global heap collections libhdf5 would parse)."""
+    the global heap collections libhdf5 would parse). ``headers`` reads the values of the
+    common types from the object header instead of through h5py (the same values:
+    :mod:`h5lens.scan.hdf5.attributes`); h5py reads every other one."""
     out: dict[str, Any] = {}
-    opened = []
-    for name in obj.attrs.keys():
+    listed = _from_header(obj, headers)
+    names = obj.attrs.keys() if listed is None else listed.keys()
+    opened: list[tuple[str, str, h5py.h5a.AttrID | HeaderAttribute, np.dtype]] = []
+    for name in names:
         where = f"{h5_path} attribute {name!r}"
         if not _is_text(name):
             raise UnsupportedFeatureError(f"{h5_path}: an attribute name is not UTF-8 text ({name!r})")
@@ -61,19 +68,31 @@ def read_attributes(
                 f"{where}: the unified zarr convention gives this name a meaning of its own, so the "
                 "attribute would be overwritten or misread"
             )
+        found = None if listed is None else listed[name]
+        if found is not None and found.dtype is not None:
+            opened.append((name, where, found, found.dtype))
+            continue
         try:
             attr = h5py.h5a.open(obj.id, name.encode("utf-8"))
             dtype = attr.dtype
         except (OSError, TypeError, ValueError, RuntimeError, KeyError) as e:
             raise UnsupportedFeatureError(f"{where}: h5py cannot read it ({e})") from None
         opened.append((name, where, attr, dtype))
-    if before_variable is not None and any(_variable(dtype) for _, _, _, dtype in opened):
+    if before_variable is not None and any(
+        not isinstance(attr, HeaderAttribute) and _variable(dtype) for _, _, attr, dtype in opened
+    ):
         before_variable()
     for name, where, attr, dtype in opened:
+        if isinstance(attr, HeaderAttribute):  # read from the header
+            converted, type_name = _header_json(attr, where, resolve, nan_as_string)
+            if types is not None and type_name is not None:
+                types[name] = type_name
+            out[name] = converted
+            continue
         if types is not None:
-            found = _type_name(dtype, attr)
-            if found is not None:
-                types[name] = found
+            type_name = _type_name(dtype, attr)
+            if type_name is not None:
+                types[name] = type_name
         try:
             value = _value(attr, dtype)
         except (OSError, TypeError, ValueError, RuntimeError) as e:
@@ -81,6 +100,64 @@ def read_attributes(
         converted = to_json(value, where, resolve)
         out[name] = _nan_strings(converted) if nan_as_string else converted
     return out
+
+
+# JSON value and type name of attributes read from headers, per distinct attribute message
+# (the same MATLAB class or path recurs on thousands of nodes): scalars only, since lists
+# and objects go into documents that may be changed afterwards.
+_HEADER_JSON: dict[tuple[HeaderAttribute, bool], tuple[Any, str | None]] = {}
+_HEADER_JSON_MAX = 8192
+_HEADER_JSON_BYTES = 1024  # a long string's value is not kept (nor its attribute, by the key)
+_HEADER_TYPES: dict[np.dtype, Any] = {}  # the type names of the few numeric dtypes headers give
+_UNKNOWN = object()
+
+
+def _header_json(
+    attribute: HeaderAttribute, where: str, resolve: ResolveRef, nan_as_string: bool
+) -> tuple[Any, str | None]:
+    key = (attribute, nan_as_string)
+    found = _HEADER_JSON.get(key)
+    if found is not None:
+        return found
+    assert attribute.dtype is not None
+    value = h5py.Empty(attribute.dtype) if attribute.value is NULL else attribute.value
+    converted = to_json(value, where, resolve)
+    type_name = _HEADER_TYPES.get(attribute.dtype, _UNKNOWN)
+    if type_name is _UNKNOWN:
+        type_name = _HEADER_TYPES[attribute.dtype] = _type_name(attribute.dtype, None)
+    made = (_nan_strings(converted) if nan_as_string else converted, type_name)
+    if not isinstance(made[0], (list, dict)) and getattr(attribute.value, "nbytes", 0) <= _HEADER_JSON_BYTES:
+        if len(_HEADER_JSON) >= _HEADER_JSON_MAX:
+            _HEADER_JSON.clear()
+        _HEADER_JSON[key] = made
+    return made
+
+
+def _from_header(obj: h5py.HLObject, headers: AttributeHeaders | None) -> dict[str, HeaderAttribute] | None:
+    """``obj``'s attributes as its header lists them (name -> attribute, in h5py's order), or
+    None for h5py's path: no header reader, a header it cannot read, or a name h5py's path
+    refuses (not UTF-8, reserved), so that the refusal is h5py's path's, word for word."""
+    if headers is None:
+        return None
+    parsed = headers.attributes(obj)
+    if parsed is None:
+        return None
+    if any(attribute.dtype is None for attribute in parsed):
+        # h5py reads some of them anyway: its listing (a type libhdf5 refuses to decode fails
+        # it, as on h5py's path), which must also be the header's, name for name
+        names = [n if isinstance(n, bytes) else n.encode("utf-8") for n in obj.attrs.keys()]
+        if names != [attribute.name for attribute in parsed]:
+            return None
+    listed: dict[str, HeaderAttribute] = {}
+    for attribute in parsed:
+        try:
+            name = attribute.name.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if name in convention.RESERVED_ATTRIBUTES:
+            return None
+        listed[name] = attribute
+    return listed
 
 
 def _variable(dtype: np.dtype) -> bool:
@@ -127,11 +204,13 @@ def attribute_types(obj: h5py.HLObject) -> dict[str, str]:
     return out
 
 
-def _type_name(dtype: np.dtype, attr: h5py.h5a.AttrID) -> str | None:
+def _type_name(dtype: np.dtype, attr: h5py.h5a.AttrID | None) -> str | None:
+    """``attr`` (needed for sequences only) is None for an attribute read from its header."""
     from h5lens.manifest.tables import ATTRIBUTE_TYPES, TIME_ATTRIBUTE_TYPES
 
     vlen = h5py.check_vlen_dtype(dtype)
     if vlen is not None and h5py.check_string_dtype(dtype) is None:
+        assert attr is not None  # the header parse reads no variable-length type
         primitive = ragged_primitive(vlen) if vlen.names is None else record_type_name(vlen)
         return None if primitive is None else vlen_type_name(primitive, len(attr.shape or ()))
     base = dtype.base

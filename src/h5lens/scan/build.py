@@ -17,10 +17,8 @@ from h5lens.dtypes_forms import record_fields
 from h5lens.errors import (
     H5LensError,
     MaterializeLimitError,
-    NotHDF5Error,
     SourceNotFoundError,
     UnsupportedFeatureError,
-    first_line,
 )
 from h5lens.locations import is_remote
 from h5lens.manifest.documents import check_documents, chunk_shape_of
@@ -35,6 +33,7 @@ from h5lens.scan.arrays import (
     store_inline,
     value_codecs,
 )
+from h5lens.scan.attr_headers import AttributeHeaders, cached_reader
 from h5lens.scan.attrs import read_attributes
 from h5lens.scan.codecs import (
     Filter,
@@ -73,7 +72,8 @@ from h5lens.scan.registry import apply_profiles
 from h5lens.scan.small_arrays import inline_small_chunks
 from h5lens.scan.source import OpenSource, TrackedFile, open_source
 from h5lens.scan.virtual import virtual_table
-from h5lens.scan.walk import DatasetRecord, GroupRecord, Walk, walk
+from h5lens.scan.unreadable import check_inside_file, unreadable
+from h5lens.scan.walk import DatasetRecord, GroupRecord, Opener, Walk, walk
 
 logger = logging.getLogger("h5lens.scan")
 
@@ -144,11 +144,18 @@ def _build(
     # local files: preads (a few µs a header), not the buffered reader's seek and read
     read_at = reader_for(opened.raw) if not isinstance(opened.raw, TrackedFile) else opened.read
     heaps = HeapCheck(h5, read_at, opened.source.size, indexes.superblock)
+    # attribute values from the object headers (a remote file's: only from what libhdf5 has read)
+    header_read = cached_reader(opened.raw) if isinstance(opened.raw, TrackedFile) else read_at
+    headers = AttributeHeaders(header_read, indexes.superblock, opened.source.size)
     types: dict[str, dict[str, str]] = {}  # node -> attribute -> numpy type name (attribute_types)
     for group in found.groups:
-        nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps, types.setdefault(group.key, {}))
+        nodes[group.key] = _group_document(
+            h5, group, resolve, nan_strings, heaps, types.setdefault(group.key, {}), headers
+        )
     for named in found.datatypes:
-        nodes[named.key] = _datatype_document(h5, named, resolve, nan_strings, heaps, types.setdefault(named.key, {}))
+        nodes[named.key] = _datatype_document(
+            h5, named, resolve, nan_strings, heaps, types.setdefault(named.key, {}), headers
+        )
     state: _ScanState = {"done": 0, "path": "/", "chunks": 0}
 
     def report() -> None:
@@ -160,15 +167,19 @@ def _build(
         # Every chunk index at once, level by level: a few round trips in all, and only
         # the index nodes' bytes (libhdf5 would walk them node by node through its blocks).
         indexes.walk_all(_chunk_index_addresses(h5, found))
+    opener = Opener(h5)
     for number, record in enumerate(found.datasets):
         state["done"], state["path"] = number, record.h5_path
         report()
         found_types: dict[str, str] = {}
         try:
-            ds = h5[record.h5_path]  # one lookup by path (MATLAB files hold tens of thousands)
-            made = _ragged(ds, record, options, resolve, nan_strings, heaps, found_types)
+            ds = opener.dataset(record.h5_path)  # MATLAB files hold tens of thousands
+            dtype = element_dtype(ds, record.h5_path)  # once: both need it
+            made = _ragged(ds, record, options, resolve, nan_strings, heaps, found_types, headers, dtype)
             if made is None:
-                doc, table = _array(ds, record, options, resolve, nan_strings, indexes, heaps, files, found_types)
+                doc, table = _array(
+                    ds, record, options, resolve, nan_strings, indexes, heaps, files, found_types, headers, dtype
+                )
                 made = [(record.key, doc, table)]
         except UnsupportedFeatureError as e:
             refused[record.key] = e
@@ -176,11 +187,11 @@ def _build(
         except H5LensError:
             raise
         except (OSError, RuntimeError, KeyError) as e:
-            raise _unreadable(h5, record.h5_path, e) from e
+            raise unreadable(h5, record.h5_path, e) from e
         for key, doc, made_table in made:  # one array, or a ragged dataset's group and buffers
             nodes[key] = doc
             if made_table is not None:
-                _check_inside_file(record.h5_path, made_table, opened.source.size)
+                check_inside_file(record.h5_path, made_table, opened.source.size)
                 tables[key] = made_table
                 state["chunks"] += made_table.n_present
         types[record.key] = found_types
@@ -227,10 +238,10 @@ def _chunk_index_addresses(h5: h5py.File, found: Walk) -> list[int]:
     return addresses
 
 
-def _plan_of(ds: h5py.Dataset, path: str) -> TypePlan:
-    """How ``ds``'s elements are written: their numpy dtype as h5py reads them, and how the
-    stored bytes relate to it (:mod:`h5lens.scan.hdf5_types`)."""
-    dtype = element_dtype(ds, path)
+def _plan_of(ds: h5py.Dataset, path: str, dtype: np.dtype | None = None) -> TypePlan:
+    """How ``ds``'s elements are written: their numpy dtype as h5py reads them (``dtype``, if
+    known), and how the stored bytes relate to it (:mod:`h5lens.scan.hdf5_types`)."""
+    dtype = element_dtype(ds, path) if dtype is None else dtype
     return plan_type(dtype, path).with_layout(stored_layout(ds.id.get_type(), dtype))
 
 
@@ -245,42 +256,6 @@ def _referenced_chunked(ds: h5py.Dataset, path: str) -> bool:
     return translate_pipeline(read_pipeline(dcpl), itemsize) is not None
 
 
-def _check_inside_file(path: str, table: ChunkTable, size: int | None) -> None:
-    """A chunk index pointing past the end of the file is damage (h5py fails to read such a
-    chunk): refused here, naming the dataset, rather than written into a manifest that
-    every reader would refuse."""
-    if size is None:
-        return
-    source = table.source.reshape(-1)
-    ends = table.offset.reshape(-1) + table.length.reshape(-1)
-    past = np.flatnonzero((source == 0) & (ends > np.uint64(size)))  # the other files were checked when met
-    if past.size:
-        flat = int(past[0])
-        index = tuple(int(i) for i in np.unravel_index(flat, table.grid_shape))
-        start, end = int(table.offset.reshape(-1)[flat]), int(ends[flat])
-        raise NotHDF5Error(
-            f"{path}: chunk {index} at bytes {start}-{end} lies past the end of the file ({size} bytes; "
-            f"{past.size} chunk(s) do): the file is truncated or damaged"
-        )
-
-
-def _unreadable(h5: h5py.File, path: str, error: BaseException) -> H5LensError:
-    """Why libhdf5 could not read a dataset h5lens had to decode: a filter it has no plugin
-    for (a feature this installation cannot decode), or damaged data."""
-    try:
-        filters = read_pipeline(h5[path].id.get_create_plist())
-    except (OSError, RuntimeError, KeyError):
-        filters = []
-    missing = [f for f in filters if not h5py.h5z.filter_avail(f.id)]
-    if missing:
-        names = ", ".join(f.label for f in missing)
-        return UnsupportedFeatureError(
-            f"{path}: its data needs filter {names}, which libhdf5 cannot load here (no zarr codec either, "
-            "so h5py must decode it): install the filter's plugin (e.g. hdf5plugin) and index again"
-        )
-    return NotHDF5Error(f"{path}: cannot read dataset, the file may be damaged ({first_line(error)})")
-
-
 def _resolver(h5: h5py.File, found: Walk) -> Resolver:
     return Resolver(h5, found)
 
@@ -292,11 +267,15 @@ def _attributes(
     nan_strings: bool,
     heaps: HeapCheck | None,
     types: dict[str, str] | None,
+    headers: AttributeHeaders | None = None,
 ) -> dict[str, Any]:
     """The node's attributes (and their types, into ``types``), the global heap collections
-    of variable-length values checked before h5py parses them."""
+    of variable-length values checked before h5py parses them; the common types' values
+    read from the object header where ``headers`` can."""
     check = None if heaps is None else (lambda: heaps.check_attributes(obj, path))
-    return read_attributes(obj, path, resolve, nan_as_string=nan_strings, types=types, before_variable=check)
+    return read_attributes(
+        obj, path, resolve, nan_as_string=nan_strings, types=types, before_variable=check, headers=headers
+    )
 
 
 def _datatype_document(
@@ -306,6 +285,7 @@ def _datatype_document(
     nan_strings: bool,
     heaps: HeapCheck | None,
     types: dict[str, str],
+    headers: AttributeHeaders | None = None,
 ) -> dict[str, Any]:
     """A committed datatype that carries attributes: a group holding them, and the type as
     the zarr data type arrays of it would have (``_DATATYPE``)."""
@@ -316,7 +296,7 @@ def _datatype_document(
             f"{record.h5_path}: a committed datatype with attributes whose type zarr stores only with values "
             f"({named.dtype})"
         )
-    attributes = _attributes(named, record.h5_path, resolve, nan_strings, heaps, types)
+    attributes = _attributes(named, record.h5_path, resolve, nan_strings, heaps, types, headers)
     attributes[convention.DATATYPE] = plan.data_type
     return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
 
@@ -328,9 +308,10 @@ def _group_document(
     nan_strings: bool,
     heaps: HeapCheck | None = None,
     types: dict[str, str] | None = None,
+    headers: AttributeHeaders | None = None,
 ) -> dict[str, Any]:
     h5_group = h5[group.h5_path]
-    attributes = _attributes(h5_group, group.h5_path, resolve, nan_strings, heaps, types)
+    attributes = _attributes(h5_group, group.h5_path, resolve, nan_strings, heaps, types, headers)
     if group.links:
         attributes[convention.LINKS] = [{"name": e.name, "source": e.source, "path": e.path} for e in group.links]
     return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
@@ -346,12 +327,14 @@ def _array(
     heaps: HeapCheck | None = None,
     files: OtherFiles | None = None,
     types: dict[str, str] | None = None,
+    headers: AttributeHeaders | None = None,
+    dtype: np.dtype | None = None,
 ) -> tuple[dict[str, Any], ChunkTable]:
     path = record.h5_path
-    plan = _plan_of(ds, path)
-    fill = _fill_value(ds)
-    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types)
+    plan = _plan_of(ds, path, dtype)
     dcpl = ds.id.get_create_plist()
+    fill = _fill_value(ds, dcpl)
+    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types, headers)
     layout = dcpl.get_layout()
 
     if ds.shape is None:  # null dataspace (h5py.Empty): no elements at all
@@ -511,16 +494,18 @@ def _ragged(
     nan_strings: bool,
     heaps: HeapCheck | None,
     types: dict[str, str] | None = None,
+    headers: AttributeHeaders | None = None,
+    dtype: np.dtype | None = None,
 ) -> Made | None:
     """A dataset of variable-length sequences of numbers as an awkward-array group and its
     buffers (:mod:`h5lens.scan.ragged`); None for every other dataset."""
     path = record.h5_path
-    dtype = element_dtype(ds, path)
+    dtype = element_dtype(ds, path) if dtype is None else dtype
     fields = record_fields(dtype)  # a compound with members that are sequences
     base = None if fields is not None else ragged_base(dtype, path)
     if base is None and fields is None:
         return None
-    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types)
+    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types, headers)
     count = 0 if ds.shape is None else int(np.prod(ds.shape, dtype=np.int64))
     _check_limit(path, options, 8 * count, "variable-length sequences are not stored in the dataset's chunks",
                  values=True)  # fmt: skip
@@ -541,11 +526,11 @@ def _ragged(
     return ragged_nodes(record.key, path, values, base, attributes, options)
 
 
-def _fill_value(ds: h5py.Dataset) -> Any:
+def _fill_value(ds: h5py.Dataset, dcpl: h5py.h5p.PropDCID) -> Any:
     """h5py's fill value; None where the dataset leaves it undefined (``H5Pset_fill_value``
     with no value, as PyTables writes some columns: h5py's ``fillvalue`` then raises), which
     makes it zarr's default (zeros): what libhdf5 gives there is unspecified."""
-    if ds.id.get_create_plist().fill_value_defined() == h5py.h5d.FILL_VALUE_UNDEFINED:
+    if dcpl.fill_value_defined() == h5py.h5d.FILL_VALUE_UNDEFINED:
         return None
     return ds.fillvalue
 

@@ -33,6 +33,9 @@ libhdf5 source it mirrors:
   blocks (H5Ocache.c);
 - :mod:`~h5lens.scan.hdf5.messages`: IV.A.2, the dataspace, data layout and filter
   pipeline messages (H5Osdspace.c, H5Olayout.c, H5Opline.c);
+- :mod:`~h5lens.scan.hdf5.attributes`: IV.A.2.m, an object's compact attributes and the
+  values of the common types, exactly as h5py reads them (H5Oattr.c, H5Odtype.c; not part
+  of the chunk walk: :mod:`h5lens.scan.attr_headers` uses it for every node's attributes);
 - :mod:`~h5lens.scan.hdf5.records`: what the index walkers share (chunks as found, the
   fixed and extensible arrays' entries);
 - :mod:`~h5lens.scan.hdf5.btree_v1`: III.A.1, the v1 B-tree of layout 3 (H5B.c, H5Dbtree.c);

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from h5lens.scan.hdf5.checksum import CHECKSUM_SIZE, verify_checksums
 from h5lens.scan.hdf5.fields import Cursor
@@ -24,7 +25,9 @@ HEADER_PROBE_BYTES = 4096
 MSG_DATASPACE = 0x0001
 MSG_LAYOUT = 0x0008
 MSG_PIPELINE = 0x000B
+MSG_ATTRIBUTE = 0x000C
 MSG_CONTINUATION = 0x0010
+MSG_ATTRIBUTE_INFO = 0x0015
 MSG_FLAG_SHARED = 0x02
 
 _OHDR = b"OHDR"  # a version 2 header starts with it; a version 1 header with the byte 1
@@ -36,6 +39,7 @@ _V1_PREFIX_SIZE = 16
 _V1_MESSAGE = struct.Struct("<HHB")  # type, size, flags (then 3 reserved bytes)
 _V1_MESSAGE_HEADER_SIZE = _V1_MESSAGE.size + 3
 _V2_MESSAGE = struct.Struct("<BHB")  # type, size, flags (then the creation order, if tracked)
+_CREATION_ORDER = struct.Struct("<H")
 
 # Version 2 header flags
 _V2_CHUNK0_SIZE_WIDTH = 0x03  # the size of chunk 0 takes 1 << (flags & 0x03) bytes
@@ -50,27 +54,34 @@ def _v2_message_header_size(header_flags: int) -> int:
     return _V2_MESSAGE.size + (2 if header_flags & _V2_CREATION_ORDER_TRACKED else 0)
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(NamedTuple):  # a tuple: headers of tens of thousands of objects are parsed
     type: int
     flags: int
     data: bytes
+    # the message's creation order, in a version 2 header that tracks it (attributes are
+    # then listed in this order); None otherwise
+    creation_order: int | None = None
+
+
+@dataclass(frozen=True)
+class ObjectHeader:
+    messages: list[Message]
+    tracks_creation_order: bool  # version 2 header flag: attribute creation order tracked
 
 
 class _HeaderBlocks:
-    """Splits object header blocks into messages, setting continuation messages aside."""
+    """Splits object header blocks into messages, setting continuation messages aside;
+    ``keep``: the message types wanted (None: all of them)."""
 
-    def __init__(self, sb: Superblock) -> None:
+    def __init__(self, sb: Superblock, keep: frozenset[int] | None = None) -> None:
         self.sb = sb
+        self.keep = keep
         self.messages: list[Message] = []
         self.pending: list[tuple[int, int]] = []  # continuation blocks still to read
 
-    def add(self, mtype: int, flags: int, body: bytes) -> None:
-        if mtype == MSG_CONTINUATION:
-            c = Cursor(body, 0, "object header continuation message")
-            self.pending.append((c.uint(self.sb.sizeof_offsets), c.uint(self.sb.sizeof_lengths)))
-        else:
-            self.messages.append(Message(mtype, flags, body))
+    def continuation(self, body: bytes) -> None:
+        c = Cursor(body, 0, "object header continuation message")
+        self.pending.append((c.uint(self.sb.sizeof_offsets), c.uint(self.sb.sizeof_lengths)))
 
     def v1(self, data: bytes, start: int, end: int) -> None:
         """Version 1 messages: type (2), size (2), flags (1), reserved (3), body."""
@@ -78,40 +89,65 @@ class _HeaderBlocks:
 
     def v2(self, data: bytes, start: int, end: int, header_flags: int) -> None:
         """Version 2 messages: type (1), size (2), flags (1), [creation order (2)], body."""
-        self._split(data, start, end, _V2_MESSAGE, _v2_message_header_size(header_flags), "object header v2")
+        tracked = bool(header_flags & _V2_CREATION_ORDER_TRACKED)
+        self._split(data, start, end, _V2_MESSAGE, _v2_message_header_size(header_flags), "object header v2", tracked)
 
-    def _split(self, data: bytes, start: int, end: int, fields: struct.Struct, header_size: int, what: str) -> None:
-        """The messages of ``data[start:end]``, each a header (type, size, flags first) and a body."""
+    def _split(
+        self,
+        data: bytes,
+        start: int,
+        end: int,
+        fields: struct.Struct,
+        header_size: int,
+        what: str,
+        tracked: bool = False,
+    ) -> None:
+        """The messages of ``data[start:end]``, each a header (type, size, flags first, then
+        the creation order where ``tracked``) and a body. (One loop, no call per message:
+        the headers of every node of a file go through it.)"""
         pos = start
+        keep, append, unpack = self.keep, self.messages.append, fields.unpack_from
         while end - pos >= header_size:  # fewer bytes than a message header left: a gap
-            mtype, size, flags = fields.unpack_from(data, pos)
+            mtype, size, flags = unpack(data, pos)
             body = pos + header_size
             if body + size > end:
                 raise UnsupportedIndexError(f"{what}: a message runs past its block")
-            self.add(mtype, flags, data[body : body + size])
+            if mtype == MSG_CONTINUATION:
+                self.continuation(data[body : body + size])
+            elif keep is None or mtype in keep:
+                order = _CREATION_ORDER.unpack_from(data, pos + fields.size)[0] if tracked else None
+                append(Message(mtype, flags, data[body : body + size], order))
             pos = body + size
 
 
 async def read_object_header(io: Io, address: int) -> list[Message]:
-    """Every message of an object header (version 1 or 2), continuation blocks included.
+    """Every message of an object header (version 1 or 2), continuation blocks included."""
+    return (await read_header(io, address)).messages
+
+
+async def read_header(io: Io, address: int, keep: frozenset[int] | None = None) -> ObjectHeader:
+    """Every message of an object header (version 1 or 2), continuation blocks included, in
+    libhdf5's order (chunk 0, then the continuation blocks breadth first, as H5O_protect
+    loads them), and whether the header tracks the creation order of its attributes.
 
     The first read takes a guess at the header's size; continuation blocks are then
-    read level by level (a block may point at further blocks).
+    read level by level (a block may point at further blocks). ``keep``: only the messages
+    of these types (continuation messages are always followed).
     """
-    blocks = _HeaderBlocks(io.sb)
-    (probe,) = await io.read([(address, HEADER_PROBE_BYTES)], "object header", clamp=True)
-    if probe[: len(_OHDR)] == _OHDR:
-        flags = await _header_v2(io, address, probe, blocks)
-    elif probe[:1] == b"\x01":
+    blocks = _HeaderBlocks(io.sb, keep)
+    (first,) = await io.read([(address, HEADER_PROBE_BYTES)], "object header", clamp=True)
+    if first[: len(_OHDR)] == _OHDR:
+        flags = await _header_v2(io, address, first, blocks)
+    elif first[:1] == b"\x01":
         flags = None
-        await _header_v1(io, address, probe, blocks)
+        await _header_v1(io, address, first, blocks)
     else:
-        raise UnsupportedIndexError(f"object header at {address}: unknown version {probe[:4]!r}")
+        raise UnsupportedIndexError(f"object header at {address}: unknown version {first[:4]!r}")
     seen = {address}
     for _ in range(MAX_DEPTH):
         pending, blocks.pending = blocks.pending, []
         if not pending:
-            return blocks.messages
+            return ObjectHeader(blocks.messages, flags is not None and bool(flags & _V2_CREATION_ORDER_TRACKED))
         if any(addr in seen for addr, _ in pending):
             raise UnsupportedIndexError(f"object header at {address}: continuation blocks form a loop")
         seen.update(addr for addr, _ in pending)
