@@ -19,6 +19,7 @@ from h5lens.fetch.sources import ChunkRead, ReadStats, SourceReads
 __all__ = [
     "READS",
     "SCAN",
+    "ByteReader",
     "ChunkFetcher",
     "ChunkRead",
     "Client",

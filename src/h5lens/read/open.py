@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Unpack
+from typing import Unpack
 
 import zarr
 
 from h5lens.errors import ManifestFormatError
-from h5lens.manifest.limits import Limits
-from h5lens.manifest.model import Manifest
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest, load_manifest
 from h5lens.store import ManifestStore
 

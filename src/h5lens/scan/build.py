@@ -71,8 +71,8 @@ from h5lens.scan.regions import Resolver
 from h5lens.scan.registry import apply_profiles
 from h5lens.scan.small_arrays import inline_small_chunks
 from h5lens.scan.source import OpenSource, TrackedFile, open_source
-from h5lens.scan.virtual import virtual_table
 from h5lens.scan.unreadable import check_inside_file, unreadable
+from h5lens.scan.virtual import virtual_table
 from h5lens.scan.walk import DatasetRecord, GroupRecord, Opener, Walk, walk
 
 logger = logging.getLogger("h5lens.scan")

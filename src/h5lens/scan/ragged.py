@@ -25,9 +25,9 @@ from h5lens.dtypes_forms import (
     ragged_element,
     ragged_form,
     record_buffers,
-    to_buffer,
     record_dtype,
     record_form,
+    to_buffer,
 )
 from h5lens.errors import UnsupportedFeatureError
 from h5lens.manifest.model import ChunkTable
