@@ -10,7 +10,6 @@ gave it.
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +17,8 @@ import numpy as np
 
 from h5lens.errors import H5LensError
 from h5lens.manifest.zarr_keys import chunk_key
-from h5lens.read.decoded_cache import DecodedChunks
 from h5lens.read.bulk import ArrayCodec, array_codec
+from h5lens.read.decoded_cache import DecodedChunks
 from h5lens.read.plan import region_plan, runs_plan
 from h5lens.read.text import TextCodec, text_codec
 

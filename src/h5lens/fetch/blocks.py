@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from h5lens.fetch.clients import ByteReader
-from h5lens.fetch.planner import READS, Planner
+from h5lens.fetch.planner import READS, Planner, union_bytes
 
 READAHEAD_CACHE_BYTES = 256 << 20
 SPENT_CACHE_BYTES = 4 << 20  # blocks already read, kept for reads of the same bytes soon after
@@ -48,7 +48,7 @@ class _Block:
 
 @dataclass
 class BatchStats:
-    batches: int = 0  # round trips: turns whose requests went out together, one after the other
+    batches: int = 0  # round trips: turns of read_together whose requests went out together
     requests: int = 0  # requests sent (GETs; a request split into parallel parts counts once)
     bytes: int = 0  # bytes fetched
     asked: int = 0  # bytes the callers asked for (overlaps within a turn counted once)
@@ -59,6 +59,7 @@ class _Pending:
     offset: int
     length: int
     waiter: asyncio.Future[_Block] | None  # a read waiting for its block; None for read-ahead
+    together: bool = False  # asked by read_together: answered when the whole turn has arrived
 
 
 class ChunkFetcher:
@@ -144,7 +145,7 @@ class ChunkFetcher:
                 found.append(known)
             else:
                 waiter: asyncio.Future[_Block] = asyncio.get_running_loop().create_future()
-                self._enqueue(_Pending(offset, length, waiter))
+                self._enqueue(_Pending(offset, length, waiter, together=True))
                 found.append(waiter)
         blocks = [await f if isinstance(f, asyncio.Future) else f for f in found]
         for turn in {id(b.turn): b.turn for b in blocks if isinstance(b, _Block) and b.turn is not None}.values():
@@ -299,7 +300,11 @@ class ChunkFetcher:
         self._pending_offsets.clear()
         offsets = np.asarray([p.offset for p in pending], dtype=np.int64)
         lengths = np.asarray([p.length for p in pending], dtype=np.int64)
-        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # a turn with reads_together in it is followed to its end (their callers resume then,
+        # and the batch is counted); a store's chunk reads each resume with their own block
+        turn: asyncio.Future[None] | None = None
+        if any(p.together for p in pending):
+            turn = asyncio.get_running_loop().create_future()
         blocks = []
         for lo, hi in self.planner.runs(offsets, lengths):
             items = pending[lo:hi]
@@ -310,8 +315,9 @@ class ChunkFetcher:
             for item in items:
                 if item.waiter is not None and not item.waiter.done():
                     item.waiter.set_result(block)
-        asked = [p.waiter is not None for p in pending]
-        self._spawn(self._turn_done(turn, blocks, _union_bytes(offsets[asked], lengths[asked])))
+        if turn is not None:
+            asked = np.asarray([p.waiter is not None for p in pending], dtype=bool)
+            self._spawn(self._turn_done(turn, blocks, union_bytes(offsets[asked], lengths[asked])))
 
     async def _turn_done(self, turn: asyncio.Future[None], blocks: list[_Block], asked: int) -> None:
         """Resolve ``turn`` once all its blocks have arrived (or failed), and count the batch."""
@@ -359,17 +365,6 @@ class ChunkFetcher:
         for (lo, _), data in zip(parts, await asyncio.gather(*(one(lo, hi) for lo, hi in parts)), strict=True):
             out[lo - start : lo - start + len(data)] = data
         return memoryview(out)
-
-
-def _union_bytes(offsets: np.ndarray, lengths: np.ndarray) -> int:
-    """Bytes of the union of ranges (in any order)."""
-    if not len(offsets):
-        return 0
-    order = np.argsort(offsets, kind="stable")
-    starts, ends = offsets[order], (offsets + lengths)[order]
-    reach = np.maximum.accumulate(ends)
-    breaks = np.flatnonzero(starts[1:] > reach[:-1]) + 1
-    return int((reach[np.r_[breaks - 1, len(starts) - 1]] - starts[np.r_[0, breaks]]).sum())
 
 
 def _failed(block: _Block) -> bool:

@@ -77,6 +77,16 @@ class Planner:
         return [(b, min(b + size, end)) for b in range(start, end, size)]
 
 
+def union_bytes(offsets: np.ndarray, lengths: np.ndarray) -> int:
+    """Bytes of the union of ranges, in any order (overlaps counted once)."""
+    if not len(offsets):
+        return 0
+    order = np.argsort(offsets, kind="stable")
+    starts = np.asarray(offsets, np.int64)[order]
+    reach = np.maximum.accumulate(starts + np.asarray(lengths, np.int64)[order])
+    return _union_bytes(starts, reach, starts[1:] - reach[:-1])
+
+
 def _union_bytes(offsets: np.ndarray, reach: np.ndarray, gaps: np.ndarray) -> int:
     """Bytes of the union of sorted ranges (``reach``: the running maximum of their ends)."""
     breaks = np.flatnonzero(gaps > 0) + 1
@@ -97,4 +107,4 @@ LOCAL = Planner(gap=16 << 10, span=32 << 20, part=1 << 62)
 # index, so gaps are bridged only where they cost few bytes.
 SCAN = Planner(gap=32 << 10, span=8 << 20, part=8 << 20, extra_ratio=1.0)
 
-__all__ = ["LOCAL", "READS", "SCAN", "Planner"]
+__all__ = ["LOCAL", "READS", "SCAN", "Planner", "union_bytes"]

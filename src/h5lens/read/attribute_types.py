@@ -103,6 +103,7 @@ def _ragged(value: Any, base: np.dtype, ndim: int) -> Any:
             return value
         shape.append(len(probe))
         probe = probe[0] if probe else []
+
     def sequence(leaf: Any) -> np.ndarray:
         if base.names is None:
             return np.asarray(leaf, dtype=base)
