@@ -193,3 +193,41 @@ def test_progress_bar_on_a_terminal(tmp_path):
         f.visititems(lambda name, node: datasets.append(name) if isinstance(node, h5py.Dataset) else None)
     assert f"indexing {source}" in text and " chunks" in text and f"{len(datasets)}/{len(datasets)}" in text
     assert b"m.json:" in stdout
+
+
+def test_an_interrupt_a_finalizer_swallowed_arrives_after_the_hook_returns():
+    """A Ctrl-C that lands in a finalizer reaches the unraisable hook, which sends it again:
+    it must arrive in the command's own code, not inside the hook (where Python could only
+    print it as "Exception ignored in sys.unraisablehook" and the command would go on)."""
+    import importlib
+    import threading
+
+    app = importlib.import_module("h5lens.cli.app")  # the module (h5lens.cli.app is also the Typer app)
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are handled on the main thread")
+
+    class Found:
+        exc_value = KeyboardInterrupt()
+
+    printed: list[object] = []
+    returned = False
+    previous = signal.signal(signal.SIGINT, app._on_interrupt)
+    saved = dict(app.state)
+    try:
+        app.state["interrupted"] = True
+        hook = app._unraisable(printed.append)
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                hook(Found())
+            except KeyboardInterrupt:
+                pytest.fail("the interrupt was raised inside the unraisable hook")
+            returned = True
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert returned and printed == []
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        app.state.clear()
+        app.state.update(saved)

@@ -150,11 +150,21 @@ def _on_interrupt(signum: int, frame: object) -> None:
 def _unraisable(hook: Any) -> Any:
     """``sys.unraisablehook`` for a command: a Ctrl-C that landed in a finalizer or a weakref
     callback (Python can only print it there, "Exception ignored in ...") is delivered again,
-    so it interrupts the command where it runs; anything else goes to ``hook``."""
+    so it interrupts the command where it runs; anything else goes to ``hook``.
+
+    Delivered from another thread, a moment later: a signal raised here would run its handler
+    in this hook (even the wait for a new thread to start runs it), whose exception Python
+    can only print too ("Exception ignored in sys.unraisablehook"); sent 20 ms later it
+    reaches the main thread once the hook has returned (should it land in a finalizer again,
+    it comes back here and is sent once more)."""
+    import _thread
+    import threading
 
     def unraisable(found: Any) -> None:
         if isinstance(found.exc_value, KeyboardInterrupt) and state["interrupted"]:
-            signal.raise_signal(signal.SIGINT)
+            timer = threading.Timer(0.02, _thread.interrupt_main)
+            timer.daemon = True
+            timer.start()
             return
         hook(found)
 
