@@ -21,15 +21,15 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
+from tests.libhdf5 import library
+from tests.shared_data import DATA, shared_names
 
 import h5lens
-from h5lens.scan import attr_headers
+from h5lens.scan import attr_headers, header_arrays
 from h5lens.scan.attr_headers import AttributeHeaders
 from h5lens.scan.attrs import read_attributes
 from h5lens.scan.hdf5 import local_superblock, reader_for
 from h5lens.scan.hdf5.attributes import NULL
-from tests.libhdf5 import library
-from tests.shared_data import DATA, shared_names
 
 # H5Opublic.h: H5O_SHMESG_*_FLAG, one bit per message type
 _SHMESG_SDSPACE, _SHMESG_DTYPE, _SHMESG_ATTR = 1 << 0x0001, 1 << 0x0003, 1 << 0x000C
@@ -63,9 +63,16 @@ def _same_value(ours: Any, theirs: Any, where: str) -> None:
         assert ours is NULL, where
         return
     assert type(ours) is type(theirs), (where, type(ours), type(theirs))
+    if isinstance(theirs, str):  # a variable-length string
+        assert ours == theirs, where
+        return
     if isinstance(theirs, np.ndarray):
         _same_dtype(ours.dtype, theirs.dtype, where)
         assert ours.shape == theirs.shape, where
+        if theirs.dtype.kind == "O":  # variable-length values: each element, not its pointer
+            for mine, h5pys in zip(ours.flat, theirs.flat, strict=True):
+                _same_value(mine, h5pys, where)
+            return
     else:
         assert ours.dtype.str == theirs.dtype.str, where
     assert np.asarray(ours).tobytes() == np.asarray(theirs).tobytes(), where
@@ -116,7 +123,10 @@ def compare_file(path: Path | str) -> Tally:
             for nan_as_string in (False, True):
                 plain = _outcome(obj, name, nan_as_string=nan_as_string)
                 fast = _outcome(obj, name, nan_as_string=nan_as_string, headers=headers)
-                assert fast == plain, name
+                # the global heap is checked before h5py reads variable-length values; values
+                # the header parse read from the heap were checked by that parse
+                assert fast[:3] == plain[:3], name
+                assert fast[3:] <= plain[3:], name
     return tally
 
 
@@ -221,6 +231,16 @@ def _other_types(f: h5py.File) -> None:
     g.attrs.create("array type", np.zeros(2, dtype=("<f4", (3,))), dtype=np.dtype(("<f4", (3,))))
     g.attrs["opaque"] = np.void(b"\x01\x02\x03")
     g.attrs["vlen ints"] = np.array([np.arange(3), np.arange(2)], dtype=h5py.vlen_dtype("i4"))
+    g.attrs.create("vlen floats 2-d", np.array([[np.arange(2.0), np.zeros(0)], [np.ones(1), np.arange(3.0)]], dtype=object),
+                   dtype=h5py.vlen_dtype("<f8"))  # fmt: skip
+    scalar = np.empty((), dtype=object)
+    scalar[()] = np.arange(4, dtype="u2")
+    g.attrs.create("vlen scalar", scalar, dtype=h5py.vlen_dtype("u2"))
+    fields = np.empty(3, dtype=object)
+    fields[:] = [np.array([b"i", b"d"], "S1"), np.array([b"n", b"\0", b"m"], "S1"), np.zeros(0, "S1")]
+    g.attrs.create("MATLAB fields", fields, dtype=h5py.vlen_dtype(np.dtype("S1")))
+    g.attrs.create("vlen 2-d", np.array([["é", ""], ["x", "yz"]], dtype=object), dtype=h5py.string_dtype())
+    g.attrs.create("vlen not utf-8", np.array([b"\xff\xfe", b"ok"], dtype=object), dtype=h5py.string_dtype("ascii"))
     g.attrs["datetime"] = np.array([1, 2], dtype="datetime64[s]").astype(h5py.opaque_dtype("M8[s]"))
     f["committed float"] = np.dtype(">f4")
     f["committed float"].attrs["on a type"] = 3
@@ -424,8 +444,8 @@ def test_matlab_file(tmp_path: Path) -> None:
         cells[i] = {"id": np.float64(i), "name": f"trial {i}", "pos": np.ones((3, 4)), "ok": True, "n": np.int16(i)}
     hdf5storage.savemat(str(path), {"trials": cells, "x": np.arange(5.0), "s": "text"}, format="7.3")
     tally = compare_file(path)
-    assert tally.objects_left == 0 and tally.from_header > 300  # MATLAB_class, H5PATH, ... from headers
-    assert tally.by_h5py > 0  # MATLAB_fields: variable-length
+    # MATLAB_class, H5PATH, ... and the variable-length MATLAB_fields: all from the headers
+    assert tally.objects_left == 0 and tally.from_header > 300 and tally.by_h5py == 0
 
 
 @pytest.mark.parametrize("name", shared_names("*.h5*"))
@@ -445,6 +465,7 @@ def test_index_is_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lab
     fast = h5lens.index(str(path))
     with monkeypatch.context() as m:
         m.setattr(attr_headers.AttributeHeaders, "attributes", lambda self, obj: None)
+        m.setattr(header_arrays, "ENABLED", False)  # the documents made from headers read them too
         plain = h5lens.index(str(path))
     assert fast == plain
     assert fast.attribute_types == plain.attribute_types

@@ -72,6 +72,7 @@ class DocumentChecker:
 
     def __init__(self) -> None:
         self._arrays: dict[str, tuple[Any, str | None]] = {}
+        self._groups: dict[str, str | None] = {}
 
     def array(self, doc: Mapping[str, Any]) -> tuple[Any, str | None]:
         """(zarr's ArrayV3Metadata or None, the error text or None) for an array document."""
@@ -90,16 +91,22 @@ class DocumentChecker:
             self._arrays[key] = found
         return found
 
-    @staticmethod
-    def group(doc: Mapping[str, Any]) -> str | None:
-        """The error text for a group document zarr refuses, or None."""
+    def group(self, doc: Mapping[str, Any]) -> str | None:
+        """The error text for a group document zarr refuses, or None (remembered per body:
+        a MATLAB file has tens of thousands of groups, all alike but for their attributes)."""
         from zarr.core.group import GroupMetadata
 
+        body = {k: v for k, v in doc.items() if k != "attributes"}
+        key = json.dumps(body, sort_keys=True, allow_nan=True, default=repr)
+        if key in self._groups:
+            return self._groups[key]
         try:
-            GroupMetadata.from_dict({**doc, "attributes": {}})
+            GroupMetadata.from_dict({**body, "attributes": {}})
+            found = None
         except Exception as e:  # noqa: BLE001
-            return f"{type(e).__name__}: {_first_line(e)}"
-        return None
+            found = f"{type(e).__name__}: {_first_line(e)}"
+        self._groups[key] = found
+        return found
 
     def check(self, path: str, doc: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS) -> None:
         """Raise :class:`ManifestFormatError` naming ``path`` if zarr refuses ``doc``, and

@@ -223,6 +223,22 @@ class ChunkTable:
     def empty(cls, grid_shape: tuple[int, ...]) -> ChunkTable:
         return ChunkTableBuilder(grid_shape).build()
 
+    @classmethod
+    def one_inline(cls, ndim: int, payload: bytes) -> ChunkTable:
+        """The table of an array of one chunk (a grid of ``ndim`` axes of 1) stored inline:
+        valid as made, so not checked again (a MATLAB file has tens of thousands)."""
+        grid = (1,) * ndim
+        source = np.full(grid, INLINE, dtype=np.int32)
+        offset = np.zeros(grid, dtype=np.uint64)
+        length = np.full(grid, len(payload), dtype=np.uint64)
+        for array in (source, offset, length):
+            array.flags.writeable = False
+        table = object.__new__(cls)
+        for name, value in (("source", source), ("offset", offset), ("length", length)):
+            object.__setattr__(table, name, value)
+        object.__setattr__(table, "inline", MappingProxyType({0: payload}))
+        return table
+
     @property
     def grid_shape(self) -> tuple[int, ...]:
         return tuple(self.source.shape)

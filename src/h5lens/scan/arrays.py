@@ -19,6 +19,8 @@ from h5lens.scan.dtypes import TypePlan, fill_value_json, plan_type
 from h5lens.scan.materialize import chunk_selection, encode_chunks
 from h5lens.scan.options import ScanOptions
 
+_UNSET: Any = object()
+
 # Materialised arrays larger than this are compressed inline.
 _COMPRESS_INLINE_ABOVE = 64 << 10
 
@@ -107,7 +109,10 @@ def document(
     codecs: list[dict[str, Any]],
     fill: Any,
     attributes: dict[str, Any],
+    *,
+    fill_json: Any = _UNSET,
 ) -> dict[str, Any]:
+    """``fill_json``: ``fill``'s JSON form where the caller has it already."""
     attributes = dict(attributes)
     if plan.dtype_attr is not None:
         attributes[convention.DTYPE] = plan.dtype_attr
@@ -124,7 +129,7 @@ def document(
         "data_type": plan.data_type,
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(1, c) for c in chunk_shape]}},
         "chunk_key_encoding": DEFAULT_ENCODING.to_json(),
-        "fill_value": fill_value_json(plan, fill, path),
+        "fill_value": fill_value_json(plan, fill, path) if fill_json is _UNSET else fill_json,
         "codecs": codecs,
         "attributes": attributes,
     }

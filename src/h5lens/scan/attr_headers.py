@@ -33,17 +33,24 @@ class AttributeHeaders:
         self.file_size = file_size
         self._reader: AttributeReader | None = None
 
-    def attributes(self, obj: h5py.HLObject) -> list[HeaderAttribute] | None:
-        """``obj``'s attributes in h5py's order, or None where h5py must read them all."""
+    def reader(self) -> AttributeReader | None:
+        """The header reader; None where h5lens cannot parse the superblock."""
         if self._reader is None:
             superblock = self.superblock()
             if superblock is None:
                 return None
             self._reader = AttributeReader(self.read_at, superblock, self.file_size)
+        return self._reader
+
+    def attributes(self, obj: h5py.HLObject) -> list[HeaderAttribute] | None:
+        """``obj``'s attributes in h5py's order, or None where h5py must read them all."""
+        if self.reader() is None:
+            return None
+        assert self._reader is not None
         try:
             # get_objinfo reads only the header (h5o.get_info would also size a dataset's storage)
             address = int(h5py.h5g.get_objinfo(obj.id).objno[0])
-            found = self._reader.read(address)
+            found = self._reader.resolved(self._reader.read(address))
             # libhdf5's own count: an attribute the header parse missed leaves the object to h5py
             if h5py.h5a.get_num_attrs(obj.id) != len(found):
                 return None

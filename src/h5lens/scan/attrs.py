@@ -102,6 +102,38 @@ def read_attributes(
     return out
 
 
+def header_attributes_json(
+    parsed: list[HeaderAttribute],
+    h5_path: str,
+    resolve: ResolveRef,
+    *,
+    nan_as_string: bool = False,
+    types: dict[str, str] | None = None,
+) -> dict[str, Any] | None:
+    """:func:`read_attributes`'s answer for an object whose attributes were all parsed from
+    its header (``parsed``, in h5py's order), with no h5py object at hand; None where
+    h5py's path must read the object (a type the header parse leaves to h5py, a name that
+    is not UTF-8 text or that the convention reserves: h5py's path says why)."""
+    out: dict[str, Any] = {}
+    found_types: dict[str, str] = {}
+    for attribute in parsed:
+        if attribute.dtype is None:
+            return None
+        try:
+            name = attribute.name.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if name in convention.RESERVED_ATTRIBUTES:
+            return None
+        converted, type_name = _header_json(attribute, f"{h5_path} attribute {name!r}", resolve, nan_as_string)
+        if type_name is not None:
+            found_types[name] = type_name
+        out[name] = converted
+    if types is not None:
+        types.update(found_types)
+    return out
+
+
 # JSON value and type name of attributes read from headers, per distinct attribute message
 # (the same MATLAB class or path recurs on thousands of nodes): scalars only, since lists
 # and objects go into documents that may be changed afterwards.
@@ -122,10 +154,15 @@ def _header_json(
     assert attribute.dtype is not None
     value = h5py.Empty(attribute.dtype) if attribute.value is NULL else attribute.value
     converted = to_json(value, where, resolve)
-    type_name = _HEADER_TYPES.get(attribute.dtype, _UNKNOWN)
-    if type_name is _UNKNOWN:
-        type_name = _HEADER_TYPES[attribute.dtype] = _type_name(attribute.dtype, None)
+    if attribute.shape is not None:  # a variable-length value: its type name may need its shape
+        type_name = _type_name(attribute.dtype, None, attribute.shape)
+    else:
+        type_name = _HEADER_TYPES.get(attribute.dtype, _UNKNOWN)
+        if type_name is _UNKNOWN:
+            type_name = _HEADER_TYPES[attribute.dtype] = _type_name(attribute.dtype, None)
     made = (_nan_strings(converted) if nan_as_string else converted, type_name)
+    if not attribute.shared:
+        return made
     if not isinstance(made[0], (list, dict)) and getattr(attribute.value, "nbytes", 0) <= _HEADER_JSON_BYTES:
         if len(_HEADER_JSON) >= _HEADER_JSON_MAX:
             _HEADER_JSON.clear()
@@ -204,15 +241,20 @@ def attribute_types(obj: h5py.HLObject) -> dict[str, str]:
     return out
 
 
-def _type_name(dtype: np.dtype, attr: h5py.h5a.AttrID | None) -> str | None:
-    """``attr`` (needed for sequences only) is None for an attribute read from its header."""
+def _type_name(
+    dtype: np.dtype, attr: h5py.h5a.AttrID | None, shape: tuple[int, ...] | None = None
+) -> str | None:
+    """``attr`` or ``shape`` (needed for sequences only): an attribute read through h5py,
+    or the shape of one read from its header."""
     from h5lens.manifest.tables import ATTRIBUTE_TYPES, TIME_ATTRIBUTE_TYPES
 
     vlen = h5py.check_vlen_dtype(dtype)
     if vlen is not None and h5py.check_string_dtype(dtype) is None:
-        assert attr is not None  # the header parse reads no variable-length type
+        if shape is None:
+            assert attr is not None, "a sequence read from its header has its shape"
+            shape = attr.shape or ()
         primitive = ragged_primitive(vlen) if vlen.names is None else record_type_name(vlen)
-        return None if primitive is None else vlen_type_name(primitive, len(attr.shape or ()))
+        return None if primitive is None else vlen_type_name(primitive, len(shape))
     base = dtype.base
     if base.names is not None:
         return record_type_name(base)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -48,6 +49,7 @@ from h5lens.scan.external import segments as external_segments
 from h5lens.scan.global_heap import HeapCheck
 from h5lens.scan.hdf5 import reader_for
 from h5lens.scan.hdf5_types import element_dtype, stored_layout
+from h5lens.scan.header_arrays import HeaderDocuments, TypeTemplate, learn_template
 from h5lens.scan.materialize import (
     ResolvePath,
     chunk_selection,
@@ -73,7 +75,7 @@ from h5lens.scan.small_arrays import inline_small_chunks
 from h5lens.scan.source import OpenSource, TrackedFile, open_source
 from h5lens.scan.unreadable import check_inside_file, unreadable
 from h5lens.scan.virtual import virtual_table
-from h5lens.scan.walk import DatasetRecord, GroupRecord, Opener, Walk, walk
+from h5lens.scan.walk import DatasetRecord, GroupRecord, Opener, Walk, walk, zarr_path
 
 logger = logging.getLogger("h5lens.scan")
 
@@ -148,10 +150,23 @@ def _build(
     header_read = cached_reader(opened.raw) if isinstance(opened.raw, TrackedFile) else read_at
     headers = AttributeHeaders(header_read, indexes.superblock, opened.source.size)
     types: dict[str, dict[str, str]] = {}  # node -> attribute -> numpy type name (attribute_types)
+    base = indexes.superblock()
+    local_data = None if opened.remote or isinstance(opened.raw, TrackedFile) else read_at
+    made_from_headers = None
+    if base is not None:
+        paths = {g.address: zarr_path(g.key) for g in found.groups if g.address is not None}
+        paths.update((d.address, zarr_path(d.key)) for d in found.datasets if d.address is not None)
+        made_from_headers = HeaderDocuments(headers, base.base_address, local_data, paths)
+    sizeof_offsets = base.sizeof_offsets if base is not None else 8
     for group in found.groups:
-        nodes[group.key] = _group_document(
-            h5, group, resolve, nan_strings, heaps, types.setdefault(group.key, {}), headers
-        )
+        group_types: dict[str, str] = {}
+        attributes = None if made_from_headers is None else made_from_headers.group(group, resolve, nan_strings, group_types)
+        if attributes is None:
+            group_types = {}
+            nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps, group_types, headers)
+        else:
+            nodes[group.key] = _group_node(group, attributes)
+        types[group.key] = group_types
     for named in found.datatypes:
         nodes[named.key] = _datatype_document(
             h5, named, resolve, nan_strings, heaps, types.setdefault(named.key, {}), headers
@@ -173,6 +188,17 @@ def _build(
         report()
         found_types: dict[str, str] = {}
         try:
+            plain = None if made_from_headers is None else made_from_headers.dataset(
+                record, options, resolve, nan_strings, found_types, functools.partial(_template, opener, record.h5_path, sizeof_offsets)
+            )  # fmt: skip
+            if plain is not None:
+                nodes[record.key] = plain[0]
+                check_inside_file(record.h5_path, plain[1], opened.source.size)
+                tables[record.key] = plain[1]
+                state["chunks"] += plain[1].n_present
+                types[record.key] = found_types
+                continue
+            found_types = {}
             ds = opener.dataset(record.h5_path)  # MATLAB files hold tens of thousands
             dtype = element_dtype(ds, record.h5_path)  # once: both need it
             made = _ragged(ds, record, options, resolve, nan_strings, heaps, found_types, headers, dtype)
@@ -198,6 +224,9 @@ def _build(
     state["done"], state["path"] = len(found.datasets), ""
     report()
     opened.on_read(None)
+    if made_from_headers is not None:
+        logger.debug("made from their headers: %d datasets and %d groups", made_from_headers.datasets,
+                     made_from_headers.groups)  # fmt: skip
 
     if options.profiles:
         apply_profiles(ProfileContext(h5, nodes, tables, options, found, refused=refused))
@@ -301,6 +330,24 @@ def _datatype_document(
     return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
 
 
+def _template(opener: Opener, path: str, sizeof_offsets: int) -> TypeTemplate | None:
+    """What h5py says of the type and fill value of the dataset at ``path``, for the datasets
+    made from their headers (:mod:`h5lens.scan.header_arrays`); None where it says no."""
+    try:
+        ds = opener.dataset(path)
+        dtype = element_dtype(ds, path)
+        plan = _plan_of(ds, path, dtype)
+        return learn_template(ds, plan, _fill_value(ds, ds.id.get_create_plist()), path, sizeof_offsets)
+    except (H5LensError, OSError, RuntimeError, KeyError, TypeError, ValueError):
+        return None  # the full path says what is wrong, with the path
+
+
+def _group_node(group: GroupRecord, attributes: dict[str, Any]) -> dict[str, Any]:
+    if group.links:
+        attributes[convention.LINKS] = [{"name": e.name, "source": e.source, "path": e.path} for e in group.links]
+    return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
+
+
 def _group_document(
     h5: h5py.File,
     group: GroupRecord,
@@ -311,10 +358,7 @@ def _group_document(
     headers: AttributeHeaders | None = None,
 ) -> dict[str, Any]:
     h5_group = h5[group.h5_path]
-    attributes = _attributes(h5_group, group.h5_path, resolve, nan_strings, heaps, types, headers)
-    if group.links:
-        attributes[convention.LINKS] = [{"name": e.name, "source": e.source, "path": e.path} for e in group.links]
-    return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
+    return _group_node(group, _attributes(h5_group, group.h5_path, resolve, nan_strings, heaps, types, headers))
 
 
 def _array(

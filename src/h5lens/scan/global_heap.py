@@ -29,11 +29,12 @@ from h5lens.codecs.shuffle import unshuffle
 from h5lens.errors import NotHDF5Error
 from h5lens.scan.chunks import contiguous_offset
 from h5lens.scan.hdf5 import Superblock, UnsupportedIndexError, unfiltered_edges
+from h5lens.scan.hdf5.global_heap import collection_objects, collection_size
+from h5lens.scan.hdf5.global_heap import header_size as collection_header_size
 from h5lens.scan.hdf5.object_header import object_header_messages
 
 ReadRange = Callable[[int, int], bytes]
 
-_SIGNATURE = b"GCOL"
 _UNDEFINED = (0, 2**64 - 1, 2**32 - 1)
 _FILTER_DEFLATE, _FILTER_SHUFFLE, _FILTER_FLETCHER32 = 1, 2, 3
 _MSG_ATTRIBUTE = 0x000C
@@ -208,44 +209,19 @@ class HeapCheck:
 
     # -- one collection, walked as libhdf5's H5HG__cache_heap_deserialize walks it --------
     def _collection_problem(self, address: int) -> str | None:
-        """What keeps libhdf5 from parsing the collection at HDF5 ``address``, or None.
-
-        Both the collection header (signature, version, 3 reserved, size) and each object
-        header (index u16, references u16, 4 reserved, size) are padded to 8 bytes
-        (H5HGpkg.h ``H5HG_SIZEOF_HDR``/``H5HG_SIZEOF_OBJHDR``): 16 bytes whatever the size of
-        lengths, with the size field at byte 8."""
+        """What keeps libhdf5 from parsing the collection at HDF5 ``address``, or None."""
         start = self.base + address  # absolute file offset
-        header_size = _align8(8 + self.sizeof_size)
-        if self.file_size is not None and start + header_size > self.file_size:
+        header = collection_header_size(self.sizeof_size)
+        if self.file_size is not None and start + header > self.file_size:
             return "it lies past the end of the file"
-        header = self.read(start, header_size)
-        if header[:4] != _SIGNATURE or header[4] != 1:
-            return "no collection signature there"
-        size = int.from_bytes(header[8 : 8 + self.sizeof_size], "little")
-        if size < header_size or (self.file_size is not None and start + size > self.file_size):
-            return f"its size {size} runs past the end of the file"
-        data = self.read(start, size)
-        object_header = _align8(8 + self.sizeof_size)
-        cursor = header_size
-        while cursor < size:
-            if cursor + object_header > size:
-                break  # a tail too small for an object header is free space
-            index = struct.unpack_from("<H", data, cursor)[0]
-            length = int.from_bytes(data[cursor + 8 : cursor + 8 + self.sizeof_size], "little")
-            if index > 0:
-                need = object_header + _align8(length)
-            else:
-                need = length
-                if need == 0:
-                    return f"free space of no size at byte {start + cursor}"
-            if index > 0 and cursor + object_header + length > size:
-                return f"object {index} runs past the collection's end"
-            cursor += need
+        try:
+            size = collection_size(self.read(start, header), self.sizeof_size)
+            if self.file_size is not None and start + size > self.file_size:
+                return f"its size {size} runs past the end of the file"
+            collection_objects(self.read(start, size), self.sizeof_size, start)
+        except UnsupportedIndexError as e:
+            return str(e)
         return None
-
-
-def _align8(n: int) -> int:
-    return -(-n // 8) * 8
 
 
 def _is_variable(file_type: h5py.h5t.TypeID) -> bool:

@@ -151,6 +151,14 @@ def encode_chunks(
     Returns the encoded bytes per chunk index; a chunk whose values all equal the
     fill value is left out (zarr reads it as the fill value).
     """
+    direct = _text_chunks(doc, regions)
+    return direct if direct is not None else zarr_chunks(doc, regions)
+
+
+def zarr_chunks(
+    doc: dict[str, Any], regions: list[tuple[tuple[int, ...], np.ndarray]]
+) -> dict[tuple[int, ...], bytes]:
+    """:func:`encode_chunks`, every chunk written by zarr into an array in memory."""
     import zarr
     from zarr.core.buffer import default_buffer_prototype
     from zarr.storage import MemoryStore
@@ -182,6 +190,34 @@ def encode_chunks(
             continue
         parts = key.split("/")[1:]  # "c/0/1" -> ["0", "1"]
         out[tuple(int(p) for p in parts)] = buffer.to_bytes()
+    return out
+
+
+def _text_chunks(
+    doc: dict[str, Any], regions: list[tuple[tuple[int, ...], np.ndarray]]
+) -> dict[tuple[int, ...], bytes] | None:
+    """What :func:`encode_chunks` gives for text (strings, references) stored with the
+    ``vlen-utf8`` codec alone in whole chunks, encoded with that codec directly: zarr would
+    open an array in memory for each (a millisecond; a MATLAB file's cells are thousands
+    of small arrays of references). None for anything else, which zarr encodes."""
+    if [c.get("name") for c in doc["codecs"]] != ["vlen-utf8"] or doc.get("fill_value") != "":
+        return None
+    chunk_shape = tuple(chunk_shape_of(doc))
+    if not doc["shape"]:
+        chunk_shape = ()
+    import numcodecs
+
+    codec = numcodecs.VLenUTF8()
+    out: dict[tuple[int, ...], bytes] = {}
+    for index, values in regions:
+        if values.shape != chunk_shape or values.dtype.kind not in "OT":
+            return None  # an edge chunk zarr pads, or values of another kind
+        flat = values.reshape(-1).tolist()
+        if not all(type(v) is str for v in flat):
+            return None
+        if all(v == "" for v in flat):
+            continue  # all the fill value: absent, as zarr leaves it
+        out[tuple(index)] = bytes(codec.encode(np.array(flat, dtype=object)))
     return out
 
 

@@ -33,12 +33,18 @@ class GroupRecord:
     h5_path: str
     key: str  # zarr path, escaped segments, "" for the root
     links: list[LinkEntry] = field(default_factory=list)
+    # the object header's address (relative to the base address) and libhdf5's count of
+    # the object's attributes, where the walk knows them: the scan reads headers itself
+    address: int | None = None
+    attribute_count: int | None = None
 
 
 @dataclass
 class DatasetRecord:
     h5_path: str
     key: str
+    address: int | None = None  # as GroupRecord's
+    attribute_count: int | None = None
 
 
 @dataclass
@@ -76,11 +82,11 @@ def walk(h5: h5py.File) -> Walk:
         raise NotHDF5Error(f"/: cannot read the root group ({_cause(e)})") from None
     pending_soft: list[tuple[GroupRecord, str, str]] = []  # (parent, child name, target)
 
-    root = GroupRecord("/", "")
+    root = GroupRecord("/", "", address=_address(h5), attribute_count=_attribute_count(h5.id))
     groups.append(root)
     # Depth-first in iteration order, as h5py's visit does: an object reached by two
     # hard links is recorded at the name that comes first in that order.
-    stack: list[tuple[GroupRecord, h5py.Group, Iterator[tuple[str | bytes, int, bytes]]]] = [
+    stack: list[tuple[GroupRecord, h5py.Group, Iterator[tuple[str | bytes, int, bytes, int]]]] = [
         (root, h5, _members(h5, root))
     ]
     while stack:
@@ -89,7 +95,7 @@ def walk(h5: h5py.File) -> Walk:
         if member is None:
             stack.pop()
             continue
-        name, kind, raw = member
+        name, kind, raw, address = member
         if not isinstance(name, str) or not _is_text(name):  # h5py lists such names as bytes
             raise UnsupportedFeatureError(
                 f"{record.h5_path.rstrip('/')}/{name!r}: an HDF5 name that is not UTF-8 text has no zarr key"
@@ -116,13 +122,14 @@ def walk(h5: h5py.File) -> Walk:
             record.links.append(LinkEntry(escaped, ".", canonical[identity]))
             continue
         canonical[identity] = zarr_path(child_key)
+        count = _attribute_count(object_id)
         if isinstance(object_id, h5py.h5g.GroupID):
-            child = GroupRecord(child_h5, child_key)
+            child = GroupRecord(child_h5, child_key, address=address, attribute_count=count)
             groups.append(child)
             child_group = h5py.Group(object_id)
             stack.append((child, child_group, _members(child_group, child)))
         elif isinstance(object_id, h5py.h5d.DatasetID):
-            datasets.append(DatasetRecord(child_h5, child_key))
+            datasets.append(DatasetRecord(child_h5, child_key, address, count))
         elif isinstance(object_id, h5py.h5t.TypeID) and h5py.h5a.get_num_attrs(object_id):
             # a committed datatype is a type definition (the datasets using it carry the type);
             # one with attributes becomes a node of its own, so that they do not vanish
@@ -175,19 +182,34 @@ def _is_text(name: str) -> bool:
     return True
 
 
-def _members(group: h5py.Group, record: GroupRecord) -> Iterator[tuple[str | bytes, int, bytes]]:
-    """(name, link type, raw name) of each member, in h5py's order (creation order where
-    the group tracks it, else by name), from one link iteration: no per-name lookups, which
-    cost ~100 µs each through h5py's high-level API (minutes for a 10^6-member group)."""
-    found: list[tuple[bytes, int]] = []
+def _members(group: h5py.Group, record: GroupRecord) -> Iterator[tuple[str | bytes, int, bytes, int]]:
+    """(name, link type, raw name, object header address of a hard link's target) of each
+    member, in h5py's order (creation order where the group tracks it, else by name), from
+    one link iteration: no per-name lookups, which cost ~100 µs each through h5py's
+    high-level API (minutes for a 10^6-member group)."""
+    found: list[tuple[bytes, int, int]] = []
     try:
         links = group.id.links
         tracked = group.id.get_create_plist().get_link_creation_order() & h5py.h5p.CRT_ORDER_TRACKED
         index = h5py.h5.INDEX_CRT_ORDER if tracked else h5py.h5.INDEX_NAME
-        links.iterate(lambda raw, info: found.append((raw, info.type)), idx_type=index, info=True)
+        links.iterate(lambda raw, info: found.append((raw, info.type, info.u)), idx_type=index, info=True)
     except (OSError, RuntimeError, ValueError) as e:
         raise NotHDF5Error(f"{record.h5_path}: cannot list group members ({e})") from None
-    return ((_name(raw), kind, raw) for raw, kind in found)
+    return ((_name(raw), kind, raw, u) for raw, kind, u in found)
+
+
+def _address(obj: h5py.HLObject) -> int | None:
+    try:
+        return int(h5py.h5g.get_objinfo(obj.id).objno[0])
+    except (OSError, RuntimeError, ValueError, TypeError):
+        return None
+
+
+def _attribute_count(object_id: h5py.h5o.ObjectID) -> int | None:
+    try:
+        return int(h5py.h5a.get_num_attrs(object_id))
+    except (OSError, RuntimeError, ValueError, TypeError):
+        return None
 
 
 def _name(raw: bytes) -> str | bytes:

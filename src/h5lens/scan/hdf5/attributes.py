@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import h5py
 import numpy as np
 
+from h5lens.scan.hdf5.global_heap import collection_objects, collection_size
+from h5lens.scan.hdf5.global_heap import header_size as collection_header_size
 from h5lens.scan.hdf5.model import UnsupportedIndexError
 from h5lens.scan.hdf5.object_header import (
     MSG_ATTRIBUTE,
@@ -50,7 +54,8 @@ from h5lens.scan.hdf5.superblock import Superblock
 _SIZES = struct.Struct("<HHH")  # name, datatype and dataspace sizes
 _ATTR_SHARED_TYPE, _ATTR_SHARED_SPACE = 0x01, 0x02  # attribute message flags (versions 2, 3)
 
-_CLASS_FIXED, _CLASS_FLOAT, _CLASS_STRING = 0, 1, 3
+_CLASS_FIXED, _CLASS_FLOAT, _CLASS_STRING, _CLASS_VLEN = 0, 1, 3, 9
+_VLEN_SEQUENCE, _VLEN_STRING = 0, 1
 _DATATYPE_VERSIONS = (1, 2, 3, 4, 5)  # the encoding of these three classes is the same in each
 
 # Fixed-point bit field: byte order (bit 0), low and high padding (bits 1, 2), signed (bit 3).
@@ -73,6 +78,7 @@ _SPACE_SCALAR, _SPACE_SIMPLE, _SPACE_NULL = 0, 1, 2
 _SPACE_HAS_MAX, _SPACE_HAS_PERMUTATION = 0x01, 0x02
 
 _AINFO_TRACKED, _AINFO_INDEXED = 0x01, 0x02
+_COLLECTIONS_KEPT = 64  # collections of variable-length attribute values kept parsed (4 KiB and up each)
 _KEEP = frozenset((MSG_ATTRIBUTE, MSG_ATTRIBUTE_INFO))  # the header messages attributes need
 
 
@@ -91,11 +97,26 @@ class HeaderAttribute:
     """One attribute message. ``dtype`` None: a type not read here (h5py must read it);
     otherwise ``dtype`` is h5py's ``attr.dtype`` and ``value`` what ``obj.attrs[name]`` gives
     (a numpy scalar or array), or :data:`NULL` for a null dataspace. Identical messages
-    give the identical object (compared and hashed by identity: it can key a cache)."""
+    give the identical object (compared and hashed by identity: it can key a cache), except
+    where ``shared`` is False (values read from the file's global heap: one object each)."""
 
     name: bytes
     dtype: np.dtype | None
     value: Any
+    shared: bool = True
+    shape: tuple[int, ...] | None = None  # a variable-length attribute's (its value does not say)
+
+
+@dataclass(frozen=True, slots=True)
+class VariableLength:
+    """The value of a variable-length attribute before its global heap objects are read
+    (a :class:`HeaderAttribute`'s ``value``, with ``dtype`` None): one descriptor per
+    element (``length``, collection ``address``, object ``index``), in ``descriptors``."""
+
+    dtype: np.dtype  # h5py's: h5py.string_dtype(...) or h5py.vlen_dtype(base)
+    base: _Type | None  # a sequence's element type; None for strings
+    shape: tuple[int, ...]
+    descriptors: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +131,7 @@ class AttributeReader:
     def __init__(self, read_at: ReadAt, superblock: Superblock, file_size: int | None) -> None:
         self.sb = superblock
         self._io = Io(local_read_ranges(read_at), superblock, file_size)
+        self._collections: dict[int, dict[int, bytes] | None] = {}  # parsed global heap collections
 
     def read(self, header_address: int) -> list[HeaderAttribute]:
         """The attributes of the object whose header is at ``header_address`` (relative to
@@ -118,6 +140,49 @@ class AttributeReader:
         Raises :class:`UnsupportedIndexError` where the object must be left to h5py whole
         (dense storage, a shared attribute message, anything that does not parse)."""
         return header_attributes(run_sync(read_header(self._io, header_address, _KEEP)), self.sb)
+
+    def resolved(self, parsed: list[HeaderAttribute]) -> list[HeaderAttribute]:
+        """``parsed`` with its variable-length values read from the global heap; a value
+        that cannot be read here is left to h5py (``dtype`` None)."""
+        if not any(isinstance(a.value, VariableLength) for a in parsed):
+            return parsed
+        out = []
+        for attribute in parsed:
+            pending = attribute.value
+            if isinstance(pending, VariableLength):
+                try:
+                    value = resolve_variable_length(pending, self._heap_object, self.sb.sizeof_offsets)
+                    attribute = HeaderAttribute(attribute.name, pending.dtype, value, False, pending.shape)
+                except (UnsupportedIndexError, ValueError, IndexError, struct.error):
+                    attribute = HeaderAttribute(attribute.name, None, None)
+            out.append(attribute)
+        return out
+
+    def _heap_object(self, address: int, index: int) -> bytes:
+        if address not in self._collections:
+            if len(self._collections) >= _COLLECTIONS_KEPT:
+                self._collections.clear()
+            try:
+                self._collections[address] = self._read_collection(address)
+            except UnsupportedIndexError:
+                self._collections[address] = None  # h5py reads (and its path checks) it
+        objects = self._collections[address]
+        found = None if objects is None else objects.get(index)
+        if found is None:
+            raise UnsupportedIndexError(f"global heap: no object {index} in the collection at {address}")
+        return found
+
+    def _read_collection(self, address: int) -> dict[int, bytes]:
+        sizeof_lengths = self.sb.sizeof_lengths
+        (header,) = run_sync(self._io.read([(address, collection_header_size(sizeof_lengths))], "global heap"))
+        size = collection_size(header, sizeof_lengths)
+        (data,) = run_sync(self._io.read([(address, size)], "global heap collection"))
+        return collection_objects(data, sizeof_lengths, self._io.base + address)
+
+    def header(self, header_address: int) -> ObjectHeader:
+        """Every message of the object header at ``header_address`` (its attributes:
+        :func:`header_attributes`)."""
+        return run_sync(read_header(self._io, header_address))
 
 
 def header_attributes(header: ObjectHeader, sb: Superblock) -> list[HeaderAttribute]:
@@ -202,13 +267,76 @@ def parse_attribute(body: bytes, sizeof_lengths: int) -> HeaderAttribute:
         raise UnsupportedIndexError("attribute message: a null byte inside the name")
     if flags:  # a committed datatype or a shared dataspace: elsewhere in the file
         return HeaderAttribute(name, None, None)
-    kind = _datatype(body[type_at : type_at + type_size])
+    datatype = body[type_at : type_at + type_size]
+    if len(datatype) >= 8 and datatype[0] & 0x0F == _CLASS_VLEN:
+        return _variable_length(name, datatype, body[space_at : space_at + space_size], body, data_at, sizeof_lengths)
+    kind = _datatype(datatype)
     if kind is None:
         return HeaderAttribute(name, None, None)
     shape = _dataspace(body[space_at : space_at + space_size], sizeof_lengths)
     if shape is None:
         return HeaderAttribute(name, kind.dtype, NULL)
     return HeaderAttribute(name, kind.dtype, _value(kind, shape, body, data_at))
+
+
+def _variable_length(
+    name: bytes, datatype: bytes, space: bytes, body: bytes, data_at: int, sizeof_lengths: int
+) -> HeaderAttribute:
+    """IV.A.2.d class 9: type (bits 0-3: 0 sequence, 1 string), padding (4-7), character
+    set (8-11); the base type follows. Sequences of the classes read here, strings
+    null-terminated in ASCII or UTF-8; the values wait for the global heap (None: h5py)."""
+    bits = datatype[1] | datatype[2] << 8 | datatype[3] << 16
+    kind, pad, charset = bits & 0x0F, bits >> 4 & 0x0F, bits >> 8 & 0x0F
+    if datatype[0] >> 4 not in _DATATYPE_VERSIONS or bits >> 12:
+        return HeaderAttribute(name, None, None)
+    base: _Type | None = None
+    if kind == _VLEN_STRING:
+        if pad != _NULLTERM or charset not in _ENCODINGS:
+            return HeaderAttribute(name, None, None)
+        dtype = h5py.string_dtype(_ENCODINGS[charset])
+    elif kind == _VLEN_SEQUENCE and not pad and not charset:
+        base = _datatype(datatype[8:])
+        # h5py 3 gives sequences of big-endian numbers with their bytes unswapped: h5py's
+        # path reads those (h5lens's answer stays the same whichever path reads it)
+        if base is None or base.dtype.byteorder == (">" if np.little_endian else "<"):
+            return HeaderAttribute(name, None, None)
+        dtype = h5py.vlen_dtype(base.dtype)
+    else:
+        return HeaderAttribute(name, None, None)
+    shape = _dataspace(space, sizeof_lengths)
+    if shape is None:
+        return HeaderAttribute(name, None, None)  # a null dataspace: h5py's Empty, read by h5py
+    size = int.from_bytes(datatype[4:8], "little")  # length (4), heap ID: collection address, index (4)
+    nbytes = math.prod(shape) * size
+    if size <= 8 or data_at + nbytes > len(body):
+        raise UnsupportedIndexError("attribute message: its data is truncated")
+    return HeaderAttribute(name, None, VariableLength(dtype, base, shape, body[data_at : data_at + nbytes]))
+
+
+def resolve_variable_length(value: VariableLength, objects: Callable[[int, int], bytes], sizeof_offsets: int) -> Any:
+    """``value`` as h5py's ``obj.attrs[name]`` gives it, the global heap object of each
+    element from ``objects(collection address, index)``."""
+    record = np.dtype([("length", "<u4"), ("address", f"<u{sizeof_offsets}"), ("index", "<u4")])
+    if record.itemsize * math.prod(value.shape) != len(value.descriptors):
+        raise UnsupportedIndexError("attribute message: variable-length descriptors of another size")
+    out = np.empty(math.prod(value.shape), dtype=value.dtype)
+    for i, (length, address, index) in enumerate(np.frombuffer(value.descriptors, record).tolist()):
+        data = objects(address, index) if length else b""
+        if value.base is None:  # a string: h5py reads it as a C string, up to its first null
+            if len(data) < length:
+                raise UnsupportedIndexError("global heap: a string shorter than its length")
+            out[i] = data[:length].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            continue
+        dtype = value.base.dtype
+        if len(data) < length * dtype.itemsize:
+            raise UnsupportedIndexError("global heap: a sequence shorter than its length")
+        items = np.frombuffer(data, dtype, length)
+        if value.base.nullterm:
+            items = np.array([v.split(b"\0", 1)[0] for v in items.tolist()], dtype=dtype)
+        out[i] = items.copy() if items.base is not None else items
+    if not value.shape:
+        return out[0]
+    return out.reshape(value.shape)
 
 
 def _pad8(n: int) -> int:
