@@ -289,3 +289,41 @@ def test_compounds_with_members_that_are_sequences_read_as_h5py_reads_them(tmp_p
         assert records == [{n: (r[n].tolist() if isinstance(r[n], np.ndarray) else r[n].item()) for n in unit.names}
                            for r in f["units"][()]]  # fmt: skip
     assert h5lens.validate(manifest) == []
+
+
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
+def test_sequences_of_strings_read_as_h5py_reads_them(threshold, tmp_path):
+    """Variable-length sequences of variable-length strings (``vlen_dtype(string_dtype())``):
+    awkward lists of strings (bytestrings for the ASCII set or bytes that are not UTF-8);
+    navigation gives h5py's object arrays of bytes, anndata the awkward array of text."""
+    anndata = pytest.importorskip("anndata")
+    path = tmp_path / "strings.h5"
+    text = [np.array(["a", "bé", ""], dtype=object), np.zeros(0, dtype=object), np.array(["xyz"], dtype=object)]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("text", data=_objects(text, (3,)), dtype=h5py.vlen_dtype(h5py.string_dtype()))
+        f.create_dataset("grid", data=_objects(text + [text[0]], (2, 2)), dtype=h5py.vlen_dtype(h5py.string_dtype()),
+                         chunks=(1, 2), compression="gzip")  # fmt: skip
+        raw = [np.array([b"a\xff", b""], dtype=object), np.array([b"q"], dtype=object)]
+        f.create_dataset("ascii", data=_objects(raw, (2,)), dtype=h5py.vlen_dtype(h5py.string_dtype("ascii")))
+        f.create_dataset("unwritten", shape=(2,), dtype=h5py.vlen_dtype(h5py.string_dtype()))
+    root = h5lens.open(h5lens.index(path, inline_threshold=threshold))
+    group = h5lens.open_group(h5lens.index(path))
+    with h5py.File(path) as f:
+        for name, ds in f.items():
+            want = ds[()]
+            node = root[name]
+            assert node.shape == ds.shape and node.dtype == ds.dtype, name
+            assert node.element_dtype.metadata == h5py.check_vlen_dtype(ds.dtype).metadata, name
+            _same_objects(node[()], want, name)
+            _same_objects(node[1:], ds[1:], f"{name}[1:]")
+            got = anndata.io.read_elem(group[name]).to_list()
+            strings = group[name].attrs["form"].count('"string"')
+            decode = (lambda b: b.decode("utf-8")) if strings else (lambda b: b)
+
+            def nested(values, decode=decode):
+                if values.dtype == object and values.size and isinstance(values.flat[0], np.ndarray):
+                    return [nested(v) for v in values]
+                return [decode(v) for v in values.tolist()]
+
+            assert got == nested(want), name
+    assert '"string"' in group["text"].attrs["form"] and '"bytestring"' in group["ascii"].attrs["form"]

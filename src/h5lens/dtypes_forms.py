@@ -158,13 +158,23 @@ def from_buffer(buffer: np.ndarray, primitive: str) -> np.ndarray:
 
 
 # A sequence element: awkward's primitive name, or a record's [[field name, primitive], ...]
-# (a field's primitive may be "S<n>": see field_primitive)
+# (a field's primitive may be "S<n>": see field_primitive), or one of STRING_ELEMENTS
 RaggedElement = str | list[list[str]]
+# variable-length strings: awkward's strings (UTF-8 text) or bytestrings (any bytes), each a
+# list of bytes; h5py gives each sequence as an object array of bytes either way
+STRING_ELEMENTS = ("string", "bytestring")
 
 
 def ragged_element(base: np.dtype) -> RaggedElement | None:
-    """What awkward holds a sequence element of ``base`` as: a primitive, or a record of
-    primitive fields (a compound of numbers); None if neither."""
+    """What awkward holds a sequence element of ``base`` as: a primitive, a record of
+    primitive fields (a compound of numbers), or strings (h5py's variable-length strings:
+    ``bytestring`` where their character set is ASCII, which may hold any bytes); None if
+    none of these."""
+    text = (base.metadata or {}).get("vlen") if base.kind == "O" else None
+    if text is str:
+        return "string"
+    if text is bytes:
+        return "bytestring"
     if base.names is None or base.fields is None:
         return ragged_primitive(base)
     fields = []
@@ -177,10 +187,21 @@ def ragged_element(base: np.dtype) -> RaggedElement | None:
 
 
 def element_dtype(element: RaggedElement) -> np.dtype:
-    """The (native) numpy dtype of a sequence element."""
+    """The (native) numpy dtype of a sequence element (strings: h5py's ``string_dtype``)."""
+    if element in STRING_ELEMENTS:
+        return np.dtype("O", metadata={"vlen": str if element == "string" else bytes})
     if isinstance(element, str):
         return np.dtype(element)
     return np.dtype([(str(name), np.dtype(str(primitive))) for name, primitive in element])
+
+
+def _strings_form(element: str, key: str, bytes_key: str) -> dict[str, Any]:
+    """awkward's strings: a ListOffsetArray of uint8 (``char`` or ``byte``)."""
+    kind = "char" if element == "string" else "byte"
+    content = {"class": "NumpyArray", "primitive": "uint8", "inner_shape": [], "parameters": {"__array__": kind},
+               "form_key": bytes_key}  # fmt: skip
+    return {"class": "ListOffsetArray", "offsets": "i64", "content": content, "parameters": {"__array__": element},
+            "form_key": key}  # fmt: skip
 
 
 def _numpy_form(primitive: str, key: str) -> dict[str, Any]:
@@ -199,7 +220,11 @@ def ragged_form(shape: tuple[int, ...], element: RaggedElement) -> tuple[dict[st
     inner_axes = list(shape[1:])
     depth = len(inner_axes)
     form: dict[str, Any]
-    if isinstance(element, str):
+    if element in STRING_ELEMENTS:  # each string's offsets into the bytes, then the bytes
+        assert isinstance(element, str)
+        form = _strings_form(element, f"node{depth + 1}", f"node{depth + 2}")
+        data_names = [f"node{depth + 1}-offsets", f"node{depth + 2}-data"]
+    elif isinstance(element, str):
         form = _numpy_form(element, f"node{depth + 1}")
         data_names = [f"node{depth + 1}-data"]
     else:
@@ -325,6 +350,43 @@ def ragged_buffers(values: np.ndarray, base: np.dtype) -> tuple[np.ndarray, np.n
     return offsets, data
 
 
+def string_buffers(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sequences' offsets into the strings, the strings' offsets into the bytes (both
+    int64) and the bytes (uint8) of an object array of sequences of strings (h5py's: bytes
+    each), in row-major order."""
+    sequences = [[v if isinstance(v, bytes) else str(v).encode("utf-8", "surrogateescape") for v in np.ravel(s)]
+                 for s in values.ravel()]  # fmt: skip
+    offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in sequences], out=offsets[1:])
+    strings = [v for s in sequences for v in s]
+    string_offsets = np.zeros(len(strings) + 1, dtype=np.int64)
+    np.cumsum([len(v) for v in strings], out=string_offsets[1:])
+    return offsets, string_offsets, np.frombuffer(b"".join(strings), dtype=np.uint8).copy()
+
+
+def string_values(shape: tuple[int, ...], offsets: np.ndarray, string_offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """The object array of sequences of strings (each an object array of bytes, as h5py
+    reads them) from :func:`string_buffers`'s buffers."""
+    count = int(np.prod(shape, dtype=np.int64))
+    strings = string_offsets.size - 1
+    if (
+        offsets.shape != (count + 1,) or string_offsets.ndim != 1 or strings < 0
+        or (count and (int(offsets[0]) != 0 or int(offsets[-1]) > strings))
+        or (strings and int(string_offsets[-1]) > data.size)
+        or (np.diff(offsets) < 0).any() or (np.diff(string_offsets) < 0).any()
+    ):  # fmt: skip
+        raise ValueError(f"offsets do not fit {count} sequences of {strings} strings in {data.size} bytes")
+    raw = np.ascontiguousarray(data, dtype=np.uint8).tobytes()
+    bounds = string_offsets.tolist()
+    every = [raw[bounds[i] : bounds[i + 1]] for i in range(strings)]
+    out = np.empty(count, dtype=object)
+    for i, (start, stop) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
+        sequence = np.empty(stop - start, dtype=object)
+        sequence[:] = every[start:stop]
+        out[i] = sequence
+    return out.reshape(shape)
+
+
 def _native(dtype: np.dtype) -> np.dtype:
     if dtype.names is None or dtype.fields is None:
         return dtype.newbyteorder("=")
@@ -431,6 +493,9 @@ __all__ = [
     "parse_record_type",
     "parse_vlen_type",
     "ragged_buffers",
+    "string_buffers",
+    "string_values",
+    "STRING_ELEMENTS",
     "ragged_form",
     "ragged_primitive",
     "ragged_values",

@@ -14,6 +14,7 @@ import numpy as np
 from h5lens import convention
 from h5lens.dtypes_forms import (
     AWKWARD_ATTRIBUTES,
+    STRING_ELEMENTS,
     element_dtype,
     from_buffer,
     ragged_form,
@@ -21,6 +22,7 @@ from h5lens.dtypes_forms import (
     record_dtype,
     record_form,
     record_values,
+    string_values,
 )
 from h5lens.errors import ManifestFormatError
 from h5lens.read.navigate import DATASET_KINDS, Attributes, Node, empty
@@ -109,6 +111,8 @@ class RaggedDataset(Node):
         offsets = np.asarray(self._file.array(f"{self._key}/{offsets_name}")[...])
         buffers = [np.asarray(self._file.array(f"{self._key}/{name}")[...]) for name in data_names]
         try:
+            if self._marker["dtype"] in STRING_ELEMENTS:
+                return string_values(shape, offsets, buffers[0], buffers[1])
             if element.names is None:
                 data = buffers[0].astype(element, copy=False)
             else:  # a record's fields, one buffer each

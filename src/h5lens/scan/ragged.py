@@ -19,6 +19,7 @@ from h5lens import convention
 from h5lens.dtypes_forms import (
     AWKWARD_ATTRIBUTES,
     AWKWARD_ENCODING,
+    STRING_ELEMENTS,
     RecordFields,
     form_text,
     ragged_buffers,
@@ -27,6 +28,7 @@ from h5lens.dtypes_forms import (
     record_buffers,
     record_dtype,
     record_form,
+    string_buffers,
     to_buffer,
 )
 from h5lens.errors import UnsupportedFeatureError
@@ -50,7 +52,8 @@ def ragged_base(dtype: np.dtype, path: str) -> np.dtype | None:
     if ragged_element(base) is None:
         raise UnsupportedFeatureError(
             f"{path}: variable-length sequences of {base} have no form in h5lens (sequences of numbers, "
-            "booleans and compounds of them and of fixed-length byte strings are written, as awkward-array groups)"
+            "booleans, variable-length strings and compounds of numbers and of fixed-length byte strings are "
+            "written, as awkward-array groups)"
         )
     return base
 
@@ -71,7 +74,14 @@ def ragged_nodes(
     shape = tuple(values.shape)
     element = ragged_element(base)
     assert element is not None  # ragged_base refused the others
+    if element == "string" and not _all_text(values):
+        element = "bytestring"  # not UTF-8 text: awkward's bytestrings (h5py gives bytes either way)
     form, length, offsets_name, data_names = ragged_form(shape, element)
+    if element in STRING_ELEMENTS:
+        offsets, string_offsets, raw = string_buffers(values)
+        marker = {"dtype": element, "shape": None if empty else list(shape)}
+        buffers = [(offsets_name, offsets), (data_names[0], string_offsets), (data_names[1], raw)]
+        return _awkward_group(key, path, attributes, form, length, marker, buffers, options)
     offsets, data = ragged_buffers(values, base)
     if isinstance(element, str):
         buffers = [(offsets_name, offsets), (data_names[0], data)]
@@ -82,6 +92,17 @@ def ragged_nodes(
         ]
     marker = {"dtype": element, "shape": None if empty else list(shape)}
     return _awkward_group(key, path, attributes, form, length, marker, buffers, options)
+
+
+def _all_text(values: np.ndarray) -> bool:
+    try:
+        for sequence in values.ravel():
+            for value in np.ravel(sequence):
+                if isinstance(value, bytes):
+                    value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def record_nodes(
