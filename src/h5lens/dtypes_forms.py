@@ -170,7 +170,8 @@ def ragged_element(base: np.dtype) -> RaggedElement | None:
     primitive fields (a compound of numbers), or strings (h5py's variable-length strings:
     ``bytestring`` where their character set is ASCII, which may hold any bytes); None if
     none of these."""
-    text = (base.metadata or {}).get("vlen") if base.kind == "O" else None
+    metadata: dict[str, Any] = dict(base.metadata or {})
+    text = metadata.get("vlen") if base.kind == "O" else None
     if text is str:
         return "string"
     if text is bytes:
@@ -488,19 +489,19 @@ def form_text(form: dict[str, Any]) -> str:
 __all__ = [
     "AWKWARD_ATTRIBUTES",
     "AWKWARD_ENCODING",
+    "STRING_ELEMENTS",
     "form_text",
     "is_opaque_type",
     "parse_record_type",
     "parse_vlen_type",
     "ragged_buffers",
-    "string_buffers",
-    "string_values",
-    "STRING_ELEMENTS",
     "ragged_form",
     "ragged_primitive",
     "ragged_values",
     "record_type_name",
     "restore_array_fields",
+    "string_buffers",
+    "string_values",
     "struct_form",
     "view_array_fields",
     "vlen_type_name",
