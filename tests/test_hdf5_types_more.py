@@ -327,3 +327,25 @@ def test_sequences_of_strings_read_as_h5py_reads_them(threshold, tmp_path):
 
             assert got == nested(want), name
     assert '"string"' in group["text"].attrs["form"] and '"bytestring"' in group["ascii"].attrs["form"]
+
+
+def test_sequences_of_references_read_as_h5py_reads_them(tmp_path):
+    """Variable-length sequences of object references: lists of their targets' paths (as
+    a dataset of references holds them); navigation gives the nodes h5py's references name."""
+    anndata = pytest.importorskip("anndata")
+    path = tmp_path / "refs.h5"
+    with h5py.File(path, "w") as f:
+        target, group = f.create_dataset("x", data=[1, 2]), f.create_group("g")
+        refs = f.create_dataset("refs", shape=(3,), dtype=h5py.vlen_dtype(h5py.ref_dtype))
+        refs[0] = _objects([target.ref, group.ref], (2,))
+        refs[2] = _objects([h5py.Reference()], (1,))
+    manifest = h5lens.index(path)
+    root = h5lens.open(manifest)
+    with h5py.File(path) as f:
+        want = f["refs"][()]
+        got = root["refs"][()]
+        assert got.shape == want.shape and root["refs"].dtype == f["refs"].dtype
+        for mine, theirs in zip(got, want, strict=True):
+            assert [None if n is None else n.h5_path for n in mine] == [f[r].name if r else None for r in theirs]
+        stored = anndata.io.read_elem(h5lens.open_group(manifest)["refs"]).to_list()
+        assert stored == [[f[r].name if r else "" for r in theirs] for theirs in want]

@@ -162,7 +162,9 @@ def from_buffer(buffer: np.ndarray, primitive: str) -> np.ndarray:
 RaggedElement = str | list[list[str]]
 # variable-length strings: awkward's strings (UTF-8 text) or bytestrings (any bytes), each a
 # list of bytes; h5py gives each sequence as an object array of bytes either way
-STRING_ELEMENTS = ("string", "bytestring")
+STRING_ELEMENTS = ("string", "bytestring", "reference")
+# ("reference": object references, as the paths of their targets, "" for a null one, as a
+# dataset of references holds them; h5lens.open gives the nodes, as h5py gives references)
 
 
 def ragged_element(base: np.dtype) -> RaggedElement | None:
@@ -176,6 +178,8 @@ def ragged_element(base: np.dtype) -> RaggedElement | None:
         return "string"
     if text is bytes:
         return "bytestring"
+    if base.kind == "O" and getattr(metadata.get("ref"), "__name__", None) == "Reference":  # h5py.Reference
+        return "reference"
     if base.names is None or base.fields is None:
         return ragged_primitive(base)
     fields = []
@@ -189,6 +193,10 @@ def ragged_element(base: np.dtype) -> RaggedElement | None:
 
 def element_dtype(element: RaggedElement) -> np.dtype:
     """The (native) numpy dtype of a sequence element (strings: h5py's ``string_dtype``)."""
+    if element == "reference":
+        import h5py
+
+        return h5py.ref_dtype
     if element in STRING_ELEMENTS:
         return np.dtype("O", metadata={"vlen": str if element == "string" else bytes})
     if isinstance(element, str):
@@ -197,12 +205,13 @@ def element_dtype(element: RaggedElement) -> np.dtype:
 
 
 def _strings_form(element: str, key: str, bytes_key: str) -> dict[str, Any]:
-    """awkward's strings: a ListOffsetArray of uint8 (``char`` or ``byte``)."""
-    kind = "char" if element == "string" else "byte"
-    content = {"class": "NumpyArray", "primitive": "uint8", "inner_shape": [], "parameters": {"__array__": kind},
-               "form_key": bytes_key}  # fmt: skip
-    return {"class": "ListOffsetArray", "offsets": "i64", "content": content, "parameters": {"__array__": element},
-            "form_key": key}  # fmt: skip
+    """awkward's strings: a ListOffsetArray of uint8 (``char`` or ``byte``); references are
+    the text of their targets' paths."""
+    text = element != "bytestring"
+    content = {"class": "NumpyArray", "primitive": "uint8", "inner_shape": [],
+               "parameters": {"__array__": "char" if text else "byte"}, "form_key": bytes_key}  # fmt: skip
+    return {"class": "ListOffsetArray", "offsets": "i64", "content": content,
+            "parameters": {"__array__": "string" if text else "bytestring"}, "form_key": key}  # fmt: skip
 
 
 def _numpy_form(primitive: str, key: str) -> dict[str, Any]:

@@ -111,6 +111,12 @@ class RaggedDataset(Node):
         offsets = np.asarray(self._file.array(f"{self._key}/{offsets_name}")[...])
         buffers = [np.asarray(self._file.array(f"{self._key}/{name}")[...]) for name in data_names]
         try:
+            if self._marker["dtype"] == "reference":  # the targets' paths: the nodes, None where null
+                paths = string_values(shape, offsets, buffers[0], buffers[1])
+                nodes = np.empty(paths.shape, dtype=object)
+                for i, sequence in enumerate(paths.ravel().tolist()):
+                    nodes.flat[i] = _nodes(self._file, sequence)
+                return nodes
             if self._marker["dtype"] in STRING_ELEMENTS:
                 return string_values(shape, offsets, buffers[0], buffers[1])
             if element.names is None:
@@ -123,6 +129,13 @@ class RaggedDataset(Node):
             return ragged_values(shape, offsets, data)
         except (TypeError, ValueError) as e:
             raise ManifestFormatError(f"{self.h5_path}: the ragged dataset's buffers are damaged ({e})") from None
+
+
+def _nodes(file: Any, sequence: np.ndarray) -> np.ndarray:
+    out = np.empty(sequence.shape, dtype=object)
+    for i, raw in enumerate(sequence.tolist()):
+        out[i] = file.node(raw.decode("utf-8")) if raw else None
+    return out
 
 
 DATASET_KINDS.append((is_ragged, RaggedDataset))

@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 
 from h5lens import convention
-from h5lens.dtypes_forms import record_fields
+from h5lens.dtypes_forms import ragged_element, record_fields
 from h5lens.errors import (
     H5LensError,
     MaterializeLimitError,
@@ -58,6 +58,7 @@ from h5lens.scan.materialize import (
     encode_chunks,
     is_bytes_values,
     read_values,
+    reference_path,
 )
 from h5lens.scan.options import (
     CONVENTIONS,
@@ -567,6 +568,9 @@ def _ragged(
             values[()] = read
         else:
             values[...] = read
+        if ragged_element(base) == "reference":  # the targets' paths, as a dataset of references holds them
+            for i, sequence in enumerate(values.ravel().tolist()):
+                values.flat[i] = np.array([reference_path(r, path, resolve) for r in sequence], dtype=object)
     return ragged_nodes(record.key, path, values, base, attributes, options)
 
 

@@ -36,7 +36,7 @@ def read_values(
         return np.array(texts, dtype=np.dtypes.StringDType()).reshape(refs.shape)
     if plan.kind == "reference":
         refs = np.asarray(ds[selection], dtype=object)
-        paths = [_ref_path(r, path, resolve) for r in refs.ravel()]
+        paths = [reference_path(r, path, resolve) for r in refs.ravel()]
         return np.array(paths, dtype=np.dtypes.StringDType()).reshape(refs.shape)
     if plan.kind == "vlen-bytes":
         raw = np.asarray(ds[selection], dtype=object)
@@ -77,7 +77,7 @@ def _region_text(ref: Any, path: str, resolve: ResolvePath) -> str:
     return str(region_text(ref, path))
 
 
-def _ref_path(ref: Any, path: str, resolve: ResolvePath) -> str:
+def reference_path(ref: Any, path: str, resolve: ResolvePath) -> str:
     if not ref:
         return ""  # a null reference
     target = resolve(ref)
@@ -93,7 +93,7 @@ def compound_values(values: np.ndarray, plan: TypePlan, path: str, resolve: Reso
     for name, field_dtype, _ in fields_of(values.dtype):
         column = values[name]
         if name in plan.reference_fields:
-            text = [_ref_path(r, f"{path} field {name!r}", resolve) for r in column.ravel()]
+            text = [reference_path(r, f"{path} field {name!r}", resolve) for r in column.ravel()]
             columns[name] = _fixed_text(text, column.shape, f"{path} field {name!r}")
         elif name in plan.string_fields:
             columns[name] = _string_field(column, f"{path} field {name!r}")

@@ -52,7 +52,7 @@ def ragged_base(dtype: np.dtype, path: str) -> np.dtype | None:
     if ragged_element(base) is None:
         raise UnsupportedFeatureError(
             f"{path}: variable-length sequences of {base} have no form in h5lens (sequences of numbers, "
-            "booleans, variable-length strings and compounds of numbers and of fixed-length byte strings are "
+            "booleans, variable-length strings, object references and compounds of numbers and of fixed-length byte strings are "
             "written, as awkward-array groups)"
         )
     return base
