@@ -140,6 +140,7 @@ def header_attributes_json(
 _HEADER_JSON: dict[tuple[HeaderAttribute, bool], tuple[Any, str | None]] = {}
 _HEADER_JSON_MAX = 8192
 _HEADER_JSON_BYTES = 1024  # a long string's value is not kept (nor its attribute, by the key)
+# (attributes not ``shared``, parsed afresh or read from the global heap, are never kept)
 _HEADER_TYPES: dict[np.dtype, Any] = {}  # the type names of the few numeric dtypes headers give
 _UNKNOWN = object()
 

@@ -198,8 +198,12 @@ def header_attributes(header: ObjectHeader, sb: Superblock) -> list[HeaderAttrib
             if m.flags & MSG_FLAG_SHARED:
                 raise UnsupportedIndexError("a shared attribute message")
             order = -1 if m.creation_order is None else m.creation_order
-            parse = _parsed if len(m.data) <= _CACHED_BODY else parse_attribute
-            found.append((order, parse(m.data, sb.sizeof_lengths)))
+            if len(m.data) <= _CACHED_BODY:
+                parsed = _parsed(m.data, sb.sizeof_lengths)
+            else:  # parsed afresh each time: an object of its own, which no cache should keep
+                fresh = parse_attribute(m.data, sb.sizeof_lengths)
+                parsed = HeaderAttribute(fresh.name, fresh.dtype, fresh.value, False, fresh.shape)
+            found.append((order, parsed))
     names = {a.name for _, a in found}
     if len(names) != len(found):
         raise UnsupportedIndexError("two attribute messages of the same name")
