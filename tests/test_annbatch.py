@@ -159,6 +159,23 @@ def test_sparse_x_whatever_the_block_size(atlas, chunk_size, preload_nchunks, ba
     assert_sparse_batches(batches.add_dataset(dataset), csr_from_h5py(atlas))
 
 
+def test_epochs_from_kept_chunks(atlas):
+    """Under ``fast_reads()`` a preload's blocks are read as runs (each stored chunk fetched
+    and decoded once); with ``decoded_cache_bytes`` a later epoch takes every chunk from the
+    kept ones, and its batches are the file's rows all the same."""
+    h5lens.fast_reads()
+    store = h5lens.open_store(h5lens.index(atlas), decoded_cache_bytes=64 << 20)
+    dataset = ad.io.sparse_dataset(zarr.open_group(store, mode="r")["X"])
+    batches = loader(chunk_size=16, preload_nchunks=16, batch_size=128).add_dataset(dataset)
+    expected = csr_from_h5py(atlas)
+    assert_sparse_batches(batches, expected)
+    kept = store.decoded_chunks
+    assert kept is not None and kept.nbytes > 0
+    misses = kept.misses
+    assert_sparse_batches(batches, expected)  # the second epoch
+    assert kept.misses == misses and kept.hits > 0
+
+
 def test_dense_layer_and_obs_through_add_dataset(atlas, read_mode):
     """A dense array stored in chunks of whole rows, with obs columns yielded beside it."""
     group = h5lens.open_group(h5lens.index(atlas))

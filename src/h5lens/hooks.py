@@ -155,6 +155,11 @@ def _regions(original: Any) -> Any:
                 values = await store_path.store.read_region_async(store_path.path, region)
                 if values is not None:
                     return _as_selected(values, metadata, indexer, out)
+            runs = _joint_runs(store_path.store, store_path.path, metadata, config, chunk_grid, indexer, prototype)
+            if runs is not None:
+                values = await store_path.store.read_runs_async(store_path.path, *runs)
+                if values is not None:
+                    return _as_selected(values, metadata, indexer, out)
         return await original(
             store_path, metadata, codec_pipeline, config, chunk_grid, indexer, prototype=prototype, out=out, fields=fields
         )
@@ -191,6 +196,45 @@ def _region(store: Any, path: str, metadata: Any, config: Any, chunk_grid: Any, 
             return None
     found = region_of(tuple(key), codec.shape, codec.chunk_shape)
     return None if found is None or not found[0] else found[0]
+
+
+def _joint_runs(
+    store: Any, path: str, metadata: Any, config: Any, chunk_grid: Any, indexer: Any, prototype: Any
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The runs ``[start, stop)`` of a 1-d array that annbatch's ``MultiBasicIndexer`` (one
+    indexer for a whole preload: its slices' values one after the other) selects, where
+    h5lens reads them as runs (:meth:`~h5lens.regions.RegionReads.read_runs_async`: each
+    stored chunk fetched and decoded once, each run copied whole, rather than zarr's list of
+    every chunk of every slice); None for any other indexer."""
+    from zarr.core.buffer import cpu
+    from zarr.core.indexing import BasicIndexer, SliceDimIndexer
+
+    from h5lens.read.plan import decoder
+    from h5lens.store import ManifestStore
+
+    parts = getattr(indexer, "indexers", None)
+    if type(indexer).__name__ != "MultiBasicIndexer" or not type(indexer).__module__.startswith("annbatch"):
+        return None
+    if not isinstance(store, ManifestStore) or prototype.nd_buffer is not cpu.NDBuffer or not isinstance(parts, list):
+        return None
+    if len(metadata.shape) != 1 or config.order != "C" or config.read_missing_chunks is False:
+        return None
+    codec = decoder(store, path, text=False)
+    if codec is None or codec.chunk_shape != tuple(chunk_grid.chunk_shape) or codec.shape != tuple(metadata.shape):
+        return None
+    starts, stops = [], []
+    for part in parts:
+        if type(part) is not BasicIndexer or len(part.dim_indexers) != 1:
+            return None
+        dim = part.dim_indexers[0]
+        if type(dim) is not SliceDimIndexer or dim.step != 1:
+            return None
+        starts.append(dim.start)
+        stops.append(max(dim.start, dim.stop))
+    found = np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64)
+    if tuple(indexer.shape) != (int((found[1] - found[0]).sum()),):
+        return None  # not its slices one after the other
+    return found
 
 
 def _as_selected(values: np.ndarray, metadata: Any, indexer: Any, out: Any) -> Any:

@@ -33,6 +33,8 @@ from h5lens.manifest.documents import ArrayDocument
 from h5lens.read.decoded_cache import Decoded, DecodedChunks
 from h5lens.read.text import TextCodec
 
+# Runs of at least this many values on average are copied run by run (gather_runs)
+_SLICED_RUN = 64
 # Below this many chunks a selection is decoded on the calling thread: a pool's hand-off
 # costs more than it saves.
 _PARALLEL_FROM = 64
@@ -451,6 +453,45 @@ def run_chunks(chunk: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     return np.unique(np.cumsum(steps))
 
 
+def _gather_sliced(
+    codec: ArrayCodec,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    flats: np.ndarray,
+    payloads: dict[int, bytes | memoryview],
+    describe: Callable[[int], str],
+    total: int,
+) -> np.ndarray:
+    """:func:`gather_runs` for long runs (a loader's blocks of rows): each run copied from
+    its chunks piece by piece, the chunks kept decoded (``Decoded``) read where they are,
+    the others decoded together; no copy of all the chunks first, no index per value."""
+    chunk = codec.chunk_shape[0]
+    flat_list = flats.tolist()
+    stored = [flat for flat in flat_list if flat in payloads and not isinstance(payloads[flat], Decoded)]
+    rows: dict[int, np.ndarray] = {}
+    if stored:
+        decoded = _decoded(codec, stored, payloads, describe)
+        rows = {flat: decoded[i] for i, flat in enumerate(stored)}
+    for flat in flat_list:
+        kept = payloads.get(flat)
+        if isinstance(kept, Decoded):
+            rows[flat] = codec.chunk_values(kept)
+    out = np.empty(total, dtype=codec.dtype)
+    at = 0
+    for start, stop in zip(starts.tolist(), stops.tolist(), strict=True):
+        while start < stop:
+            flat, offset = divmod(start, chunk)
+            take = min(stop - start, chunk - offset)
+            values = rows.get(flat)
+            if values is None:
+                out[at : at + take] = codec.fill  # never written: the fill value
+            else:
+                out[at : at + take] = values[offset : offset + take]
+            at += take
+            start += take
+    return out
+
+
 def gather_runs(
     codec: ArrayCodec,
     starts: np.ndarray,
@@ -467,6 +508,8 @@ def gather_runs(
     total = int(lengths.sum())
     if not total:
         return np.empty(0, dtype=codec.dtype)
+    if total >= _SLICED_RUN * np.count_nonzero(lengths):
+        return _gather_sliced(codec, starts, stops, flats, payloads, describe, total)
     flat_list = flats.tolist()
     held = [i for i, flat in enumerate(flat_list) if flat in payloads]
     block = np.empty((len(flat_list), chunk), dtype=codec.dtype)
