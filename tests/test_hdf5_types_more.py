@@ -349,3 +349,18 @@ def test_sequences_of_references_read_as_h5py_reads_them(tmp_path):
             assert [None if n is None else n.h5_path for n in mine] == [f[r].name if r else None for r in theirs]
         stored = anndata.io.read_elem(h5lens.open_group(manifest)["refs"]).to_list()
         assert stored == [[f[r].name if r else "" for r in theirs] for theirs in want]
+
+
+def test_sequences_of_region_references_are_refused_before_h5py_reads_them(tmp_path):
+    """Variable-length sequences of region references: h5py 3 corrupts memory reading them
+    (a second read of the dataset crashes the process), so h5lens refuses them by name
+    without reading them, and the process goes on."""
+    path = tmp_path / "regions.h5"
+    with h5py.File(path, "w") as f:
+        x = f.create_dataset("x", data=np.arange(20).reshape(4, 5))
+        refs = f.create_dataset("refs", shape=(2,), dtype=h5py.vlen_dtype(h5py.regionref_dtype))
+        refs[0] = _objects([x.regionref[1:3, 2:4], x.regionref[0, 4]], (2,))
+    with pytest.raises(h5lens.errors.UnsupportedFeatureError, match="/refs: variable-length sequences of region"):
+        h5lens.index(path)
+    with pytest.raises(h5lens.errors.UnsupportedFeatureError, match="/refs"):
+        h5lens.index(path)  # a second scan in the same process: still nothing read

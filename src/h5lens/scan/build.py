@@ -337,6 +337,10 @@ def _template(opener: Opener, path: str, sizeof_offsets: int) -> TypeTemplate | 
     try:
         ds = opener.dataset(path)
         dtype = element_dtype(ds, path)
+        if dtype.hasobject and h5py.check_ref_dtype(dtype) is not h5py.Reference:
+            # variable-length values: never made from headers, and their fill value is not
+            # read here (h5py 3 crashes reading sequences of region references a second time)
+            return None
         plan = _plan_of(ds, path, dtype)
         return learn_template(ds, plan, _fill_value(ds, ds.id.get_create_plist()), path, sizeof_offsets)
     except (H5LensError, OSError, RuntimeError, KeyError, TypeError, ValueError):

@@ -32,7 +32,7 @@ def read_values(
         return text_or_bytes(np.asarray(ds[selection], dtype=object))
     if plan.kind == "region":
         refs = np.asarray(ds[selection], dtype=object)
-        texts = [_region_text(r, path, resolve) for r in refs.ravel()]
+        texts = [region_text(r, path, resolve) for r in refs.ravel()]
         return np.array(texts, dtype=np.dtypes.StringDType()).reshape(refs.shape)
     if plan.kind == "reference":
         refs = np.asarray(ds[selection], dtype=object)
@@ -70,11 +70,11 @@ def is_bytes_values(values: np.ndarray) -> bool:
     return values.dtype.kind == "O"
 
 
-def _region_text(ref: Any, path: str, resolve: ResolvePath) -> str:
-    region_text = getattr(resolve, "region_text", None)  # h5lens.scan.regions.Resolver
-    if region_text is None:
+def region_text(ref: Any, path: str, resolve: ResolvePath) -> str:
+    text_of = getattr(resolve, "region_text", None)  # h5lens.scan.regions.Resolver
+    if text_of is None:
         raise UnsupportedFeatureError(f"{path}: region references need the file they select from")
-    return str(region_text(ref, path))
+    return str(text_of(ref, path))
 
 
 def reference_path(ref: Any, path: str, resolve: ResolvePath) -> str:

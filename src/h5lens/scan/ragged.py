@@ -49,6 +49,11 @@ def ragged_base(dtype: np.dtype, path: str) -> np.dtype | None:
         return None
     if base == np.dtype("uint8") or base == np.dtype("int8"):
         return None  # variable-length bytes (h5lens.scan.dtypes)
+    if h5py.check_ref_dtype(base) is h5py.RegionReference:
+        raise UnsupportedFeatureError(
+            f"{path}: variable-length sequences of region references; h5py 3 corrupts memory reading them "
+            "(the process crashes), so h5lens does not read them"
+        )
     if ragged_element(base) is None:
         raise UnsupportedFeatureError(
             f"{path}: variable-length sequences of {base} have no form in h5lens (sequences of numbers, "
