@@ -70,7 +70,7 @@ def test_ragged_datasets_read_as_h5py_reads_them(threshold, tmp_path):
     manifest.save(tmp_path / "m.json")
     for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
         with h5py.File(path) as f:
-            for name, ds in f.items():
+            for name, ds in list(f.items()):  # not inside h5py's iteration: it holds h5py's lock
                 want = ds[()]
                 got = root[name]
                 assert got.shape == ds.shape and got.dtype == ds.dtype, name
@@ -241,7 +241,7 @@ def test_compound_members_that_are_arrays_read_as_h5py_reads_them(threshold, tmp
     manifest = h5lens.index(path, inline_threshold=threshold)
     root, group = h5lens.open(manifest), h5lens.open_group(manifest)
     with h5py.File(path) as f:
-        for name, ds in f.items():
+        for name, ds in list(f.items()):  # not inside h5py's iteration: it holds h5py's lock
             want = np.asarray(ds[()])
             got = root[name]
             assert got.dtype.names == ds.dtype.names, name
@@ -309,7 +309,7 @@ def test_sequences_of_strings_read_as_h5py_reads_them(threshold, tmp_path):
     root = h5lens.open(h5lens.index(path, inline_threshold=threshold))
     group = h5lens.open_group(h5lens.index(path))
     with h5py.File(path) as f:
-        for name, ds in f.items():
+        for name, ds in list(f.items()):  # not inside h5py's iteration: it holds h5py's lock
             want = ds[()]
             node = root[name]
             assert node.shape == ds.shape and node.dtype == ds.dtype, name
