@@ -10,7 +10,8 @@ reads themselves, and zarr has no public hook before it:
 
 * ``zarr.core.array._get_selection`` (``regions``): zarr lists a selection's chunks one by
   one (20-30 µs each) before any pipeline sees them; wrapped, a region of an array of an
-  h5lens store is read as one plan instead;
+  h5lens store is read as one plan instead, and so is annbatch's ``MultiBasicIndexer`` of a
+  preload's blocks of a 1-d array (as runs: each stored chunk read and decoded once);
 * ``zarr.Array.get_basic_selection`` / ``get_orthogonal_selection`` (``calling thread``):
   zarr's synchronous API hands every read to its event-loop thread and waits (0.1-0.5 ms,
   more than a small local read); wrapped, a small region of inline or local chunks is read
