@@ -114,17 +114,14 @@ def header_attributes_json(
     its header (``parsed``, in h5py's order), with no h5py object at hand; None where
     h5py's path must read the object (a type the header parse leaves to h5py, a name that
     is not UTF-8 text or that the convention reserves: h5py's path says why)."""
+    if any(attribute.dtype is None for attribute in parsed):
+        return None
+    listed = _named(parsed)
+    if listed is None:
+        return None
     out: dict[str, Any] = {}
     found_types: dict[str, str] = {}
-    for attribute in parsed:
-        if attribute.dtype is None:
-            return None
-        try:
-            name = attribute.name.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-        if name in convention.RESERVED_ATTRIBUTES:
-            return None
+    for name, attribute in listed.items():
         converted, type_name = _header_json(attribute, f"{h5_path} attribute {name!r}", resolve, nan_as_string)
         if type_name is not None:
             found_types[name] = type_name
@@ -186,6 +183,12 @@ def _from_header(obj: h5py.HLObject, headers: AttributeHeaders | None) -> dict[s
         names = [n if isinstance(n, bytes) else n.encode("utf-8") for n in obj.attrs.keys()]
         if names != [attribute.name for attribute in parsed]:
             return None
+    return _named(parsed)
+
+
+def _named(parsed: list[HeaderAttribute]) -> dict[str, HeaderAttribute] | None:
+    """Header attributes by name, in their order; None if a name is not UTF-8 text or is one
+    the convention reserves (h5py's path refuses those, in its own words)."""
     listed: dict[str, HeaderAttribute] = {}
     for attribute in parsed:
         try:

@@ -122,11 +122,7 @@ class HeaderDocuments:
             return None
         if count is None or count != len(parsed):  # libhdf5's count: nothing missed
             return None
-        found: dict[str, str] = {}
-        attributes = header_attributes_json(parsed, path, resolve, nan_as_string=nan_strings, types=found)
-        if attributes is not None:
-            types.update(found)
-        return attributes
+        return header_attributes_json(parsed, path, resolve, nan_as_string=nan_strings, types=types)
 
     def group(
         self, record: GroupRecord, resolve: ResolveRef, nan_strings: bool, types: dict[str, str]
@@ -236,8 +232,12 @@ class HeaderDocuments:
                 return None  # never written: the full path says what that reads as
             raw = b""
         else:
-            raw = self.read_data(self.base + address, count * template.itemsize)
-            if len(raw) != count * template.itemsize:
+            nbytes = count * template.itemsize
+            end = self.headers.file_size
+            if end is not None and self.base + address + nbytes > end:
+                return None  # the dataspace claims more than the file holds: the full path says so
+            raw = self.read_data(self.base + address, nbytes)
+            if len(raw) != nbytes:
                 return None
         paths = []
         for target in np.frombuffer(raw, f"<u{template.itemsize}").tolist():
