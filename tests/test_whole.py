@@ -86,3 +86,59 @@ def test_read_runs_equals_h5py(source, name, runs, kept):
         np.testing.assert_array_equal(got, np.concatenate([data[a:b] for a, b in runs]))
     if kept and any(b > a for a, b in runs) and name != "partly_written":
         assert store.decoded_chunks is not None and store.decoded_chunks.hits > 0
+
+
+@pytest.fixture(scope="module")
+def loader_source(tmp_path_factory):
+    """Arrays of chunks big enough, and runs many enough, for the decode threads: a loader's
+    preload (hundreds of blocks of rows, each a run of values)."""
+    path = tmp_path_factory.mktemp("loader") / "blocks.h5"
+    rng = np.random.default_rng(5)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("gzip", data=rng.integers(0, 9, 400_000).astype("<f4"), chunks=(3_000,), compression="gzip")
+        f.create_dataset("shuffled", data=rng.random(400_000), chunks=(2_000,), shuffle=True, compression="gzip")
+        f.create_dataset("lzf", data=rng.integers(0, 2**20, 400_000).astype("<i4"), chunks=(2_500,), compression="lzf")
+        f.create_dataset("plain", data=rng.random(400_000).astype("<f4"), chunks=(4_000,))
+        partly = f.create_dataset("partly", shape=(400_000,), chunks=(2_048,), dtype="<i8", fillvalue=-3, compression="gzip")
+        partly[100_000:300_000] = np.arange(200_000)
+    return path
+
+
+@pytest.mark.parametrize("kept", [0, 64 << 20], ids=["stored", "kept-decoded"])
+@pytest.mark.parametrize("name", ["gzip", "shuffled", "lzf", "plain", "partly"])
+def test_loader_runs_on_threads_equal_h5py(loader_source, name, kept):
+    """256 runs of a few thousand values at random places, out of order (as annbatch's
+    blocks): every chunk they cross decoded once, on the decode threads, and each run's
+    pieces copied out of it; the second read (kept chunks) gives the same values."""
+    rng = np.random.default_rng(len(name))
+    manifest = h5lens.index(loader_source, inline_threshold=0)
+    store = h5lens.open_store(manifest, decoded_cache_bytes=kept)
+    with h5py.File(loader_source) as f:
+        data = f[name][...]
+    starts = rng.integers(0, len(data) - 5_000, 256)
+    stops = starts + rng.integers(1_000, 5_000, 256)
+    expected = np.concatenate([data[a:b] for a, b in zip(starts, stops, strict=True)])
+    for _ in range(2):
+        got = store.read_runs(name, starts, stops)
+        assert got is not None and got.dtype == expected.dtype.newbyteorder("=")
+        np.testing.assert_array_equal(got, expected)
+    if kept:
+        assert store.decoded_chunks is not None and store.decoded_chunks.hits > 0
+
+
+def test_loader_runs_name_a_damaged_chunk(loader_source, tmp_path):
+    """A chunk that does not inflate, among the hundreds a preload decodes on the decode
+    threads: the read fails naming that chunk, nothing is returned."""
+    import shutil
+
+    path = tmp_path / "damaged.h5"
+    shutil.copy(loader_source, path)
+    with h5py.File(path) as f:
+        offset = f["gzip"].id.get_chunk_info_by_coord((90_000,)).byte_offset
+    with open(path, "r+b") as f:
+        f.seek(offset + 10)
+        f.write(b"\xff" * 64)
+    store = h5lens.open_store(h5lens.index(path, inline_threshold=0))
+    starts = np.arange(0, 390_000, 1_500, dtype=np.int64)
+    with pytest.raises(h5lens.SourceReadError, match=r"chunk 'gzip/c/30' of /gzip .*does not decode"):
+        store.read_runs("gzip", starts, starts + 1_000)
