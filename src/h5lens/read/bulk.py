@@ -453,6 +453,26 @@ def run_chunks(chunk: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     return np.unique(np.cumsum(steps))
 
 
+def _run_pieces(chunk: int, starts: np.ndarray, stops: np.ndarray) -> dict[int, list[tuple[int, int, int]]]:
+    """Runs ``[starts[i], stops[i])`` of a 1-d array of chunks of ``chunk`` values, one
+    after the other, cut where they cross chunks: per chunk, its pieces as (where in the
+    runs' values, where in the chunk, how many values). Computed for all runs at once."""
+    keep = stops > starts
+    starts, stops = starts[keep], stops[keep]
+    first, last = starts // chunk, (stops - 1) // chunk
+    counts = last - first + 1
+    run = np.repeat(np.arange(len(starts)), counts)
+    flat = first[run] + np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    lo = np.maximum(starts[run], flat * chunk)
+    take = np.minimum(stops[run], (flat + 1) * chunk) - lo
+    at = np.cumsum(take) - take
+    by_chunk = np.argsort(flat, kind="stable")
+    flats, begins = np.unique(flat[by_chunk], return_index=True)
+    rows = list(zip(at[by_chunk].tolist(), (lo - flat * chunk)[by_chunk].tolist(), take[by_chunk].tolist(), strict=True))
+    ends = [*begins.tolist()[1:], len(rows)]
+    return {f: rows[b:e] for f, b, e in zip(flats.tolist(), begins.tolist(), ends, strict=True)}
+
+
 def _gather_sliced(
     codec: ArrayCodec,
     starts: np.ndarray,
@@ -470,19 +490,14 @@ def _gather_sliced(
     chunks kept decoded (``Decoded``) are read where they are."""
     chunk = codec.chunk_shape[0]
     out = np.empty(total, dtype=codec.dtype)
-    pieces: dict[int, list[tuple[int, int, int]]] = {}  # chunk -> (where in out, where in the chunk, values)
-    at = 0
-    for start, stop in zip(starts.tolist(), stops.tolist(), strict=True):
-        while start < stop:
-            flat, offset = divmod(start, chunk)
-            take = min(stop - start, chunk - offset)
-            pieces.setdefault(flat, []).append((at, offset, take))
-            at += take
-            start += take
+    pieces = _run_pieces(chunk, starts, stops)
     for flat in [flat for flat in pieces if flat not in payloads]:
         for at, _, take in pieces.pop(flat):
             out[at : at + take] = codec.fill  # never written: the fill value
-    order = list(pieces)
+    # the chunks to decode go to the decode threads; those kept decoded are only copied
+    # from, on this thread meanwhile (numpy's copies hold the GIL: no gain on two threads)
+    order = [flat for flat in pieces if not isinstance(payloads[flat], Decoded)]
+    kept = [flat for flat in pieces if isinstance(payloads[flat], Decoded)]
     last = codec.decoders[-1] if codec.decoders else None
     into = last if isinstance(last, IntoDecoder) else None
     before = codec.decoders[:-1]
@@ -494,31 +509,37 @@ def _gather_sliced(
         view = memoryview(scratch)
         for flat in order[lo:hi]:
             data = payloads[flat]
-            if isinstance(data, Decoded):  # kept decoded by the store
-                values = codec.chunk_values(data)
-            else:
-                try:
-                    if into is not None:
-                        for step in before:
-                            data = step(data, size)  # type: ignore[arg-type]  # the decoders take any buffer
-                        into.into(data, view)
-                        raw: bytes | memoryview = view
-                    else:
-                        raw = codec.decode_bytes(data)
-                    values = codec.chunk_values(raw)
-                except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
-                    raise SourceReadError(f"{describe(flat)} does not decode ({type(e).__name__}: {e})") from e
-                if cache is not None:
-                    cache.put(codec.path, flat, raw)  # copied: the buffer is the next chunk's
+            try:
+                if into is not None:
+                    for step in before:
+                        data = step(data, size)  # type: ignore[arg-type]  # the decoders take any buffer
+                    into.into(data, view)
+                    raw: bytes | memoryview = view
+                else:
+                    raw = codec.decode_bytes(data)
+                values = codec.chunk_values(raw)
+            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+                raise SourceReadError(f"{describe(flat)} does not decode ({type(e).__name__}: {e})") from e
+            if cache is not None:
+                cache.put(codec.path, flat, raw)  # copied: the buffer is the next chunk's
+            for at, offset, take in pieces[flat]:
+                out[at : at + take] = values[offset : offset + take]
+
+    def copy_kept() -> None:
+        for flat in kept:
+            values = codec.chunk_values(payloads[flat])
             for at, offset, take in pieces[flat]:
                 out[at : at + take] = values[offset : offset + take]
 
     n = len(order)
     if n < _PARALLEL_FROM or _THREADS == 1 or size < _PARALLEL_CHUNK:
         work(0, n)
+        copy_kept()
     else:
         step = -(-n // _THREADS)
-        for future in [_executor().submit(work, lo, min(lo + step, n)) for lo in range(0, n, step)]:
+        futures = [_executor().submit(work, lo, min(lo + step, n)) for lo in range(0, n, step)]
+        copy_kept()
+        for future in futures:
             future.result()
     return out
 
