@@ -38,6 +38,10 @@ Peak memory: each route's process reads its own high-water mark (``VmHWM`` in
 setup and at the end; ``peak_mib`` is the end value (interpreter, libraries, the loader's
 preloads, and the check's per-row arrays, 4 float64 per cell for every route alike).
 
+What inflating alone costs (``inflation_cap``): the stored chunks a random preload touches,
+read with h5py and inflated once each by libdeflate on one thread; on this machine's cores
+that caps any reader that inflates them, doing nothing else.
+
 The copy's cost (seconds to convert, bytes on disk, peak memory) is measured once when the
 copy is made (in ``--workdir``, kept between runs like the h5ad; ``--regenerate`` makes both
 again). ``--json OUT`` writes every number (default benchmarks/results/loader.json).
@@ -335,6 +339,48 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     return info
 
 
+def inflation_cap(info: dict[str, Any], args: argparse.Namespace, preloads: int = 15) -> dict[str, Any]:
+    """What inflating alone costs a preload: the stored chunks of ``X/data`` and ``X/indices``
+    that ``preload_nchunks`` random blocks of ``chunk_size`` rows touch, read with h5py's
+    ``read_direct_chunk`` and inflated once each by libdeflate (imagecodecs, as h5lens does)
+    on one thread, median of ``preloads`` preloads. Any reader of the file that inflates its
+    chunks is capped at ``cells_per_s_cap`` on this machine's cores, doing nothing else."""
+    import statistics
+
+    import h5py
+    from imagecodecs import deflate_decode
+
+    rng = np.random.default_rng(1)
+    seconds = []
+    with h5py.File(info["path"]) as f:
+        x = f["X"]
+        indptr = x["indptr"][()]
+        n_obs = len(indptr) - 1
+        arrays = [x["data"], x["indices"]]
+        if any(a.compression != "gzip" or a.shuffle or a.chunks is None for a in arrays):
+            return {"note": "X is not stored in plain gzip chunks"}
+        for _ in range(preloads):
+            starts = rng.choice(n_obs // args.chunk_size, args.preload_nchunks, replace=False) * args.chunk_size
+            ends = np.minimum(starts + args.chunk_size, n_obs)
+            raws = []
+            for a in arrays:
+                chunk = a.chunks[0]
+                touched: set[int] = set()
+                for lo, hi in zip(indptr[starts].tolist(), indptr[ends].tolist(), strict=True):
+                    if hi > lo:
+                        touched.update(range(lo // chunk, (hi - 1) // chunk + 1))
+                raws += [(a.id.read_direct_chunk((c * chunk,))[1], chunk * a.dtype.itemsize) for c in sorted(touched)]
+            t0 = time.perf_counter()
+            for raw, size in raws:
+                deflate_decode(raw, out=size)
+            seconds.append(time.perf_counter() - t0)
+    per_preload = statistics.median(seconds)
+    cores = os.cpu_count() or 1
+    cells = args.chunk_size * args.preload_nchunks
+    return {"inflate_ms_per_preload": per_preload * 1e3, "chunks_per_preload": len(raws), "cores": cores,
+            "cells_per_s_cap": cells * cores / per_preload}
+
+
 def busy_core() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
@@ -576,9 +622,14 @@ def main(argv: list[str]) -> int:
         raise SystemExit(f"unknown --where {sorted(unknown)}")
     routes = ROUTES if not args.routes else [ROUTE_BY_KEY[k.strip()] for k in args.routes.split(",")]
     info = prepare(args)
+    cap = inflation_cap(info, args)
     results = measure(args, info, wheres, routes)
     found = targets(results)
     print_report(results, wheres, info, found)
+    if "cells_per_s_cap" in cap:
+        print(f"\n  inflating alone: {cap['inflate_ms_per_preload']:.1f} ms of one core per preload "
+              f"({cap['chunks_per_preload']} stored chunks): at most {cap['cells_per_s_cap']:,.0f} cells/s "
+              f"on {cap['cores']} cores for any reader that inflates them, doing nothing else")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         from importlib.metadata import version
@@ -595,6 +646,7 @@ def main(argv: list[str]) -> int:
             "environment": {"python": platform.python_version(), "cpus": os.cpu_count(), **{
                             name: version(name) for name in ("zarr", "anndata", "annbatch", "zarrs", "virtualizarr")}},
             "targets": found,
+            "inflation_cap": cap,
             "results": [{**r, "route_spec": asdict(ROUTE_BY_KEY[r["route"]])} for r in results],
         }
         with open(args.json, "w") as f:
