@@ -495,7 +495,7 @@ def _gather_sliced(
         for at, _, take in pieces.pop(flat):
             out[at : at + take] = codec.fill  # never written: the fill value
     # the chunks to decode go to the decode threads; those kept decoded are only copied
-    # from, on this thread meanwhile (numpy's copies hold the GIL: no gain on two threads)
+    # from, on this thread meanwhile (shared out too, copies only, a later epoch was 13% slower)
     order = [flat for flat in pieces if not isinstance(payloads[flat], Decoded)]
     kept = [flat for flat in pieces if isinstance(payloads[flat], Decoded)]
     last = codec.decoders[-1] if codec.decoders else None
