@@ -477,7 +477,6 @@ def _gather_sliced(
     codec: ArrayCodec,
     starts: np.ndarray,
     stops: np.ndarray,
-    flats: np.ndarray,
     payloads: dict[int, bytes | memoryview],
     describe: Callable[[int], str],
     total: int,
@@ -561,7 +560,7 @@ def gather_runs(
     if not total:
         return np.empty(0, dtype=codec.dtype)
     if total >= _SLICED_RUN * np.count_nonzero(lengths):
-        return _gather_sliced(codec, starts, stops, flats, payloads, describe, total)
+        return _gather_sliced(codec, starts, stops, payloads, describe, total)
     flat_list = flats.tolist()
     held = [i for i, flat in enumerate(flat_list) if flat in payloads]
     block = np.empty((len(flat_list), chunk), dtype=codec.dtype)
