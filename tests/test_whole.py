@@ -126,6 +126,29 @@ def test_loader_runs_on_threads_equal_h5py(loader_source, name, kept):
         assert store.decoded_chunks is not None and store.decoded_chunks.hits > 0
 
 
+@pytest.mark.parametrize("longest", [5_000, 40], ids=["long-runs", "short-runs"])
+def test_loader_runs_written_into_the_callers_buffer(loader_source, longest):
+    """A preload's buffer (annbatch's ``out``) is written in place when it fits (one copy
+    less); one of another dtype is left alone and the values come back in their own array."""
+    from zarr.core.sync import sync
+
+    rng = np.random.default_rng(7)
+    store = h5lens.open_store(h5lens.index(loader_source, inline_threshold=0))
+    with h5py.File(loader_source) as f:
+        data = f["gzip"][...]
+    starts = np.sort(rng.integers(0, len(data) - 5_000, 256))
+    stops = starts + rng.integers(longest // 5, longest, 256)
+    expected = np.concatenate([data[a:b] for a, b in zip(starts, stops, strict=True)])
+    buffer = np.zeros(expected.size, dtype=expected.dtype.newbyteorder("="))
+    got = sync(store.read_runs_async("gzip", starts, stops, out=buffer))
+    assert got is buffer
+    np.testing.assert_array_equal(buffer, expected)
+    other = np.zeros(expected.size, dtype=np.float64 if expected.dtype.kind != "f" or expected.itemsize != 8 else np.float32)
+    got = sync(store.read_runs_async("gzip", starts, stops, out=other))
+    assert got is not other and not other.any()
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_loader_runs_name_a_damaged_chunk(loader_source, tmp_path):
     """A chunk that does not inflate, among the hundreds a preload decodes on the decode
     threads: the read fails naming that chunk, nothing is returned."""

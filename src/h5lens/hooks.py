@@ -158,7 +158,8 @@ def _regions(original: Any) -> Any:
                     return _as_selected(values, metadata, indexer, out)
             runs = _joint_runs(store_path.store, store_path.path, metadata, config, chunk_grid, indexer, prototype)
             if runs is not None:
-                values = await store_path.store.read_runs_async(store_path.path, *runs)
+                target = out.as_numpy_array() if out is not None else None  # a preload's buffer: no copy
+                values = await store_path.store.read_runs_async(store_path.path, *runs, out=target)
                 if values is not None:
                     return _as_selected(values, metadata, indexer, out)
         return await original(
@@ -248,7 +249,9 @@ def _as_selected(values: np.ndarray, metadata: Any, indexer: Any, out: Any) -> A
     if out is not None:
         if out.shape != indexer.shape:
             return None  # zarr's own message for it
-        out.as_numpy_array()[...] = values
+        target = out.as_numpy_array()
+        if not np.may_share_memory(target, values):  # read straight into it otherwise
+            target[...] = values
         result = out
     else:
         dtype = metadata.dtype.to_native_dtype()

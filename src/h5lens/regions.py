@@ -112,9 +112,12 @@ class RegionReads:
         found = plan.now(self)
         return found if found is not None else _sync(plan.run(self))
 
-    async def read_runs_async(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray | None:
-        """:meth:`read_runs` on the event loop."""
-        plan = runs_plan(self, path, starts, stops)
+    async def read_runs_async(
+        self, path: str, starts: np.ndarray, stops: np.ndarray, out: np.ndarray | None = None
+    ) -> np.ndarray | None:
+        """:meth:`read_runs` on the event loop; written into ``out`` (1-d, of the array's
+        dtype, as many values as the runs hold) where it fits, saving a copy."""
+        plan = runs_plan(self, path, starts, stops, out)
         return None if plan is None else await plan.run(self)
 
     async def read_many_async(self, path: str, flats: np.ndarray) -> dict[int, bytes | memoryview]:

@@ -473,41 +473,41 @@ def _run_pieces(chunk: int, starts: np.ndarray, stops: np.ndarray) -> dict[int, 
     return {f: rows[b:e] for f, b, e in zip(flats.tolist(), begins.tolist(), ends, strict=True)}
 
 
-def _gather_sliced(
-    codec: ArrayCodec,
-    starts: np.ndarray,
-    stops: np.ndarray,
-    payloads: dict[int, bytes | memoryview],
-    describe: Callable[[int], str],
-    total: int,
-) -> np.ndarray:
+class SlicedRuns:
     """:func:`gather_runs` for long runs (a loader's blocks of rows): the runs cut into
     pieces, one per chunk they cross; then each chunk decoded into a buffer of its thread's
     own, a chunk long (it stays in the CPU's cache), and its pieces copied out of it at
     once. No buffer of every decoded chunk is written and read back (a preload of 256
     blocks decoded 50 MB that way, zeroed and faulted in first), no index per value; the
-    chunks kept decoded (``Decoded``) are read where they are."""
-    chunk = codec.chunk_shape[0]
-    out = np.empty(total, dtype=codec.dtype)
-    pieces = _run_pieces(chunk, starts, stops)
-    for flat in [flat for flat in pieces if flat not in payloads]:
-        for at, _, take in pieces.pop(flat):
-            out[at : at + take] = codec.fill  # never written: the fill value
-    # the chunks to decode go to the decode threads; those kept decoded are only copied
-    # from, on this thread meanwhile (shared out too, copies only, a later epoch was 13% slower)
-    order = [flat for flat in pieces if not isinstance(payloads[flat], Decoded)]
-    kept = [flat for flat in pieces if isinstance(payloads[flat], Decoded)]
-    last = codec.decoders[-1] if codec.decoders else None
-    into = last if isinstance(last, IntoDecoder) else None
-    before = codec.decoders[:-1]
-    cache = codec.cache
-    size = codec.chunk_nbytes
+    chunks kept decoded (``Decoded``) are read where they are.
 
-    def work(lo: int, hi: int) -> None:
+    Chunks may come in any order and in any number of calls (:meth:`decode`, on any thread:
+    each writes only its own pieces of :attr:`out`)."""
+
+    def __init__(
+        self,
+        codec: ArrayCodec,
+        starts: np.ndarray,
+        stops: np.ndarray,
+        describe: Callable[[int], str],
+        out: np.ndarray,
+    ) -> None:
+        self.codec = codec
+        self.describe = describe
+        self.out = out
+        self.pieces = _run_pieces(codec.chunk_shape[0], starts, stops)
+        last = codec.decoders[-1] if codec.decoders else None
+        self._into = last if isinstance(last, IntoDecoder) else None
+        self._before = codec.decoders[:-1]
+
+    def decode(self, chunks: Sequence[tuple[int, bytes | memoryview]]) -> None:
+        """Decode these chunks (flat index, stored bytes) and place their pieces."""
+        codec, out, pieces, into, before = self.codec, self.out, self.pieces, self._into, self._before
+        cache = codec.cache
+        size = codec.chunk_nbytes
         scratch = bytearray(size)
         view = memoryview(scratch)
-        for flat in order[lo:hi]:
-            data = payloads[flat]
+        for flat, data in chunks:
             try:
                 if into is not None:
                     for step in before:
@@ -518,29 +518,62 @@ def _gather_sliced(
                     raw = codec.decode_bytes(data)
                 values = codec.chunk_values(raw)
             except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
-                raise SourceReadError(f"{describe(flat)} does not decode ({type(e).__name__}: {e})") from e
+                raise SourceReadError(f"{self.describe(flat)} does not decode ({type(e).__name__}: {e})") from e
             if cache is not None:
                 cache.put(codec.path, flat, raw)  # copied: the buffer is the next chunk's
             for at, offset, take in pieces[flat]:
                 out[at : at + take] = values[offset : offset + take]
 
-    def copy_kept() -> None:
-        for flat in kept:
-            values = codec.chunk_values(payloads[flat])
-            for at, offset, take in pieces[flat]:
-                out[at : at + take] = values[offset : offset + take]
+    def copy_kept(self, kept: dict[int, Decoded]) -> None:
+        """Place the pieces of chunks kept decoded."""
+        for flat, decoded in kept.items():
+            values = self.codec.chunk_values(decoded)
+            for at, offset, take in self.pieces[flat]:
+                self.out[at : at + take] = values[offset : offset + take]
 
-    n = len(order)
-    if n < _PARALLEL_FROM or _THREADS == 1 or size < _PARALLEL_CHUNK:
-        work(0, n)
-        copy_kept()
+    def fill_absent(self, present: Callable[[int], bool]) -> None:
+        """The fill value where the runs cross chunks that are not stored."""
+        for flat, chunk_pieces in self.pieces.items():
+            if not present(flat):
+                for at, _, take in chunk_pieces:
+                    self.out[at : at + take] = self.codec.fill
+
+    def threads_pay(self, count: int) -> bool:
+        """Whether ``count`` chunks are worth sharing out between threads."""
+        return count >= _PARALLEL_FROM and _THREADS > 1 and self.codec.chunk_nbytes >= _PARALLEL_CHUNK
+
+    def shares(self, chunks: list[tuple[int, bytes | memoryview]]) -> list[list[tuple[int, bytes | memoryview]]]:
+        """``chunks`` cut into one share per decode thread if they are many, else whole."""
+        if not self.threads_pay(len(chunks)):
+            return [chunks]
+        step = -(-len(chunks) // _THREADS)
+        return [chunks[lo : lo + step] for lo in range(0, len(chunks), step)]
+
+
+def _gather_sliced(sliced: SlicedRuns, payloads: dict[int, bytes | memoryview]) -> np.ndarray:
+    """All chunks' bytes at hand: decoded on a few threads; those kept decoded copied on this
+    thread meanwhile (shared out too, copies only, a later epoch was 13% slower)."""
+    sliced.fill_absent(payloads.__contains__)
+    order = [(flat, payloads[flat]) for flat in sliced.pieces if flat in payloads and not isinstance(payloads[flat], Decoded)]
+    kept = {flat: p for flat in sliced.pieces if isinstance(p := payloads.get(flat), Decoded)}
+    shares = sliced.shares(order)
+    if len(shares) == 1:
+        sliced.decode(order)
+        sliced.copy_kept(kept)
     else:
-        step = -(-n // _THREADS)
-        futures = [_executor().submit(work, lo, min(lo + step, n)) for lo in range(0, n, step)]
-        copy_kept()
+        futures = [_executor().submit(sliced.decode, share) for share in shares]
+        sliced.copy_kept(kept)
         for future in futures:
             future.result()
-    return out
+    return sliced.out
+
+
+def runs_out(codec: ArrayCodec, starts: np.ndarray, stops: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
+    """``out`` if the values of runs ``[starts[i], stops[i])`` can be written straight into
+    it (the caller's buffer: a loader's preload; one copy less), else None."""
+    if out is None or out.dtype != codec.dtype or out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
+        return None
+    return out if out.size == int(np.maximum(stops - starts, 0).sum()) else None
 
 
 def gather_runs(
@@ -550,17 +583,23 @@ def gather_runs(
     flats: np.ndarray,
     payloads: dict[int, bytes | memoryview],
     describe: Callable[[int], str],
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """The values of runs ``[starts[i], stops[i])`` of a 1-d array, one after the other,
     from the stored bytes of its chunks ``flats`` (:func:`run_chunks`; missing ones: the
-    fill value): the chunks decoded together, then one gather."""
+    fill value): the chunks decoded together, then one gather. Written into ``out`` if given
+    (:func:`runs_out`: as many values, of the array's dtype)."""
     chunk = codec.chunk_shape[0]
     lengths = np.maximum(stops - starts, 0)
     total = int(lengths.sum())
     if not total:
-        return np.empty(0, dtype=codec.dtype)
+        return np.empty(0, dtype=codec.dtype) if out is None else out
     if total >= _SLICED_RUN * np.count_nonzero(lengths):
-        return _gather_sliced(codec, starts, stops, payloads, describe, total)
+        target = np.empty(total, dtype=codec.dtype) if out is None else out
+        return _gather_sliced(SlicedRuns(codec, starts, stops, describe, target), payloads)
+    if out is not None:
+        out[...] = gather_runs(codec, starts, stops, flats, payloads, describe)
+        return out
     flat_list = flats.tolist()
     held = [i for i, flat in enumerate(flat_list) if flat in payloads]
     block = np.empty((len(flat_list), chunk), dtype=codec.dtype)

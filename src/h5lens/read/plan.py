@@ -39,6 +39,7 @@ from h5lens.read.bulk import (
     gather_runs,
     region_chunks,
     run_chunks,
+    runs_out,
     scatter,
 )
 from h5lens.read.decoded_cache import Decoded
@@ -135,9 +136,12 @@ def region_plan(store: RegionReads, path: str, bounds: Sequence[tuple[int, int]]
     return ReadPlan(path, codec, flats, layout)
 
 
-def runs_plan(store: RegionReads, path: str, starts: np.ndarray, stops: np.ndarray) -> ReadPlan | None:
+def runs_plan(
+    store: RegionReads, path: str, starts: np.ndarray, stops: np.ndarray, out: np.ndarray | None = None
+) -> ReadPlan | None:
     """The plan of runs ``[starts[i], stops[i])`` of 1-d array ``path``, one after the
-    other; None if h5lens does not decode its numbers."""
+    other (into ``out`` where :func:`~h5lens.read.bulk.runs_out` takes it); None if h5lens
+    does not decode its numbers."""
     codec = decoder(store, path, text=False)
     if not isinstance(codec, ArrayCodec) or len(codec.shape) != 1:
         return None
@@ -145,9 +149,10 @@ def runs_plan(store: RegionReads, path: str, starts: np.ndarray, stops: np.ndarr
     stops = np.asarray(stops, dtype=np.int64)
     flats = run_chunks(codec.chunk_shape[0], starts, stops)
     describe = store.describer(path)
+    target = runs_out(codec, starts, stops, out)
 
     def layout(payloads: Payloads) -> np.ndarray:
-        return gather_runs(codec, starts, stops, flats, payloads, describe)
+        return gather_runs(codec, starts, stops, flats, payloads, describe, target)
 
     return ReadPlan(path, codec, flats, layout)
 
