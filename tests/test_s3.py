@@ -474,3 +474,82 @@ def test_a_failing_request_makes_the_policys_attempts_and_no_more(s3, chunky, fa
             assert broken.stats.gets == 3, broken.stats
         finally:
             client.close()
+
+
+# -- many scattered ranges at once (a minibatch loader's preload) -------------------------------
+@pytest.fixture
+def scattered(tmp_path):
+    """A 1-d gzip array of 300 chunks of 100 KB (random floats: they hardly compress), and
+    runs of it in every twelfth chunk: more than a megabyte apart, one request each."""
+    path = tmp_path / "scattered.h5"
+    values = np.random.default_rng(5).random(300 * 25_000).astype(np.float32)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=values, chunks=(25_000,), compression="gzip", compression_opts=1)
+    starts = np.arange(0, 300, 12, dtype=np.int64) * 25_000 + 1_000
+    return path, values, starts, starts + 15_000
+
+
+def _runs_of(values, starts, stops):
+    return np.concatenate([values[a:b] for a, b in zip(starts.tolist(), stops.tolist(), strict=True)])
+
+
+def test_scattered_ranges_go_ten_to_an_obstore_call(s3, scattered, monkeypatch):
+    """Hundreds of separate ranges (a loader's preload) are asked of obstore ten at a time
+    (``get_ranges``: one hand-over to Python per ten requests), each range its own request,
+    none merged with another: the values are h5py's, the proxy counts one GET per range."""
+    import obstore
+
+    path, values, starts, stops = scattered
+    url = _upload(s3, path, "scattered.h5")
+    calls = []
+    real = obstore.get_ranges_async
+
+    async def counted(*args, **kwargs):
+        calls.append(len(kwargs["starts"]))
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(obstore, "get_ranges_async", counted)  # a spy: the real call is made
+    manifest = h5lens.index(url, storage_options=s3.storage_options(), inline_threshold=0)
+    with CountingProxy(s3.endpoint_url) as proxy:
+        store = h5lens.open_store(manifest, storage_options=s3.storage_options(proxy.endpoint_url))
+        proxy.stats.reset()
+        np.testing.assert_array_equal(store.read_runs("x", starts, stops), _runs_of(values, starts, stops))
+        assert proxy.stats.gets == len(starts)
+    assert calls and max(calls) == 10 and sum(calls) >= len(starts) - 10, calls
+
+
+def test_scattered_ranges_survive_every_kind_of_fault(s3, scattered, monkeypatch):
+    """One request in four fails (503, 500, a body cut off, a reset): a batched call that
+    fails has each of its ranges asked for alone; every value comes back exactly."""
+    from h5lens.fetch import retry
+    from h5lens.testing.s3 import FAULTS
+
+    monkeypatch.setattr(retry, "POLICY", retry.RetryPolicy(first_backoff=0.001, max_backoff=0.005))
+    path, values, starts, stops = scattered
+    url = _upload(s3, path, "scattered.h5")
+    manifest = h5lens.index(url, storage_options=s3.storage_options(), inline_threshold=0)
+    expected = _runs_of(values, starts, stops)
+    with CountingProxy(s3.endpoint_url, fault_rate=0.25, faults=FAULTS, seed=5) as flaky:
+        for _ in range(3):  # a fresh store each time: requests of their own
+            store = h5lens.open_store(manifest, storage_options=s3.storage_options(flaky.endpoint_url))
+            np.testing.assert_array_equal(store.read_runs("x", starts, stops), expected)
+        assert flaky.stats.injected_faults >= 10, flaky.stats
+
+
+def test_a_bad_range_among_a_batch_is_the_one_named(s3, scattered):
+    """One chunk's range lies past the end of the object, among two dozen read at once: the
+    read fails naming that chunk (its key and bytes), not another range of its batch."""
+    path, _, starts, stops = scattered
+    url = _upload(s3, path, "scattered.h5")
+    manifest = h5lens.index(url, storage_options=s3.storage_options(), inline_threshold=0)
+    table = manifest.chunks["x"]
+    offset = table.offset.copy()
+    offset[108] = manifest.sources[0].size + 1_000  # chunk 108: the tenth run's
+    manifest = replace(manifest, chunks={**manifest.chunks, "x": replace(table, offset=offset)})
+    with CountingProxy(s3.endpoint_url) as proxy:
+        store = h5lens.open_store(manifest, storage_options=s3.storage_options(proxy.endpoint_url), verify=False)
+        store.read_runs("x", starts[:1], stops[:1])  # the first request goes alone
+        with pytest.raises(h5lens.SourceReadError, match="past the end") as info:
+            store.read_runs("x", starts, stops)
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "'x/c/108'" in notes, notes

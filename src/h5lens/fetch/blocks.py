@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from h5lens.fetch.clients import ByteReader
+from h5lens.fetch.clients import BATCH, ByteReader
 from h5lens.fetch.planner import READS, Planner, union_bytes
 
 READAHEAD_CACHE_BYTES = 256 << 20
@@ -91,6 +91,7 @@ class ChunkFetcher:
         self.stats = BatchStats()
         self._tasks: set[asyncio.Task[None]] = set()
         self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+        self._batch_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
         self._starts: list[int] = []  # sorted block starts
         self._blocks: list[_Block] = []  # aligned with _starts
         self._age: OrderedDict[int, _Block] = OrderedDict()  # id -> block, oldest first
@@ -197,15 +198,18 @@ class ChunkFetcher:
         if missing.size:
             order = missing[np.argsort(offsets[missing], kind="stable")]
             sorted_offsets, sorted_lengths = offsets[order], lengths[order]
+            new: list[_Block] = []
             for lo, hi in self.planner.runs(sorted_offsets, sorted_lengths):
                 start = int(sorted_offsets[lo])
                 end = int((sorted_offsets[lo:hi] + sorted_lengths[lo:hi]).max())
                 unclaimed = 0 if claimed else int(sorted_lengths[lo:hi].sum())
                 which[order[lo:hi]] = len(blocks)
-                blocks.append(self._new_block(start, end, unclaimed))
+                new.append(self._new_block(start, end, unclaimed, fetch=False))
+                blocks.append(new[-1])
+            self._fetch_all(new)
         return blocks, which
 
-    def _new_block(self, start: int, end: int, unclaimed: int) -> _Block:
+    def _new_block(self, start: int, end: int, unclaimed: int, *, fetch: bool = True) -> _Block:
         future: asyncio.Future[memoryview] = asyncio.get_running_loop().create_future()
         block = _Block(start, end, future, unclaimed)
         # Registered while in flight too: a concurrent read of the same bytes waits on it.
@@ -227,8 +231,29 @@ class ChunkFetcher:
         if unclaimed <= 0:
             self._spend(block)
         self._evict()
-        self._spawn(self._fetch(block))
+        if fetch:
+            self._spawn(self._fetch(block))
         return block
+
+    def _fetch_all(self, blocks: list[_Block]) -> None:
+        """Fetch new blocks: where the client fetches many ranges in one call
+        (``get_many``), ten at a time, each one request; alone otherwise (and blocks of
+        several parallel parts)."""
+        batches = getattr(self.client, "batches", None)
+        if len(blocks) < 2 or batches is None or not batches():
+            for block in blocks:
+                self._spawn(self._fetch(block))
+            return
+        whole = []
+        for block in blocks:
+            if len(self.planner.parts(block.start, block.end)) > 1:
+                self._spawn(self._fetch(block))
+            else:
+                whole.append(block)
+        whole.sort(key=lambda b: b.start)  # neighbours in a call: as the requests would go anyway
+        for lo in range(0, len(whole), BATCH):
+            group = whole[lo : lo + BATCH]
+            self._spawn(self._fetch(group[0]) if len(group) == 1 else self._fetch_group(group))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -309,12 +334,13 @@ class ChunkFetcher:
         for lo, hi in self.planner.runs(offsets, lengths):
             items = pending[lo:hi]
             end = int((offsets[lo:hi] + lengths[lo:hi]).max())
-            block = self._new_block(items[0].offset, end, sum(p.length for p in items if p.waiter is None))
+            block = self._new_block(items[0].offset, end, sum(p.length for p in items if p.waiter is None), fetch=False)
             block.turn = turn
             blocks.append(block)
             for item in items:
                 if item.waiter is not None and not item.waiter.done():
                     item.waiter.set_result(block)
+        self._fetch_all(blocks)
         if turn is not None:
             asked = np.asarray([p.waiter is not None for p in pending], dtype=bool)
             self._spawn(self._turn_done(turn, blocks, union_bytes(offsets[asked], lengths[asked])))
@@ -329,25 +355,65 @@ class ChunkFetcher:
         if self.on_batch is not None:
             self.on_batch(self.stats)
 
-    async def _fetch(self, block: _Block) -> None:
+    def _count(self, block: _Block) -> None:
         self.stats.requests += 1
         self.stats.bytes += block.end - block.start
         if self.on_request is not None:
             self.on_request(block.end - block.start)
+
+    async def _fetch(self, block: _Block) -> None:
+        self._count(block)
         try:
             data = memoryview(await self.read_split(block.start, block.end))
         except BaseException as e:
-            self._drop(block)  # a later read tries again
-            if isinstance(e, Exception):
-                e.request = (block.start, block.end)  # type: ignore[attr-defined]  # which bytes (SourceReads._blame)
-            if not block.future.done():
-                block.future.set_exception(e)
-                block.future.exception()  # read-ahead nobody claims must not warn
+            self._failed_block(block, e)
             if isinstance(e, asyncio.CancelledError):
                 raise
             return
         if not block.future.done():
             block.future.set_result(data)
+
+    async def _fetch_group(self, group: list[_Block]) -> None:
+        """Blocks of one part each, fetched in one ``get_many`` call (as many requests)."""
+        for block in group:
+            self._count(block)
+        gate = self._gate()
+        held = 0
+        try:
+            async with self._batch_lock():  # a call takes all its slots at once: no deadlock between calls
+                for _ in group:
+                    await gate.acquire()
+                    held += 1
+            found = await self.client.get_many([(b.start, b.end - b.start) for b in group])  # type: ignore[attr-defined]
+        except BaseException as e:
+            for block in group:
+                self._failed_block(block, e)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return
+        finally:
+            for _ in range(held):
+                gate.release()
+        for block, data in zip(group, found, strict=True):
+            if isinstance(data, BaseException):
+                self._failed_block(block, data)
+            elif not block.future.done():
+                block.future.set_result(memoryview(data))
+
+    def _failed_block(self, block: _Block, error: BaseException) -> None:
+        self._drop(block)  # a later read tries again
+        if isinstance(error, Exception):
+            error.request = (block.start, block.end)  # type: ignore[attr-defined]  # which bytes (SourceReads._blame)
+        if not block.future.done():
+            block.future.set_exception(error)
+            block.future.exception()  # read-ahead nobody claims must not warn
+
+    def _batch_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        lock = self._batch_locks.get(loop)
+        if lock is None:
+            lock = self._batch_locks[loop] = asyncio.Lock()
+        return lock
 
     async def read_split(self, start: int, end: int) -> bytes | memoryview:
         """Bytes ``[start, end)``: one request, or the planner's parts fetched concurrently

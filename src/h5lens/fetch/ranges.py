@@ -33,6 +33,11 @@ class FirstRequest:
         self._passed = not self.applies
         self._locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
 
+    @property
+    def passed(self) -> bool:
+        """Whether requests go without waiting (not HTTP, or its first request was answered)."""
+        return self._passed
+
     async def run(self, request: Any) -> Any:
         """``await request()``, the first one alone (see the class docstring)."""
         if self._passed:

@@ -6,8 +6,9 @@ doubles up to a cap; anything else fails at once. obstore retries inside its Rus
 (:meth:`RetryPolicy.obstore_config` hands it these numbers); requests through fsspec are
 retried here (:meth:`RetryPolicy.run`), the failure classified by exception type and
 HTTP status (:func:`h5lens.backend_errors.is_transient`). Either way a request makes at
-most ``attempts`` attempts, and a total outage ends in a few seconds with an error that
-names the URL and the bytes.
+most ``attempts`` attempts (a range of a batched obstore call that failed, one more, alone,
+to find which range it was: :meth:`~h5lens.fetch.clients.ObstoreClient.get_many`), and a
+total outage ends in a few seconds with an error that names the URL and the bytes.
 """
 
 from __future__ import annotations
