@@ -507,6 +507,19 @@ class SlicedRuns:
         size = codec.chunk_nbytes
         scratch = bytearray(size)
         view = memoryview(scratch)
+        if into is not None and not before and not codec.unshuffle and cache is None:
+            # the usual case (one deflate, say), with the least Python per chunk: while a
+            # thread holds the GIL here the other decode thread cannot take it back
+            values = np.frombuffer(scratch, dtype=codec.stored)  # every chunk lands here
+            inflate = into.into
+            for flat, data in chunks:
+                try:
+                    inflate(data, view)
+                except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+                    raise SourceReadError(f"{self.describe(flat)} does not decode ({type(e).__name__}: {e})") from e
+                for at, offset, take in pieces[flat]:
+                    out[at : at + take] = values[offset : offset + take]
+            return
         for flat, data in chunks:
             try:
                 if into is not None:
