@@ -68,6 +68,20 @@ def test_scattered_ranges_are_bridged_within_a_budget():
     assert merge_plan(small, np.full(4, 30, dtype=np.int64)) == [(0, 4)]
 
 
+def test_many_chunks_at_once_bridge_only_small_gaps():
+    """A read of many chunks at once (BULK: their requests go out together) bridges gaps of
+    up to 128 KiB, not the read-ahead's 1 MiB: a bridged gap delays the whole read by its
+    bytes, where a request more costs little."""
+    from h5lens.fetch.planner import BULK
+
+    lengths = np.full(50, 40_000, dtype=np.int64)
+    close = np.arange(50, dtype=np.int64) * 70_000  # 30 kB gaps: within the budget too
+    far = np.arange(50, dtype=np.int64) * 300_000  # 260 kB gaps
+    assert BULK.runs(close, lengths) == [(0, 50)]
+    assert BULK.runs(far, lengths) == [(i, i + 1) for i in range(50)]
+    assert READS.runs(far, lengths) != BULK.runs(far, lengths)  # the read-ahead's bridges them
+
+
 def test_read_ranges_merges_and_matches_file_bytes(blob):
     path, data = blob
     fetcher, requests = _fetcher(path)

@@ -120,10 +120,13 @@ class ChunkFetcher:
             self._claim(block, length)
         return bytes(data[offset - block.start : offset - block.start + length])
 
-    async def read_ranges(self, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview]:
+    async def read_ranges(
+        self, offsets: np.ndarray, lengths: np.ndarray, planner: Planner | None = None
+    ) -> list[memoryview]:
         """Many chunks at once (a whole array): blocks already fetched or in flight are
-        used, the rest is fetched as one batch of merged requests, no read-ahead."""
-        blocks, which = self._cover(offsets, lengths, claimed=True)
+        used, the rest is fetched as one batch of requests merged by ``planner`` (the
+        fetcher's own by default), no read-ahead."""
+        blocks, which = self._cover(offsets, lengths, claimed=True, planner=planner)
         datas = await asyncio.gather(*(b.future for b in blocks))
         begins = (offsets - np.asarray([b.start for b in blocks], dtype=np.int64)[which]).tolist()
         return [
@@ -175,7 +178,9 @@ class ChunkFetcher:
                 return block
         return None
 
-    def _cover(self, offsets: np.ndarray, lengths: np.ndarray, *, claimed: bool) -> tuple[list[_Block], np.ndarray]:
+    def _cover(
+        self, offsets: np.ndarray, lengths: np.ndarray, *, claimed: bool, planner: Planner | None = None
+    ) -> tuple[list[_Block], np.ndarray]:
         """The blocks holding the ranges (``blocks[which[i]]`` holds range i), starting
         merged fetches for ranges no block holds. Ranges found in blocks fetched ahead are
         claimed from them when ``claimed``."""
@@ -199,7 +204,7 @@ class ChunkFetcher:
             order = missing[np.argsort(offsets[missing], kind="stable")]
             sorted_offsets, sorted_lengths = offsets[order], lengths[order]
             new: list[_Block] = []
-            for lo, hi in self.planner.runs(sorted_offsets, sorted_lengths):
+            for lo, hi in (planner or self.planner).runs(sorted_offsets, sorted_lengths):
                 start = int(sorted_offsets[lo])
                 end = int((sorted_offsets[lo:hi] + sorted_lengths[lo:hi]).max())
                 unclaimed = 0 if claimed else int(sorted_lengths[lo:hi].sum())

@@ -79,6 +79,7 @@ class SourceReads:
         self.options = options
         self.stats = ReadStats()
         self.planner: Planner = planners.READS  # read when the store opens: settable for measurements
+        self.bulk_planner: Planner = planners.BULK  # read_many's, likewise
         self._clients: list[ByteReader] | None = None
         self._fetchers: dict[int, ChunkFetcher] = {}
         self._streaks: dict[str, _Streak] = {}  # per array: its reads in grid order so far
@@ -166,7 +167,7 @@ class SourceReads:
             if found is None:
                 offsets, lengths = self._ranges(path, chosen)
                 try:
-                    found = await self._fetcher(src).read_ranges(offsets, lengths)
+                    found = await self._fetcher(src).read_ranges(offsets, lengths, self.bulk_planner)
                 except H5LensError as e:
                     raise self._blame(e, self.client(src), chosen, offsets, lengths) from e.__cause__
             out.update(zip(chosen.tolist(), found, strict=True))
