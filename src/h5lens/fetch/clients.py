@@ -218,7 +218,7 @@ class ObstoreClient:
         its own, without retries: those that come back are kept, and a range that fails
         again has that error, naming it, as its entry."""
         if not self.batches() or len(ranges) == 1:
-            return list(await asyncio.gather(*(self.get(o, n) for o, n in ranges), return_exceptions=True))
+            return await self._each(ranges)
         import obstore
 
         try:
@@ -226,8 +226,7 @@ class ObstoreClient:
                 self._store(), self.config["path"], starts=[o for o, _ in ranges], lengths=[n for _, n in ranges], coalesce=0
             )
         except Exception:  # noqa: BLE001 - which range failed: each asked for alone says
-            alone = _shared_store(self.config, ALONE_POLICY)
-            return list(await asyncio.gather(*(self._get(o, n, alone) for o, n in ranges), return_exceptions=True))
+            return await self._each(ranges, _shared_store(self.config, ALONE_POLICY))
         out: list[bytes | memoryview | BaseException] = []
         for data, (offset, length) in zip(found, ranges, strict=True):
             try:
@@ -235,6 +234,12 @@ class ObstoreClient:
             except H5LensError as e:
                 out.append(e)
         return out
+
+    async def _each(self, ranges: Sequence[tuple[int, int]], store: Any = None) -> list[bytes | memoryview | BaseException]:
+        """Each range asked for on its own (through ``store``, default the policy's): its
+        bytes or its error."""
+        ask = self.get if store is None else lambda o, n: self._get(o, n, store)
+        return list(await asyncio.gather(*(ask(o, n) for o, n in ranges), return_exceptions=True))
 
     def get_sync(self, offset: int, length: int, *, exact: bool = True) -> bytes | memoryview:
         """Bytes ``[offset, offset + length)`` without an event loop; with ``exact=False``,

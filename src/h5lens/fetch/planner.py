@@ -18,7 +18,7 @@ and ``span`` bounds a merged request (a range longer than it is still fetched wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -110,7 +110,7 @@ READS = Planner(gap=1 << 20, span=32 << 20, part=1 << 20, extra_ratio=1.0, extra
 # counts (smaller gaps) unchanged. Reads one chunk after another (read-ahead) keep READS:
 # there a bridged gap saves a round trip (small.nc through zarr's pipeline: 5 GETs, 114
 # with 128 KiB).
-BULK = Planner(gap=128 << 10, span=32 << 20, part=1 << 20, extra_ratio=1.0, extra_floor=1 << 20)
+BULK = replace(READS, gap=128 << 10)
 # Local files: a pread costs a few microseconds, about what copying 16 KiB does.
 LOCAL = Planner(gap=16 << 10, span=32 << 20, part=1 << 62)
 # A scan's reads of index nodes and small arrays: they sit between the data chunks they

@@ -479,10 +479,8 @@ class SlicedRuns:
     own, a chunk long (it stays in the CPU's cache), and its pieces copied out of it at
     once. No buffer of every decoded chunk is written and read back (a preload of 256
     blocks decoded 50 MB that way, zeroed and faulted in first), no index per value; the
-    chunks kept decoded (``Decoded``) are read where they are.
-
-    Chunks may come in any order and in any number of calls (:meth:`decode`, on any thread:
-    each writes only its own pieces of :attr:`out`)."""
+    chunks kept decoded (``Decoded``) are read where they are. :meth:`decode` runs on any
+    thread, for any share of the chunks: each writes only its own pieces of :attr:`out`."""
 
     def __init__(
         self,
@@ -551,13 +549,10 @@ class SlicedRuns:
                 for at, _, take in chunk_pieces:
                     self.out[at : at + take] = self.codec.fill
 
-    def threads_pay(self, count: int) -> bool:
-        """Whether ``count`` chunks are worth sharing out between threads."""
-        return count >= _PARALLEL_FROM and _THREADS > 1 and self.codec.chunk_nbytes >= _PARALLEL_CHUNK
-
     def shares(self, chunks: list[tuple[int, bytes | memoryview]]) -> list[list[tuple[int, bytes | memoryview]]]:
-        """``chunks`` cut into one share per decode thread if they are many, else whole."""
-        if not self.threads_pay(len(chunks)):
+        """``chunks`` cut into one share per decode thread if they are many and big enough
+        for threads to pay, else whole."""
+        if len(chunks) < _PARALLEL_FROM or _THREADS == 1 or self.codec.chunk_nbytes < _PARALLEL_CHUNK:
             return [chunks]
         step = -(-len(chunks) // _THREADS)
         return [chunks[lo : lo + step] for lo in range(0, len(chunks), step)]
