@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import zlib
+
 import h5py
 import numpy as np
 import pytest
@@ -147,6 +150,49 @@ def test_loader_runs_written_into_the_callers_buffer(loader_source, longest):
     got = sync(store.read_runs_async("gzip", starts, stops, out=other))
     assert got is not other and not other.any()
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("inflater", ["zlib-ng", "zlib"])
+def test_blocks_ending_early_in_their_chunks_inflate_only_that_far(loader_source, inflater, monkeypatch):
+    """Blocks of rows that end early in their chunks (a loader's 32 cells inside an h5ad's
+    chunk of hundreds): those chunks are inflated only as far as the blocks reach, by
+    zlib-ng or, where it is not installed, CPython's zlib. The values equal h5py's."""
+    if inflater == "zlib":
+        monkeypatch.setitem(sys.modules, "zlib_ng", None)  # not installed: the import fails
+        module = zlib
+    else:
+        from zlib_ng import zlib_ng as module
+    streams = []
+    real = module.decompressobj
+    monkeypatch.setattr(module, "decompressobj", lambda *a: streams.append(1) or real(*a))
+    store = h5lens.open_store(h5lens.index(loader_source, inline_threshold=0))
+    with h5py.File(loader_source) as f:
+        data = f["gzip"][...]
+    rng = np.random.default_rng(11)
+    starts = np.sort(rng.choice(np.arange(0, len(data) - 3_000, 3_000), 120, replace=False)) + rng.integers(0, 300, 120)
+    stops = starts + rng.integers(200, 600, 120)  # each ends in the first third of its chunk (3,000 values)
+    expected = np.concatenate([data[a:b] for a, b in zip(starts, stops, strict=True)])
+    np.testing.assert_array_equal(store.read_runs("gzip", starts, stops), expected)
+    assert len(streams) == 120  # every chunk inflated only as far as its block
+
+
+def test_a_chunk_shorter_than_its_size_reads_only_where_it_holds_values(tmp_path):
+    """A deflate chunk whose stream holds fewer bytes than the chunk: values inside it read as
+    h5py reads them; a block reaching past its end is refused naming the chunk (h5py returns
+    whatever its buffer held there)."""
+    path = tmp_path / "short.h5"
+    with h5py.File(path, "w") as f:
+        x = f.create_dataset("x", shape=(30_000,), chunks=(10_000,), dtype="<f4", compression="gzip")
+        x[...] = np.arange(30_000)
+        x.id.write_direct_chunk((10_000,), zlib.compress(np.arange(10_000, 15_000, dtype="<f4").tobytes()))
+    store = h5lens.open_store(h5lens.index(path, inline_threshold=0))
+    starts = np.array([0, 10_100, 20_000])
+    inside = store.read_runs("x", starts, starts + 1_000)
+    with h5py.File(path) as f:
+        expected = np.concatenate([f["x"][a : a + 1_000] for a in starts.tolist()])
+    np.testing.assert_array_equal(inside, expected)
+    with pytest.raises(h5lens.SourceReadError, match=r"chunk 'x/c/1' of /x .*does not decode"):
+        store.read_runs("x", starts, starts + 8_000)
 
 
 def test_loader_runs_name_a_damaged_chunk(loader_source, tmp_path):

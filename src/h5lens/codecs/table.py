@@ -59,15 +59,26 @@ Configure = Callable[[tuple[int, ...], int], "dict[str, Any] | None"]
 Decoder = Callable[[bytes, int], bytes]  # (stored bytes, decoded size) -> decoded bytes
 
 
+Into = Callable[[bytes | memoryview, memoryview], None]
+
+
 class IntoDecoder:
     """A decoder that can also write a chunk straight into a buffer of its decoded size
     (``into``): no bytes object per chunk, no copy to join them (a 100 MB array of LZF
     chunks reads 25% faster). ``into`` raises ValueError unless the chunk decodes to
-    exactly ``len(out)`` bytes."""
+    exactly ``len(out)`` bytes.
 
-    def __init__(self, decode: Decoder, into: Callable[[bytes | memoryview, memoryview], None]) -> None:
+    A stream format that can stop early also has ``head``: only the first ``len(out)``
+    decoded bytes, for a read that needs nothing further in the chunk (a loader's block
+    ending inside it). It pays when fewer than ``head_pays_below`` of the chunk's bytes
+    are needed; past that ``into`` is faster. ``head`` raises ValueError when the stream
+    holds fewer bytes."""
+
+    def __init__(self, decode: Decoder, into: Into, head: Into | None = None, head_pays_below: float = 0.0) -> None:
         self._decode = decode
         self.into = into
+        self.head = head
+        self.head_pays_below = head_pays_below if head is not None else 0.0
 
     def __call__(self, data: bytes, nbytes: int) -> bytes:
         return self._decode(data, nbytes)
@@ -228,7 +239,35 @@ def _zlib(configuration: dict[str, Any], itemsize: int) -> Decoder:
                 return
         _copy_exact(zlib.decompress(data), out)
 
-    return IntoDecoder(decode, into)
+    streams, pays_below = _head_inflater()
+
+    def head(data: bytes | memoryview, out: memoryview) -> None:
+        decoded = streams.decompressobj().decompress(data, len(out))
+        if len(decoded) != len(out):
+            raise ValueError(f"decoded to {len(decoded)} bytes; at least {len(out)} were needed")
+        out[:] = decoded
+
+    return IntoDecoder(decode, into, head, pays_below)
+
+
+def _head_inflater() -> tuple[Any, float]:
+    """The zlib-compatible module whose ``decompressobj`` inflates only a chunk's first
+    bytes, and below what share of the chunk that beats libdeflate inflating all of it.
+
+    libdeflate cannot stop early. zlib-ng inflates at about two thirds of its speed, so it
+    wins when under about 55% of the chunk is needed (measured on anndata's gzip chunks of
+    X/data and X/indices: break-even at 50% for indices, 70% for data); CPython's zlib, at
+    a third of libdeflate's speed, below about 35%. A loader's 32-row blocks end inside an
+    h5ad's chunk of about 240 rows at a uniform place: at 10^6 cells a preload inflated 58
+    ms of one core whole, 46 ms this way."""
+    try:
+        from zlib_ng import zlib_ng
+
+        return zlib_ng, 0.55
+    except ImportError:  # an optional speed-up: CPython's zlib reads the same streams
+        import zlib
+
+        return zlib, 0.35
 
 
 def _copy_exact(decoded: bytes | memoryview, out: memoryview) -> None:

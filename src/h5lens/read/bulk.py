@@ -453,10 +453,11 @@ def run_chunks(chunk: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     return np.unique(np.cumsum(steps))
 
 
-def _run_pieces(chunk: int, starts: np.ndarray, stops: np.ndarray) -> dict[int, list[tuple[int, int, int]]]:
+def _run_pieces(chunk: int, starts: np.ndarray, stops: np.ndarray) -> tuple[dict[int, list[tuple[int, int, int]]], dict[int, int]]:
     """Runs ``[starts[i], stops[i])`` of a 1-d array of chunks of ``chunk`` values, one
     after the other, cut where they cross chunks: per chunk, its pieces as (where in the
-    runs' values, where in the chunk, how many values). Computed for all runs at once."""
+    runs' values, where in the chunk, how many values), and how far into the chunk they
+    reach (the values before that are all a read needs of it). Computed for all runs at once."""
     keep = stops > starts
     starts, stops = starts[keep], stops[keep]
     first, last = starts // chunk, (stops - 1) // chunk
@@ -468,9 +469,13 @@ def _run_pieces(chunk: int, starts: np.ndarray, stops: np.ndarray) -> dict[int, 
     at = np.cumsum(take) - take
     by_chunk = np.argsort(flat, kind="stable")
     flats, begins = np.unique(flat[by_chunk], return_index=True)
-    rows = list(zip(at[by_chunk].tolist(), (lo - flat * chunk)[by_chunk].tolist(), take[by_chunk].tolist(), strict=True))
+    inside = (lo - flat * chunk)[by_chunk]
+    rows = list(zip(at[by_chunk].tolist(), inside.tolist(), take[by_chunk].tolist(), strict=True))
     ends = [*begins.tolist()[1:], len(rows)]
-    return {f: rows[b:e] for f, b, e in zip(flats.tolist(), begins.tolist(), ends, strict=True)}
+    flat_list = flats.tolist()
+    reach = np.maximum.reduceat(inside + take[by_chunk], begins) if len(begins) else np.empty(0, dtype=np.int64)
+    pieces = {f: rows[b:e] for f, b, e in zip(flat_list, begins.tolist(), ends, strict=True)}
+    return pieces, dict(zip(flat_list, reach.tolist(), strict=True))
 
 
 class SlicedRuns:
@@ -493,7 +498,7 @@ class SlicedRuns:
         self.codec = codec
         self.describe = describe
         self.out = out
-        self.pieces = _run_pieces(codec.chunk_shape[0], starts, stops)
+        self.pieces, self.reach = _run_pieces(codec.chunk_shape[0], starts, stops)
         last = codec.decoders[-1] if codec.decoders else None
         self._into = last if isinstance(last, IntoDecoder) else None
         self._before = codec.decoders[:-1]
@@ -507,12 +512,23 @@ class SlicedRuns:
         view = memoryview(scratch)
         if into is not None and not before and not codec.unshuffle and cache is None:
             # the usual case (one deflate, say), with the least Python per chunk: while a
-            # thread holds the GIL here the other decode thread cannot take it back
+            # thread holds the GIL here the other decode thread cannot take it back. A
+            # chunk whose pieces end early is inflated only that far where that pays (a
+            # stream read whole again if the short way fails: its error is the one to give).
             values = np.frombuffer(scratch, dtype=codec.stored)  # every chunk lands here
-            inflate = into.into
+            inflate, head, reach = into.into, into.head, self.reach
+            itemsize = codec.stored.itemsize
+            short = int(into.head_pays_below * codec.chunk_items)
             for flat, data in chunks:
                 try:
-                    inflate(data, view)
+                    needed = reach[flat]
+                    if needed < short:
+                        try:
+                            head(data, view[: needed * itemsize])  # type: ignore[misc]  # short > 0: head is set
+                        except Exception:  # noqa: BLE001 - the whole stream decides
+                            inflate(data, view)
+                    else:
+                        inflate(data, view)
                 except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
                     raise SourceReadError(f"{self.describe(flat)} does not decode ({type(e).__name__}: {e})") from e
                 for at, offset, take in pieces[flat]:
