@@ -6,7 +6,8 @@ exactly those bytes (or an h5lens error naming the URL and the bytes) and ``stat
 for what identifies the file's version. Three kinds:
 
 * :class:`LocalClient`: ``os.pread`` on a file descriptor (synchronous; a page-cache read
-  costs less than a thread hop);
+  costs less than a thread hop), and many ranges at once as views of a read-only map of
+  the file (:mod:`h5lens.fetch.mapped`);
 * :class:`ObstoreClient`: obstore (Rust, ``object_store``) for ``s3://`` and plain
   ``http(s)://`` URLs: about a tenth of s3fs's CPU per request, requests in parallel
   without the GIL, and its HTTP connections shared by every client of the same store
@@ -34,9 +35,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
 from h5lens.backend_errors import anon_requested, http_status, is_transient, storage_error
 from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError, first_line
 from h5lens.fetch import retry
+from h5lens.fetch.mapped import FileMap, maps_wanted
 from h5lens.fetch.obstore_options import obstore_config
 from h5lens.fetch.ranges import FirstRequest, RangeIgnoredError
 from h5lens.locations import is_remote
@@ -72,6 +76,7 @@ class LocalClient:
         self.url = path
         self.path = path.removeprefix("file://")
         self._fd: int | None = None
+        self._file_map: FileMap | None = None
 
     def _open(self) -> int:
         if self._fd is None:
@@ -98,6 +103,25 @@ class LocalClient:
         # A page-cache read of one chunk takes microseconds; a thread hop costs more than it.
         return self.get_sync(offset, length)
 
+    def views(self, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview] | None:
+        """Many ranges at once as views of a read-only map of the file (:mod:`h5lens.fetch.mapped`:
+        no copy); a range past the file's end is refused as :meth:`get_sync` refuses it. None
+        where local reads do not map (read them with :meth:`get_sync`)."""
+        if not maps_wanted() or (self._file_map is not None and self._file_map.failed) or not len(offsets):
+            return None
+        fd = self._open()
+        try:
+            size = os.fstat(fd).st_size
+        except OSError as e:
+            raise storage_error(e, self.path, "checking") from None
+        ends = offsets + lengths
+        if int(ends.max()) > size:
+            first = int(np.argmax(ends > size))
+            raise past_end(self.path, int(offsets[first]), int(lengths[first]), f"the file ({size} bytes)")
+        if self._file_map is None:
+            self._file_map = FileMap()
+        return self._file_map.views(fd, size, offsets.tolist(), lengths.tolist())
+
     def stat(self, *, fingerprint: bool = False, probe: bool = False) -> dict[str, Any]:
         """Size and mtime; with ``fingerprint``, also the content fingerprint (two preads)."""
         del probe  # a local file answers at once
@@ -115,12 +139,14 @@ class LocalClient:
         return found
 
     def close(self) -> None:
+        if self._file_map is not None:
+            self._file_map.release()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "path": self.path, "_fd": None}
+        return {"url": self.url, "path": self.path, "_fd": None, "_file_map": None}
 
 
 # -- obstore ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 from h5lens.errors import H5LensError
 from h5lens.fetch import planner as planners
 from h5lens.fetch.blocks import READAHEAD_CACHE_BYTES, ChunkFetcher
-from h5lens.fetch.clients import ByteReader, open_client
+from h5lens.fetch.clients import ByteReader, LocalClient, open_client
 from h5lens.fetch.planner import Planner
 from h5lens.fetch.readahead import ReadAhead
 from h5lens.manifest.tables import INLINE, MISSING, ChunkTable
@@ -239,9 +239,14 @@ class SourceReads:
         error.chunk = (int(flats[first]), int(offsets[first]), int(lengths[first]))  # type: ignore[attr-defined]
         return error
 
-    def _read_local(self, client: ByteReader, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview]:
-        """Many ranges of a local file: one pread per run of neighbours (the planner's
-        merged requests), sliced; each range a view of its run's buffer."""
+    def _read_local(self, client: ByteReader, offsets: np.ndarray, lengths: np.ndarray, *, mapped: bool = True) -> list[memoryview]:
+        """Many ranges of a local file: views of the file's map (``mapped``, where local
+        reads map: :meth:`LocalClient.views`), else one pread per run of neighbours (the
+        planner's merged requests), sliced; each range a view of its run's buffer."""
+        views = client.views(offsets, lengths) if mapped and isinstance(client, LocalClient) else None
+        if views is not None:
+            self.stats.record(int(lengths.sum()))
+            return views
         order = np.argsort(offsets, kind="stable")
         sorted_offsets, sorted_lengths = offsets[order], lengths[order]
         out: list[memoryview] = [memoryview(b"")] * len(offsets)
