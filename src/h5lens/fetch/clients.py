@@ -40,7 +40,7 @@ import numpy as np
 from h5lens.backend_errors import anon_requested, http_status, is_transient, storage_error
 from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError, first_line
 from h5lens.fetch import retry
-from h5lens.fetch.mapped import FileMap, maps_wanted
+from h5lens.fetch.mapped import MAP_FROM, FileMap, maps_wanted
 from h5lens.fetch.obstore_options import obstore_config
 from h5lens.fetch.ranges import FirstRequest, RangeIgnoredError
 from h5lens.locations import is_remote
@@ -106,8 +106,9 @@ class LocalClient:
     def views(self, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview] | None:
         """Many ranges at once as views of a read-only map of the file (:mod:`h5lens.fetch.mapped`:
         no copy); a range past the file's end is refused as :meth:`get_sync` refuses it. None
-        where local reads do not map (read them with :meth:`get_sync`)."""
-        if not maps_wanted() or (self._file_map is not None and self._file_map.failed) or not len(offsets):
+        for fewer than ``MAP_FROM`` ranges (a lazy AnnData's small reads: a pread or two costs
+        less than the size check) and where local reads do not map (read them with :meth:`get_sync`)."""
+        if len(offsets) < MAP_FROM or not maps_wanted() or (self._file_map is not None and self._file_map.failed):
             return None
         fd = self._open()
         try:

@@ -29,6 +29,8 @@ import threading
 LOCAL_READS_ENV = "H5LENS_LOCAL_READS"
 # Bytes read through a map between two releases of its pages (see the module docstring).
 RESIDENT_BYTES = 32 << 20
+# Ranges in one read from which it goes through the map.
+MAP_FROM = 4
 
 
 def maps_wanted() -> bool:
