@@ -39,8 +39,9 @@ setup and at the end; ``peak_mib`` is the end value (interpreter, libraries, the
 preloads, and the check's per-row arrays, 4 float64 per cell for every route alike).
 
 What inflating alone costs (``inflation_cap``): the stored chunks a random preload touches,
-read with h5py and inflated once each by libdeflate on one thread; on this machine's cores
-that caps any reader that inflates them, doing nothing else.
+read with h5py and inflated once each on one thread, whole by libdeflate and (``_heads``)
+only as far as the blocks reach where that is faster (zlib-ng), as h5lens does; on this
+machine's cores that caps any reader that inflates them, doing nothing else.
 
 The copy's cost (seconds to convert, bytes on disk, peak memory) is measured once when the
 copy is made (in ``--workdir``, kept between runs like the h5ad; ``--regenerate`` makes both

@@ -1,8 +1,9 @@
 """How an h5ad stores its rows: the stored chunk's rows per array, to choose a loader's block size.
 
 A minibatch loader (annbatch's ``Loader``) reads blocks of ``chunk_size`` contiguous rows.
-Each block reads whole stored chunks: every chunk it touches is fetched and inflated, however
-few of its rows the block needs. How many rows a stored chunk holds is therefore what a
+Each block reads whole stored chunks: every chunk it touches is fetched, however few of its
+rows the block needs, and inflated (a deflate chunk only as far as the block reaches into it,
+where that is under about half of it: :mod:`h5lens.codecs.table`). How many rows a stored chunk holds is therefore what a
 ``chunk_size`` should be measured against, and the h5ad decides it, not the loader:
 ``write_h5ad(compression="gzip")`` lets h5py guess the chunks: ``X/data`` and ``X/indices``
 in chunks of a fixed number of *values* (9,766 for an X of 40 million), so the rows per chunk
@@ -52,9 +53,10 @@ class StoredChunks:
     stored_bytes: float
 
     def inflation(self, chunk_size: int) -> float:
-        """Values inflated per value used, on average, by blocks of ``chunk_size`` contiguous
-        rows that start anywhere: a block of ``b`` rows touches ``1 + b / r`` stored chunks of
-        ``r`` rows on average, so ``1 + r / b``. 2 at ``chunk_size == rows_per_chunk``; it
+        """Values fetched per value used, on average, by blocks of ``chunk_size`` contiguous
+        rows that start anywhere (and inflated, at most: a deflate chunk is inflated only as
+        far as a block reaches where that pays): a block of ``b`` rows touches ``1 + b / r``
+        stored chunks of ``r`` rows on average, so ``1 + r / b``. 2 at ``chunk_size == rows_per_chunk``; it
         falls towards 1 as blocks grow, and grows with ``r / b`` as blocks shrink (one
         row a block from chunks of 100 rows inflates 101 rows for each)."""
         if chunk_size < 1:
