@@ -239,11 +239,11 @@ class SourceReads:
         error.chunk = (int(flats[first]), int(offsets[first]), int(lengths[first]))  # type: ignore[attr-defined]
         return error
 
-    def _read_local(self, client: ByteReader, offsets: np.ndarray, lengths: np.ndarray, *, mapped: bool = True) -> list[memoryview]:
-        """Many ranges of a local file: views of the file's map (``mapped``, where local
-        reads map: :meth:`LocalClient.views`), else one pread per run of neighbours (the
-        planner's merged requests), sliced; each range a view of its run's buffer."""
-        views = client.views(offsets, lengths) if mapped and isinstance(client, LocalClient) else None
+    def _read_local(self, client: ByteReader, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview]:
+        """Many ranges of a local file: views of the file's map where local reads map
+        (:meth:`LocalClient.views`), else one pread per run of neighbours (the planner's
+        merged requests), sliced; each range a view of its run's buffer."""
+        views = client.views(offsets, lengths) if isinstance(client, LocalClient) else None
         if views is not None:
             self.stats.record(int(lengths.sum()))
             return views
