@@ -478,17 +478,6 @@ def _run_pieces(chunk: int, starts: np.ndarray, stops: np.ndarray) -> tuple[dict
     return pieces, dict(zip(flat_list, reach.tolist(), strict=True))
 
 
-def _head_or_whole(into: IntoDecoder, data: bytes | memoryview, view: memoryview, nbytes: int) -> bool:
-    """The chunk's first ``nbytes`` decoded into ``view`` (True), or, if the short way fails,
-    all of it (False): then the whole stream decides, and its error is the one raised."""
-    try:
-        into.head(data, view[:nbytes])  # type: ignore[misc]  # called only where head is set
-        return True
-    except Exception:  # noqa: BLE001 - the whole stream decides
-        into.into(data, view)
-        return False
-
-
 class SlicedRuns:
     """:func:`gather_runs` for long runs (a loader's blocks of rows): the runs cut into
     pieces, one per chunk they cross; then each chunk decoded into a buffer of its thread's
@@ -521,21 +510,23 @@ class SlicedRuns:
         size = codec.chunk_nbytes
         scratch = bytearray(size)
         view = memoryview(scratch)
-        plain = into is not None and not before and not codec.unshuffle
-        itemsize = codec.stored.itemsize
-        short = int(into.head_pays_below * codec.chunk_items) if plain else 0  # type: ignore[union-attr]  # plain: into is set
-        reach = self.reach
-        if plain and cache is None:
+        if into is not None and not before and not codec.unshuffle and cache is None:
             # the usual case (one deflate, say), with the least Python per chunk: while a
             # thread holds the GIL here the other decode thread cannot take it back. A
-            # chunk whose pieces end early is inflated only that far where that pays.
+            # chunk whose pieces end early is inflated only that far where that pays (a
+            # stream read whole again if the short way fails: its error is the one to give).
             values = np.frombuffer(scratch, dtype=codec.stored)  # every chunk lands here
-            inflate = into.into  # type: ignore[union-attr]  # plain: into is set
+            inflate, head, reach = into.into, into.head, self.reach
+            itemsize = codec.stored.itemsize
+            short = int(into.head_pays_below * codec.chunk_items)
             for flat, data in chunks:
                 try:
                     needed = reach[flat]
                     if needed < short:
-                        _head_or_whole(into, data, view, needed * itemsize)  # type: ignore[arg-type]
+                        try:
+                            head(data, view[: needed * itemsize])  # type: ignore[misc]  # short > 0: head is set
+                        except Exception:  # noqa: BLE001 - the whole stream decides
+                            inflate(data, view)
                     else:
                         inflate(data, view)
                 except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
@@ -544,25 +535,18 @@ class SlicedRuns:
                     out[at : at + take] = values[offset : offset + take]
             return
         for flat, data in chunks:
-            whole = True
             try:
                 if into is not None:
-                    needed = reach[flat]
-                    if needed < short and cache is not None and cache.nbytes + size > cache.max_bytes:
-                        # the cache is full: keeping this chunk would drop another, so it
-                        # is inflated only as far as this read needs, and not kept
-                        whole = not _head_or_whole(into, data, view, needed * itemsize)
-                    else:
-                        for step in before:
-                            data = step(data, size)  # type: ignore[arg-type]  # the decoders take any buffer
-                        into.into(data, view)
+                    for step in before:
+                        data = step(data, size)  # type: ignore[arg-type]  # the decoders take any buffer
+                    into.into(data, view)
                     raw: bytes | memoryview = view
                 else:
                     raw = codec.decode_bytes(data)
                 values = codec.chunk_values(raw)
             except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
                 raise SourceReadError(f"{self.describe(flat)} does not decode ({type(e).__name__}: {e})") from e
-            if cache is not None and whole:
+            if cache is not None:
                 cache.put(codec.path, flat, raw)  # copied: the buffer is the next chunk's
             for at, offset, take in pieces[flat]:
                 out[at : at + take] = values[offset : offset + take]
