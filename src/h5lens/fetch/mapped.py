@@ -61,10 +61,11 @@ class FileMap:
                 if held is None:
                     return None
             mapping, whole, _ = held
-            self._since_release += sum(lengths)
+            asked = sum(lengths)
+            self._since_release += asked
             if self._since_release > RESIDENT_BYTES:
                 mapping.madvise(mmap.MADV_DONTNEED)
-                self._since_release = sum(lengths)
+                self._since_release = asked
         return [whole[offset : offset + length] for offset, length in zip(offsets, lengths, strict=True)]
 
     def _mapped(self, fd: int, size: int) -> tuple[mmap.mmap, memoryview, int] | None:
