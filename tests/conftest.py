@@ -16,6 +16,24 @@ def _fast_reads_as_before():
         yield
 
 
+@pytest.fixture(autouse=True)
+def _codecs_follow_filters(monkeypatch):
+    """Every array any test indexes: its codecs are libhdf5's filters (tests/pipeline_oracle.py)."""
+    from pipeline_oracle import assert_codecs_follow_filters
+
+    from h5lens.scan import build
+
+    made = build._array
+
+    def checked(ds, *args, **kwargs):  # noqa: ANN001, ANN202 - the scanner's own signature
+        doc, table = made(ds, *args, **kwargs)
+        assert_codecs_follow_filters(ds, doc, table.source)
+        return doc, table
+
+    monkeypatch.setattr(build, "_array", checked)
+    yield
+
+
 @pytest.fixture(scope="session")
 def s3():
     pytest.importorskip("moto")

@@ -40,6 +40,19 @@ def set_chunk_opts(dcpl: h5py.h5p.PropDCID, opts: int = DONT_FILTER_PARTIAL_CHUN
     assert lib.H5Pset_chunk_opts(dcpl.id, opts) >= 0
 
 
+def chunk_opts(dcpl: h5py.h5p.PropDCID) -> int | None:
+    """``H5Pget_chunk_opts`` of a dataset's creation properties; None where the library
+    cannot be reached (h5py does not wrap it)."""
+    lib = library()
+    if lib is None:
+        return None
+    lib.H5Pget_chunk_opts.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_uint)]
+    opts = ctypes.c_uint(0)
+    if lib.H5Pget_chunk_opts(dcpl.id, ctypes.byref(opts)) < 0:
+        return None
+    return int(opts.value)
+
+
 def set_istore_k(fcpl: h5py.h5p.PropFCID, k: int) -> None:
     lib = _required()
     lib.H5Pset_istore_k.argtypes = [ctypes.c_int64, ctypes.c_uint]

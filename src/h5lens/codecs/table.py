@@ -103,7 +103,10 @@ def _deflate(cd: tuple[int, ...], itemsize: int) -> dict[str, Any]:
 
 
 def _shuffle(cd: tuple[int, ...], itemsize: int) -> dict[str, Any]:
-    return {"elementsize": itemsize}
+    # libhdf5 shuffles by the element size its set_local callback stored in cd_values[0]:
+    # the whole HDF5 element (12 bytes for a ("<f4", (3,)) array type, not the base type's
+    # 4), or whatever the writing library recorded (PyTables 1.x: 8 for 16-byte vlen descriptors)
+    return {"elementsize": cd[0] if cd and cd[0] > 0 else itemsize}
 
 
 def _no_configuration(cd: tuple[int, ...], itemsize: int) -> dict[str, Any]:

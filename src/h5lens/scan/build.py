@@ -412,7 +412,7 @@ def _array(
             edges = (lambda: indexes.unfiltered_edges(ds.id)) if indexes is not None else None
             scan = chunk_scan.scan_chunked(ds.id, shape, hdf5_chunks, walked, edges)
             table = scan.table
-            redo = scan.masked
+            redo = scan.masked + scan.unsure
             common = scan.common_mask()
             active = filters
             if common:  # most chunks skip the same filters (LZF gives up on random floats): their chain

@@ -53,9 +53,16 @@ class ChunkScan:
     # each masked chunk's filter mask (bit i: filter i skipped; every bit for an unfiltered edge)
     masks: list[int] = field(default_factory=list)
     present: int = 0  # chunks stored
+    # grid indices of partial edge chunks that may or may not skip the filters (the layout
+    # message's flag could not be read): re-encoded, and never a reason to drop a filter
+    unsure: list[tuple[int, ...]] = field(default_factory=list)
 
     def common_mask(self) -> int:
-        """The filter mask most stored chunks share (0 unless more are masked alike)."""
+        """The filter mask most stored chunks share (0 unless more are masked alike).
+
+        Only masks the file states count (a chunk's filter mask, or the layout's flag for
+        unfiltered edges): a dataset's codecs leave out a filter only where the file says
+        its chunks skip it. Chunks in ``unsure`` count as unmasked here."""
         if not self.masked:
             return 0
         from collections import Counter
@@ -205,7 +212,8 @@ def scan_chunked(
     Partial edge chunks that the dataset stores without its filters are listed in ``masked``,
     like chunks whose filter mask is not 0: the array's codecs cannot decode them. The walker
     reads that flag from the layout message; after a refusal ``unfiltered_edges`` tells it
-    (None: not known, and then every partial edge chunk of a filtered dataset is listed)."""
+    (None: not known, and then every partial edge chunk of a filtered dataset that libhdf5
+    lists unmasked is in ``unsure``: re-encoded, yet never a reason to drop a filter)."""
     grid = grid_shape(shape, chunk_shape)
     if 0 in shape:
         return ChunkScan(ChunkTableBuilder(grid), [])
@@ -226,15 +234,20 @@ def scan_chunked(
             f"its chunk index itself{why}"
         )
     index, addresses, sizes, masks = _iterated(dsid, chunk_shape[:rank])
-    edges = None
+    edges, unsure = None, None
     if dsid.get_create_plist().get_nfilters() > 0:
         known = unfiltered_edges() if unfiltered_edges is not None else None
-        if known is not False:
+        if known is True:
             edges = hdf5.partial_edge_rows(index, chunk_shape[:rank], shape[:rank])
+        elif known is None:  # the flag could not be read: the edges are re-encoded either way
+            unsure = hdf5.partial_edge_rows(index, chunk_shape[:rank], shape[:rank]) & (masks == 0)
     index = _pad(index, len(grid))
     if index.shape[0] and not _consistent(index, grid):
         raise UnsupportedFeatureError(f"{_name(dsid)}: libhdf5 lists chunks outside the chunk grid {grid} or twice")
-    return _table(grid, index, addresses, sizes, masks, edges)
+    scan = _table(grid, index, addresses, sizes, masks, edges)
+    if unsure is not None:
+        scan.unsure = [tuple(int(i) for i in index[k]) for k in np.flatnonzero(unsure)]
+    return scan
 
 
 def _iterated(dsid: h5py.h5d.DatasetID, chunk_shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:

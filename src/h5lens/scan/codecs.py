@@ -55,7 +55,7 @@ def translate_pipeline(filters: list[Filter], itemsize: int) -> list[dict[str, A
     codecs = []
     for position, f in enumerate(filters):
         if f.id == SHUFFLE and any(g.id != SHUFFLE for g in filters[:position]):
-            codecs.append(shuffle_codec_json(itemsize))
+            codecs.append(shuffle_codec_json(f.cd_values[0] if f.cd_values and f.cd_values[0] > 0 else itemsize))
             continue
         known = FILTERS.get(f.id)
         codec = None if known is None else known.codec_json(f.cd_values, itemsize)

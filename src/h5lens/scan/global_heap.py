@@ -170,10 +170,13 @@ class HeapCheck:
         return self._addresses(raw)
 
     def _chunked_storage(self, ds: h5py.Dataset, dcpl: h5py.h5p.PropDCID) -> bytes | None:
-        filters = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+        element = 4 + self.sizeof_addr + 4
+        pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
+        filters = [f[0] for f in pipeline]
+        # the element size libhdf5 shuffles by is the one the filter recorded
+        shuffled = [f[2][0] if f[0] == _FILTER_SHUFFLE and f[2] and f[2][0] > 0 else element for f in pipeline]
         if any(f not in (_FILTER_DEFLATE, _FILTER_SHUFFLE, _FILTER_FLETCHER32) for f in filters):
             return None
-        element = 4 + self.sizeof_addr + 4
         chunk_bytes = int(np.prod(ds.chunks)) * element
         pieces: list[bytes] = []
         raw_edges = self._unfiltered_edges(ds) if filters else False
@@ -190,7 +193,7 @@ class HeapCheck:
             for position in reversed(range(len(filters))):  # undo the pipeline, last filter first
                 if info.filter_mask & (1 << position):
                     continue
-                data = _undo(filters[position], data, element, chunk_bytes)
+                data = _undo(filters[position], data, shuffled[position], chunk_bytes)
             pieces.append(data)
 
         ds.id.chunk_iter(take)

@@ -2,7 +2,7 @@
 layout (with the chunk index's type, address and parameters) and filter pipeline.
 
 Specification: IV.A.2.b "The Dataspace Message", IV.A.2.i "The Data Layout Message"
-(versions 3 to 5; chunk index types in VII "Appendix C") and IV.A.2.l "The Data Storage -
+(versions 1 to 5; chunk index types in VII "Appendix C") and IV.A.2.l "The Data Storage -
 Filter Pipeline Message". libhdf5: H5Osdspace.c, H5Olayout.c (``H5O__layout_decode``) and
 H5Opline.c.
 """
@@ -102,12 +102,20 @@ class Layout:
 def parse_layout(data: bytes, sb: Superblock) -> Layout:
     c = Cursor(data, 0, "data layout message")
     version = c.uint(1)
-    if version not in (3, 4, 5):
+    if version not in (1, 2, 3, 4, 5):
         raise UnsupportedIndexError(f"data layout message version {version}")
-    layout_class = c.uint(1)
-    if layout_class != _LAYOUT_CHUNKED:
-        name = {0: "compact", 1: "contiguous", 3: "virtual"}.get(layout_class, f"class {layout_class}")
-        raise UnsupportedIndexError(f"{name} layout has no chunk index")
+    if version < 3:
+        # Versions 1 and 2 (libhdf5 before 1.6.3; PyTables 1.x files): the dimensionality
+        # comes before the class, then 5 reserved bytes; a chunked layout's index is a
+        # version 1 B-tree, and its dimensions end with the element size, as in version 3.
+        # No flags: partial edge chunks are always filtered.
+        ndims = c.uint(1)
+        _chunked_class(c.uint(1))
+        c.skip(5)
+        address = c.uint(sb.sizeof_offsets)
+        dims = [c.uint(4) for _ in range(ndims)]
+        return _layout(version, IndexType.BTREE_V1, address, dims)
+    _chunked_class(c.uint(1))
     if version == 3:
         ndims = c.uint(1)
         address = c.uint(sb.sizeof_offsets)
@@ -138,6 +146,12 @@ def parse_layout(data: bytes, sb: Superblock) -> Layout:
         params = (c.uint(4), c.uint(1), c.uint(1))  # node size, split and merge percent
     address = c.uint(sb.sizeof_offsets)
     return _layout(version, index_type, address, dims, flags, params, single_size, single_mask)
+
+
+def _chunked_class(layout_class: int) -> None:
+    if layout_class != _LAYOUT_CHUNKED:
+        name = {0: "compact", 1: "contiguous", 3: "virtual"}.get(layout_class, f"class {layout_class}")
+        raise UnsupportedIndexError(f"{name} layout has no chunk index")
 
 
 def _layout(version: int, index_type: IndexType, address: int, dims: list[int], *rest: Any) -> Layout:
