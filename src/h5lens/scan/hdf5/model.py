@@ -25,7 +25,7 @@ class UnsupportedIndexError(Exception):
 class IndexType(StrEnum):
     """The chunk indexes libhdf5 writes (a string enum: each compares equal to its name)."""
 
-    BTREE_V1 = "btree_v1"  # data layout message version 3 (libhdf5 before 1.10, or libver earliest)
+    BTREE_V1 = "btree_v1"  # data layout message versions 1 to 3 (libhdf5 before 1.10, or libver earliest)
     SINGLE = "single"  # layout 4+: one chunk, the dataset at its maximum size
     IMPLICIT = "implicit"  # layout 4+: no index, chunks allocated early in one block
     FIXED_ARRAY = "fixed_array"  # layout 4+: no unlimited dimension
