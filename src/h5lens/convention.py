@@ -31,6 +31,7 @@ BYTES = "_BYTES"
 ARRAY_FIELDS = "_ARRAY_FIELDS"  # structured arrays: [[field path], [shape]] of members that are arrays
 RAGGED = "_RAGGED"  # an awkward-array group that is one HDF5 dataset of sequences: {"dtype", "shape"}
 DATATYPE = "_DATATYPE"  # a group that is a committed (named) HDF5 datatype: its zarr data_type
+FLOAT_LAYOUT = "_FLOAT_LAYOUT"  # raw_bytes arrays of floats h5py reads as np.longdouble: their layout
 
 # Non-finite floats in attributes (JSON has no token for them) as zarr v3 writes them in
 # fill values: the strings below; the proposal profile reads them back as floats.
@@ -45,7 +46,7 @@ def non_finite_text(value: float) -> str:
 RESERVED_ATTRIBUTES = frozenset(
     {
         LINKS, DTYPE, SCALAR, REFERENCE_FIELDS, EMPTY, ENUM, EXTERNAL_ARRAY_LINK, REGION_REFERENCE, COMPOUND_DTYPE,
-        ARRAY_FIELDS, RAGGED, DATATYPE,
+        ARRAY_FIELDS, RAGGED, DATATYPE, FLOAT_LAYOUT,
     }
 )
 

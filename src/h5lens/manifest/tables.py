@@ -408,9 +408,11 @@ class ManifestParts:
 # Numeric types an attribute's JSON value does not say: JSON numbers read back as int64 or
 # float64 (and true / false as bool), so only these are recorded. Complex values are
 # written as [real, imaginary] pairs and datetime64 / timedelta64 values as their int64
-# counts (NaT: the smallest int64), so their types are recorded too.
+# counts (NaT: the smallest int64), so their types are recorded too; long doubles as their
+# exact hexadecimal text (h5lens.long_double).
 ATTRIBUTE_TYPES = frozenset(
-    {"int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "complex64", "complex128"}
+    {"int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "complex64", "complex128",
+     "longdouble", "clongdouble"}
 )
 _TIME_UNITS = ("Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as")
 TIME_ATTRIBUTE_TYPES = frozenset(f"{kind}64[{unit}]" for kind in ("datetime", "timedelta") for unit in _TIME_UNITS)

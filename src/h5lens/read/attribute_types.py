@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from h5lens.dtypes_forms import parse_record_type, parse_vlen_type
+from h5lens.errors import UnsupportedFeatureError
+from h5lens.long_double import from_hex
 
 
 def typed(value: Any, type_name: str) -> Any:
@@ -30,6 +32,8 @@ def typed(value: Any, type_name: str) -> Any:
     record = parse_record_type(type_name)
     if record is not None:
         return _records(value, record)
+    if type_name in ("longdouble", "clongdouble"):
+        return _long_doubles(value, type_name == "clongdouble")
     dtype = np.dtype(type_name)
     if isinstance(value, bool) or value is None:
         return value
@@ -62,6 +66,29 @@ def typed(value: Any, type_name: str) -> Any:
         except (TypeError, ValueError, OverflowError):
             return value
     return value
+
+
+def _long_doubles(value: Any, pairs: bool) -> Any:
+    """Long doubles' exact text (nested in lists like the array; a complex one a
+    [real, imaginary] pair) as np.longdouble / np.clongdouble values; anything else as it
+    is. A value this platform's long double cannot hold raises UnsupportedFeatureError."""
+    try:
+        texts = np.array(value, dtype=object)
+    except ValueError:
+        return value
+    if not all(isinstance(text, str) for text in texts.flat) or (pairs and (texts.ndim == 0 or texts.shape[-1] != 2)):
+        return value
+    try:
+        numbers = np.array([from_hex(text) for text in texts.flat], dtype=np.longdouble).reshape(texts.shape)
+    except UnsupportedFeatureError:
+        raise
+    except ValueError:
+        return value
+    out = numbers
+    if pairs:
+        out = np.empty(texts.shape[:-1], dtype=np.clongdouble)
+        out.real, out.imag = numbers[..., 0], numbers[..., 1]
+    return out[()] if out.ndim == 0 else out
 
 
 def _opaque(value: Any, dtype: np.dtype) -> Any:

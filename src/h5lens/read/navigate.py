@@ -45,6 +45,7 @@ from h5lens.dtypes_forms import restore_array_fields, view_array_fields
 from h5lens.errors import InvalidOptionError, NotAManifestError, SourceNotFoundError
 from h5lens.keys import unescape_key
 from h5lens.locations import is_remote, local_path, resolve
+from h5lens.long_double import layout_in, to_longdouble
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import Manifest
 from h5lens.read.attribute_types import typed
@@ -509,6 +510,8 @@ class Dataset(Node):
         dtype = self._array.dtype
         if self.is_reference:
             return np.dtype(object)
+        if layout_in(self._doc.get("attributes", {}), self.h5_path) is not None:  # long doubles' stored bits
+            return np.dtype(np.longdouble)
         if convention.ARRAY_FIELDS in self._doc.get("attributes", {}):  # array members, as HDF5 holds them
             dtype = restore_array_fields(dtype, self._doc["attributes"][convention.ARRAY_FIELDS])
         fields = self.reference_fields
@@ -541,11 +544,14 @@ class Dataset(Node):
             if key.node != self:
                 raise ValueError(f"the region selects from {key.node.h5_path!r}, not {self.h5_path!r}")
             return key.read()
+        layout = layout_in(self._doc.get("attributes", {}), self.h5_path)  # long doubles: their stored bits
         if self.is_empty:
             if _whole(key):
-                return empty(self._array.dtype)
+                return empty(self._array.dtype if layout is None else np.dtype(np.longdouble))
             raise ValueError(f"{self.h5_path!r} has a null dataspace: only [()] reads it")
         values = self._raw(key)
+        if layout is not None:  # as np.longdouble, or an error saying why not on this platform
+            return to_longdouble(values, layout, self.h5_path)
         if convention.ARRAY_FIELDS in self._doc.get("attributes", {}):
             values = view_array_fields(values, self._doc["attributes"][convention.ARRAY_FIELDS])
         if self.is_reference:

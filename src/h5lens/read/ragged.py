@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from h5lens import convention
-from h5lens.dtypes_forms import (
+from h5lens.ragged_forms import (
     AWKWARD_ATTRIBUTES,
     STRING_ELEMENTS,
     element_dtype,
@@ -119,8 +119,8 @@ class RaggedDataset(Node):
                 return nodes
             if self._marker["dtype"] in STRING_ELEMENTS:
                 return string_values(shape, offsets, buffers[0], buffers[1])
-            if element.names is None:
-                data = buffers[0].astype(element, copy=False)
+            if element.names is None:  # numbers, or fixed-length byte strings from their bytes
+                data = from_buffer(buffers[0], self._marker["dtype"])
             else:  # a record's fields, one buffer each
                 fields = [from_buffer(b, primitive) for b, (_, primitive) in zip(buffers, self._marker["dtype"], strict=True)]
                 data = np.empty(min((f.size for f in fields), default=0), dtype=element)

@@ -20,6 +20,8 @@ from xarray.backends.zarr import ZarrArrayWrapper, ZarrStore
 from xarray.core import indexing
 from xarray.core.variable import Variable
 
+from h5lens import convention
+from h5lens.long_double import FloatLayout, layout_in, to_longdouble
 from h5lens.read.attribute_types import typed_attributes
 from h5lens.read.plan import decoder, region_of
 from h5lens.store import ManifestStore
@@ -52,6 +54,40 @@ class RegionArrayWrapper(ZarrArrayWrapper):
         return super()._oindex(key) if values is None else values
 
 
+class LongDoubleArrayWrapper(ZarrArrayWrapper):
+    """A zarr array of the stored bits of floats h5py reads as np.longdouble
+    (``_FLOAT_LAYOUT``, :mod:`h5lens.long_double`), read as np.longdouble."""
+
+    __slots__ = ("_layout", "_where")
+
+    def __init__(self, zarr_array: Any, layout: FloatLayout, where: str) -> None:
+        super().__init__(zarr_array)
+        self.dtype = np.dtype(np.longdouble)
+        self._layout = layout
+        self._where = where
+
+    def _values(self, raw: Any) -> Any:
+        return to_longdouble(raw, self._layout, self._where)
+
+    def _getitem(self, key: Any) -> Any:
+        return self._values(super()._getitem(key))
+
+    def _oindex(self, key: Any) -> Any:
+        return self._values(super()._oindex(key))
+
+    def _vindex(self, key: Any) -> Any:
+        return self._values(super()._vindex(key))
+
+    async def _async_getitem(self, key: Any) -> Any:
+        return self._values(await super()._async_getitem(key))
+
+    async def _async_oindex(self, key: Any) -> Any:
+        return self._values(await super()._async_oindex(key))
+
+    async def _async_vindex(self, key: Any) -> Any:
+        return self._values(await super()._async_vindex(key))
+
+
 class RegionZarrStore(ZarrStore):
     """xarray's ZarrStore, with :class:`RegionArrayWrapper` for the arrays h5lens decodes and
     attributes of the HDF5 types the manifest records (:mod:`h5lens.read.attribute_types`)."""
@@ -65,7 +101,11 @@ class RegionZarrStore(ZarrStore):
         if isinstance(store, ManifestStore):
             attrs = typed_attributes(store.manifest.attribute_types.get(path), attrs)
         data = variable._data
-        if isinstance(store, ManifestStore) and decoder(store, path, text=False) is not None:
+        layout = layout_in(attrs, path) if isinstance(store, ManifestStore) else None
+        if layout is not None:  # long doubles' stored bits, read as np.longdouble
+            attrs = {k: v for k, v in attrs.items() if k != convention.FLOAT_LAYOUT}
+            data = indexing.LazilyIndexedArray(LongDoubleArrayWrapper(zarr_array, layout, "/" + path))
+        elif isinstance(store, ManifestStore) and decoder(store, path, text=False) is not None:
             data = indexing.LazilyIndexedArray(RegionArrayWrapper(zarr_array, store, path))
         # text stays zarr's to read: xarray types it as zarr gives it
         return Variable(variable.dims, data, attrs, variable.encoding)
@@ -78,4 +118,4 @@ class RegionZarrStore(ZarrStore):
         return typed_attributes(store.manifest.attribute_types.get(self.zarr_group.path), attrs)
 
 
-__all__ = ["RegionArrayWrapper", "RegionZarrStore"]
+__all__ = ["LongDoubleArrayWrapper", "RegionArrayWrapper", "RegionZarrStore"]

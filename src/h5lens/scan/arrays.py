@@ -122,6 +122,8 @@ def document(
         attributes[convention.ARRAY_FIELDS] = plan.array_fields_json()
     if plan.enum is not None:
         attributes[convention.ENUM] = plan.enum
+    if plan.float_layout is not None:
+        attributes[convention.FLOAT_LAYOUT] = plan.float_layout.to_json()
     return {
         "zarr_format": 3,
         "node_type": "array",

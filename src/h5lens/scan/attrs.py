@@ -27,6 +27,7 @@ import numpy as np
 from h5lens import convention
 from h5lens.dtypes_forms import ragged_primitive, record_type_name, vlen_type_name
 from h5lens.errors import UnsupportedFeatureError
+from h5lens.long_double import to_hex
 from h5lens.scan.attr_headers import AttributeHeaders
 from h5lens.scan.hdf5.attributes import NULL, HeaderAttribute
 
@@ -262,6 +263,8 @@ def _type_name(
     base = dtype.base
     if base.names is not None:
         return record_type_name(base)
+    if _long_double(base):
+        return "clongdouble" if base.kind == "c" else "longdouble"  # their exact text
     if base.kind == "V":
         return f"V{base.itemsize}"  # opaque: the JSON holds its bytes
     if base.kind in "iufc":
@@ -293,6 +296,8 @@ def _to_json(value: Any, where: str, resolve: ResolveRef) -> Any:
         return bool(value)
     if isinstance(value, (int, np.integer)):
         return int(value)
+    if isinstance(value, (np.floating, np.complexfloating)) and _long_double(value.dtype):
+        return _long_double_text(value)  # float64 would lose bits: the exact text
     if isinstance(value, (float, np.floating)):
         return float(value)
     if isinstance(value, (complex, np.complexfloating)):
@@ -321,6 +326,8 @@ def _array(value: np.ndarray, where: str, resolve: ResolveRef) -> Any:
     if value.ndim == 0:
         return _to_json(value[()], where, resolve)
     kind = value.dtype.kind
+    if _long_double(value.dtype):
+        return _nested(value, _long_double_text)
     if kind in "iufb":
         return value.tolist()
     if kind == "c":
@@ -336,6 +343,17 @@ def _array(value: np.ndarray, where: str, resolve: ResolveRef) -> Any:
     if value.dtype.names is not None:  # records: each one's fields decide for themselves
         return _nested(value, lambda v: to_json(v, where, resolve))
     return _nested(value, lambda v: _to_json(v, where, resolve))
+
+
+def _long_double(dtype: np.dtype) -> bool:
+    return (dtype.kind == "f" and dtype.itemsize > 8) or (dtype.kind == "c" and dtype.itemsize > 16)
+
+
+def _long_double_text(value: Any) -> Any:
+    """A long double's exact text (h5lens.long_double), a complex one's as [real, imaginary]."""
+    if np.iscomplexobj(value):
+        return [to_hex(value.real), to_hex(value.imag)]
+    return to_hex(value)
 
 
 def _nested(value: np.ndarray, convert: Callable[[Any], Any]) -> list[Any]:

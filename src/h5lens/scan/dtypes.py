@@ -26,6 +26,7 @@ import numpy as np
 
 from h5lens.dtypes_forms import restore_array_fields, struct_form
 from h5lens.errors import UnsupportedFeatureError
+from h5lens.long_double import FloatLayout
 
 # _DTYPE names as hdmf-zarr writes them: numpy type names, "str", "object_reference".
 DTYPE_STR = "str"
@@ -43,7 +44,8 @@ class TypePlan:
     numpy_dtype: np.dtype | None
     endian: str | None  # "little" / "big" for the bytes codec, None for 1-byte and non-raw types
     raw: bool  # the stored HDF5 bytes decode as-is
-    kind: str  # "numeric", "bool", "bytes", "string", "reference", "region", "compound", "opaque", "enum"
+    kind: str  # "numeric", "bool", "bytes", "string", "reference", "region", "compound", "opaque", "enum",
+    # "float-bits" (np.longdouble, kept as the stored bits)
     dtype_attr: str | None  # value of the _DTYPE attribute, None for compounds
     extra_shape: tuple[int, ...] = ()  # HDF5 array element types add trailing dimensions
     reference_fields: tuple[str, ...] = ()
@@ -58,11 +60,22 @@ class TypePlan:
     # compound members that are arrays, stored as nested records: ((field path), (shape)) each,
     # the _ARRAY_FIELDS attribute (h5lens.dtypes_forms)
     array_fields: tuple[tuple[Any, ...], ...] = ()
+    # floats h5py reads as np.longdouble: the stored bits' layout (h5lens.long_double), the
+    # _FLOAT_LAYOUT attribute; the elements are zarr raw_bytes of its size
+    float_layout: FloatLayout | None = None
 
     def with_layout(self, layout: Any) -> TypePlan:
         """This plan for elements stored as ``layout`` (:class:`h5lens.scan.hdf5_types.StoredLayout`)."""
         from dataclasses import replace
 
+        if layout.float_layout is not None:  # the stored bits, referenced as they are
+            bits = layout.float_layout
+            stored = replace(self, data_type=raw_bytes_json(bits.size), numpy_dtype=np.dtype(f"V{bits.size}"),
+                             raw=True, converted=False, float_layout=bits)  # fmt: skip
+            if self.numpy_dtype is not None and self.numpy_dtype.itemsize == bits.size:
+                return stored
+            # h5py's elements are wider than the stored ones: the stored bits are copied
+            return replace(stored, raw=False, converted=True)
         if not layout.as_read:
             return replace(self, raw=False, converted=True) if self.raw else self
         return replace(self, array_codecs=tuple(layout.codecs)) if layout.codecs and self.raw else self
@@ -155,6 +168,10 @@ def plan_type(dtype: np.dtype, path: str) -> TypePlan:
     if dtype.kind == "b":
         return TypePlan("bool", np.dtype(bool), None, True, "bool", "bool")
 
+    if dtype.kind == "f" and dtype.itemsize > 8:
+        # np.longdouble: zarr has no such type; with_layout makes it the stored bits (raw_bytes)
+        return TypePlan(None, np.dtype(f"V{dtype.itemsize}"), None, False, "float-bits", "bytes", converted=True)
+
     if dtype.kind in "iuf":
         enum = h5py.check_enum_dtype(dtype)
         native = dtype.newbyteorder("=")
@@ -175,7 +192,7 @@ def plan_type(dtype: np.dtype, path: str) -> TypePlan:
         return TypePlan(_zdtype(native).to_json(zarr_format=3), native, _endian(dtype), True, "numeric", native.name)
     if dtype.kind == "V":
         return TypePlan(
-            {"name": "raw_bytes", "configuration": {"length_bytes": dtype.itemsize}},
+            raw_bytes_json(dtype.itemsize),
             np.dtype(f"V{dtype.itemsize}"),
             None,
             True,
@@ -183,6 +200,11 @@ def plan_type(dtype: np.dtype, path: str) -> TypePlan:
             "bytes",
         )
     raise UnsupportedFeatureError(f"{path}: HDF5 type {dtype!r} has no zarr v3 data type")
+
+
+def raw_bytes_json(size: int) -> dict[str, Any]:
+    """zarr's data type of ``size`` opaque bytes (zarr-python 3 knows no ``r<bits>``)."""
+    return {"name": "raw_bytes", "configuration": {"length_bytes": size}}
 
 
 def fields_of(dtype: np.dtype) -> list[tuple[str, np.dtype, int]]:
@@ -226,8 +248,8 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
             continue
         if h5py.check_vlen_dtype(field_dtype) is not None:
             raise UnsupportedFeatureError(
-                f"{path}: compound field {name!r} is a variable-length sequence; zarr v3 "
-                "structured fields must have a fixed size"
+                f"{path}: compound field {name!r} is a variable-length sequence beside members h5lens's record "
+                f"form has none for ({_RECORD_MEMBERS}); zarr v3 structured fields must have a fixed size"
             )
         if field_dtype.fields is not None:
             inner = _plan_compound(field_dtype, f"{path}.{name}")
@@ -264,6 +286,12 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
     )
 
 
+# what the awkward record form of a compound with variable-length members holds (h5lens.ragged_forms)
+_RECORD_MEMBERS = (
+    "numbers, fixed-length byte strings, variable-length strings, sequences of these, or arrays of any of these"
+)
+
+
 def _array_member_ok(base: np.dtype, where: str) -> bool:
     """Whether the elements of an array member are stored as zarr reads them (False: they
     are repacked); members of no fixed size are refused."""
@@ -271,8 +299,8 @@ def _array_member_ok(base: np.dtype, where: str) -> bool:
         h5py.check_string_dtype(base) is not None and h5py.check_string_dtype(base).length is None
     ):
         raise UnsupportedFeatureError(
-            f"{where} is an array of references or variable-length values; h5lens writes array members "
-            "of fixed-size elements only"
+            f"{where} is an array of references or variable-length values; h5lens writes such members only in "
+            f"compounds whose members are all {_RECORD_MEMBERS}"
         )
     if base.fields is not None:
         inner = _plan_compound(base, where)
@@ -304,6 +332,16 @@ def structured_json(dtype: np.dtype) -> dict[str, Any]:
     return {"name": "structured", "configuration": {"fields": fields}}
 
 
+def _float_fill(layout: FloatLayout, fill: Any, path: str) -> bytes:
+    found = layout.encode(None if fill is None else np.longdouble(fill))
+    if found is None:
+        raise UnsupportedFeatureError(
+            f"{path}: its fill value {fill!r} is a long double in a layout this machine's long double does not "
+            "have; index it where np.longdouble is that layout"
+        )
+    return found
+
+
 def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
     """The zarr v3 JSON form of fill value ``fill`` for arrays of ``plan``."""
     if plan.kind in ("string", "reference", "region"):
@@ -319,6 +357,8 @@ def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
                 f"{path}: fill value {fill.tolist()} differs between the elements of an array type"
             )
         fill = fill.flat[0] if fill.size else None
+    if plan.float_layout is not None:  # h5py's np.longdouble fill value as the stored bits
+        fill = np.void(_float_fill(plan.float_layout, fill, path))
     if fill is None:
         fill = zdtype.default_scalar()
     if plan.kind == "compound":

@@ -15,8 +15,14 @@ Where they are not, referencing the bytes as that dtype reads wrong values, sile
   any member of the kinds above: libhdf5 decodes them (h5lens stores h5py's values inline,
   within the materialize limit).
 
+Floats h5py reads as ``np.longdouble`` (x87's 80-bit extended in 16 bytes, HDF5's
+``H5T_NATIVE_LDOUBLE``, or any float too wide for float64) have no zarr v3 data type: their
+stored bytes are referenced as ``raw_bytes`` with the float's layout (:mod:`h5lens.long_double`),
+or copied as the stored bits where h5py's elements are wider than the stored ones.
+
 Types h5py cannot read at all (``H5T_TIME``; integers whose size is no numpy integer's, as
-24-bit ones) and those zarr has no data type for (``long double``) are refused by name.
+24-bit ones) are refused by name, and so are long doubles inside compounds and complex long
+doubles (no form yet).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import numpy as np
 from h5lens.codecs.bitfield import codec_json as bitfield_json
 from h5lens.codecs.spacepad import codec_json as spacepad_json
 from h5lens.errors import UnsupportedFeatureError
+from h5lens.long_double import FloatLayout
 
 # IEEE 754 float layouts libhdf5 uses by size: (sign bit, exponent position, exponent size,
 # mantissa position, mantissa size), exponent bias
@@ -46,6 +53,7 @@ class StoredLayout:
 
     codecs: tuple[dict[str, Any], ...] = ()  # array->array codecs that make them h5py's values
     as_read: bool = True  # False: only libhdf5 can decode them (h5lens stores h5py's values)
+    float_layout: FloatLayout | None = None  # floats h5py reads as np.longdouble: their stored bits
 
 
 AS_READ = StoredLayout()
@@ -60,11 +68,51 @@ def element_dtype(ds: h5py.Dataset, path: str) -> np.dtype:
         dtype = ds.dtype
     except (TypeError, ValueError) as e:
         raise UnsupportedFeatureError(f"{path}: h5py cannot read its element type either ({e})") from None
-    if dtype.kind == "f" and dtype.itemsize > 8:
-        raise UnsupportedFeatureError(
-            f"{path}: {dtype} (HDF5 long double) has no zarr v3 data type, and converting it to float64 would lose precision"
-        )
+    _refuse_wide(dtype, path)
+    if _long_double(dtype):
+        float_layout(_element_type(tid), path)  # refused here, with the path, if it has no layout
     return dtype
+
+
+def _long_double(dtype: np.dtype) -> bool:
+    base = dtype.subdtype[0] if dtype.subdtype is not None else dtype
+    return base.kind == "f" and base.itemsize > 8
+
+
+def _element_type(tid: Any) -> Any:
+    return tid.get_super() if tid.get_class() == h5py.h5t.ARRAY else tid
+
+
+def _refuse_wide(dtype: np.dtype, path: str, field: str | None = None) -> None:
+    """Long doubles where h5lens has no form for them: compound members, complex long doubles."""
+    base = dtype.subdtype[0] if dtype.subdtype is not None else dtype
+    if base.names is not None and base.fields is not None:
+        for name in base.names:
+            _refuse_wide(base.fields[name][0], path, name if field is None else f"{field}.{name}")
+        return
+    wide = (base.kind == "f" and base.itemsize > 8 and field is not None) or (base.kind == "c" and base.itemsize > 16)
+    if wide:
+        where = "" if field is None else f" compound field {field!r}:"
+        raise UnsupportedFeatureError(
+            f"{path}:{where} {base} (an HDF5 long double{' pair' if base.kind == 'c' else ''}) has no form in h5lens "
+            "(long doubles are kept as the elements of a dataset of them, not inside compounds or complex numbers)"
+        )
+
+
+def float_layout(tid: Any, path: str) -> FloatLayout:
+    """The layout of HDF5 float type ``tid`` (libhdf5's description of its bits)."""
+    order = tid.get_order()
+    if order not in (h5py.h5t.ORDER_LE, h5py.h5t.ORDER_BE):
+        raise UnsupportedFeatureError(
+            f"{path}: a long double in VAX byte order; h5lens reads little and big endian ones"
+        )
+    sign, epos, esize, mpos, msize = tid.get_fields()
+    norm = {h5py.h5t.NORM_IMPLIED: "implied", h5py.h5t.NORM_NONE: "none", h5py.h5t.NORM_MSBSET: "msb-set"}
+    return FloatLayout(
+        size=int(tid.get_size()), order="little" if order == h5py.h5t.ORDER_LE else "big", sign=int(sign),
+        exponent=(int(epos), int(esize)), mantissa=(int(mpos), int(msize)), bias=int(tid.get_ebias()),
+        normalization=norm[tid.get_norm()],
+    )  # fmt: skip
 
 
 def _refuse_unreadable(tid: Any, path: str) -> None:
@@ -87,6 +135,8 @@ def stored_layout(tid: Any, dtype: np.dtype) -> StoredLayout:
     if found == h5py.h5t.INTEGER:
         return _integer(tid, dtype)
     if found == h5py.h5t.FLOAT:
+        if dtype.kind == "f" and dtype.itemsize > 8:  # h5py's np.longdouble: the stored bits, described
+            return StoredLayout(float_layout=float_layout(tid, ""))
         return AS_READ if _ieee(tid, dtype) else StoredLayout(as_read=False)
     if found == h5py.h5t.STRING and not tid.is_variable_str():
         return StoredLayout((spacepad_json(),)) if tid.get_strpad() == h5py.h5t.STR_SPACEPAD else AS_READ
@@ -126,4 +176,4 @@ def _ieee(tid: Any, dtype: np.dtype) -> bool:
     )
 
 
-__all__ = ["AS_READ", "StoredLayout", "element_dtype", "stored_layout"]
+__all__ = ["AS_READ", "StoredLayout", "element_dtype", "float_layout", "stored_layout"]

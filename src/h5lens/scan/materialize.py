@@ -46,10 +46,38 @@ def read_values(
         return out
     if plan.kind == "compound" and not plan.raw:
         return compound_values(np.asarray(ds[selection]), plan, path, resolve)
+    if plan.kind == "float-bits":
+        return stored_bits(ds, plan, selection, path)
     values = np.asarray(ds[selection])
     if plan.kind == "compound":  # packed, array members as nested records of their bytes
         return values.astype(packed(values.dtype)).view(plan.known_dtype())
     return values
+
+
+def stored_bits(ds: h5py.Dataset, plan: TypePlan, selection: Any, path: str) -> np.ndarray:
+    """The stored bytes of ``ds[selection]``'s elements, unconverted (floats h5py reads as
+    np.longdouble: libhdf5 reads them into memory of the file's own type, so it converts
+    nothing); ``selection`` is ``()`` or slices over the dataset's shape and its element's."""
+    if plan.float_layout is None:
+        raise UnsupportedFeatureError(f"{path}: a long double whose stored layout is not known")
+    shape = tuple(ds.shape)
+    axes = tuple(selection) + (slice(None),) * (len(shape) + len(plan.extra_shape) - len(tuple(selection)))
+    if any(not isinstance(axis, slice) or axis.step not in (None, 1) for axis in axes[: len(shape)]):
+        raise UnsupportedFeatureError(f"{path}: long doubles are copied by slices only (got {selection!r})")
+    bounds = [axis.indices(n)[:2] for axis, n in zip(axes, shape, strict=False)]
+    starts = tuple(start for start, _ in bounds)
+    counts = tuple(max(0, stop - start) for start, stop in bounds)
+    out = np.zeros(counts + plan.extra_shape, dtype=plan.known_dtype())
+    if 0 in counts:
+        return out[(slice(None),) * len(shape) + axes[len(shape) :]]
+    space = ds.id.get_space()
+    if shape:
+        space.select_hyperslab(starts, counts)
+        memory = h5py.h5s.create_simple(counts)
+    else:
+        memory = h5py.h5s.create(h5py.h5s.SCALAR)
+    ds.id.read(memory, space, out, mtype=ds.id.get_type())
+    return out[(slice(None),) * len(shape) + axes[len(shape) :]]
 
 
 def text_or_bytes(raw: np.ndarray) -> np.ndarray:

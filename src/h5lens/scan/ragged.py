@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from h5lens import convention
-from h5lens.dtypes_forms import (
+from h5lens.ragged_forms import (
     AWKWARD_ATTRIBUTES,
     AWKWARD_ENCODING,
     STRING_ELEMENTS,
@@ -56,9 +56,9 @@ def ragged_base(dtype: np.dtype, path: str) -> np.dtype | None:
         )
     if ragged_element(base) is None:
         raise UnsupportedFeatureError(
-            f"{path}: variable-length sequences of {base} have no form in h5lens (sequences of numbers, "
-            "booleans, variable-length strings, object references and compounds of numbers and of fixed-length byte strings are "
-            "written, as awkward-array groups)"
+            f"{path}: variable-length sequences of {base} have no form in h5lens (sequences of numbers up to "
+            "float64 and complex128, booleans, fixed-length byte strings, variable-length strings, object references "
+            "and compounds of numbers and of fixed-length byte strings are written, as awkward-array groups)"
         )
     return base
 
@@ -88,8 +88,8 @@ def ragged_nodes(
         buffers = [(offsets_name, offsets), (data_names[0], string_offsets), (data_names[1], raw)]
         return _awkward_group(key, path, attributes, form, length, marker, buffers, options)
     offsets, data = ragged_buffers(values, base)
-    if isinstance(element, str):
-        buffers = [(offsets_name, offsets), (data_names[0], data)]
+    if isinstance(element, str):  # numbers, or fixed-length byte strings as their bytes
+        buffers = [(offsets_name, offsets), (data_names[0], to_buffer(data, element))]
     else:  # a record: one buffer per field, as awkward keeps a RecordArray's contents
         buffers = [(offsets_name, offsets)] + [
             (name, to_buffer(data[field], primitive))
@@ -124,12 +124,21 @@ def record_nodes(
     if values is None:
         values = np.empty(0, dtype=record_dtype(fields))
     shape = tuple(values.shape)
+    fields = [_text_kept(values, field) for field in fields]
     form, length, names = record_form(shape, fields)
     found = record_buffers(values, fields)
     buffers = [(name, buffer) for field_names, field_buffers in zip(names, found, strict=True)
                for name, buffer in zip(field_names, field_buffers, strict=True)]  # fmt: skip
     marker = {"record": fields, "shape": None if empty else list(shape)}
     return _awkward_group(key, path, attributes, form, length, marker, buffers, options)
+
+
+def _text_kept(values: np.ndarray, field: list[Any]) -> list[Any]:
+    """A string member whose values are not all UTF-8 text: awkward's bytestrings (h5py gives
+    bytes either way)."""
+    if field[1] != "string" or _all_text(np.asarray(values[field[0]]).reshape(-1)):
+        return field
+    return [field[0], "bytestring", *field[2:]]
 
 
 def _awkward_group(

@@ -1,0 +1,420 @@
+"""The HDF5 types PyTables writes that h5lens once refused, each read back as h5py reads it
+(docs/manifest-format.md, "Forms for HDF5 types zarr has no data type for"):
+
+* variable-length sequences of fixed-length byte strings (PyTables' ``VLArray`` of
+  strings): awkward lists of bytestrings;
+* compounds with a member that is an array of variable-length strings (PyTables'
+  ``Table`` with such a column), and compounds mixing sequences, strings and arrays: an
+  awkward ``RecordArray``;
+* long doubles (``H5T_NATIVE_LDOUBLE``, numpy's float128): their stored bits referenced as
+  zarr ``raw_bytes`` with the ``_FLOAT_LAYOUT`` attribute; ``h5lens.open`` and
+  ``engine="h5lens"`` give np.longdouble, plain zarr the bytes; long double attributes as
+  their exact hexadecimal text.
+
+Every file here is written by h5py (the oracle), never copied from PyTables' test data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from h5py import h5d, h5p, h5s, h5t
+
+import h5lens
+from h5lens.long_double import native_layout
+
+X87 = native_layout() is not None and native_layout().normalization == "none"  # x86's long double
+
+
+def _objects(items: list, shape: tuple[int, ...]) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out.reshape(shape)
+
+
+def _same(got: object, want: object, where: str) -> None:
+    """h5py's value and h5lens's: the same type, dtype and values (object arrays element by element)."""
+    if isinstance(want, np.ndarray) and want.dtype == object:
+        assert isinstance(got, np.ndarray) and got.dtype == object and got.shape == want.shape, where
+        for g, w in zip(got.ravel(), want.ravel(), strict=True):
+            _same(g, w, where)
+        return
+    assert type(got) is type(want), (where, type(got), type(want))
+    if isinstance(want, np.ndarray):
+        assert got.dtype == want.dtype.newbyteorder("=") or got.dtype == want.dtype, (where, got.dtype, want.dtype)
+        np.testing.assert_array_equal(got, want, err_msg=where)
+    else:
+        assert got == want, where
+
+
+# -- sequences of fixed-length byte strings -------------------------------------------------
+
+
+def build_byte_string_sequences(path: Path) -> None:
+    s2 = h5py.vlen_dtype(np.dtype("S2"))
+    rows = [np.array([b"5", b"66"], "S2"), np.zeros(0, "S2"), np.array([b"\x00b", b"", b"xy"], "S2")]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("vlarray", data=_objects(rows, (3,)), dtype=s2)
+        f.create_dataset("grid", data=_objects(rows + rows[:1], (2, 2)), dtype=s2, chunks=(1, 2), compression="gzip")
+        one = np.empty((), dtype=object)
+        one[()] = np.array([b"ab", b"c"], "S2")
+        f.create_dataset("scalar", data=one, dtype=s2)
+        f.create_dataset("unwritten", shape=(2,), dtype=s2)
+        f.create_dataset("wide", data=_objects([np.array([b"hello", b"x"], "S5")], (1,)), dtype=h5py.vlen_dtype("S5"))
+
+
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
+def test_sequences_of_byte_strings_read_as_h5py_reads_them(threshold, tmp_path):
+    path = tmp_path / "vlarrays.h5"
+    build_byte_string_sequences(path)
+    manifest = h5lens.index(path, inline_threshold=threshold)
+    manifest.save(tmp_path / "m.json")
+    with h5py.File(path) as f:
+        names = list(f)
+        for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+            for name in names:
+                ds, node = f[name], root[name]
+                assert node.shape == ds.shape and node.dtype == ds.dtype, name
+                assert node.element_dtype == h5py.check_vlen_dtype(ds.dtype), name
+                _same(node[()], ds[()], name)
+                if ds.shape and ds.shape[0] > 1:
+                    _same(node[1:], ds[1:], f"{name}[1:]")
+    assert h5lens.validate(manifest) == []
+
+
+def test_sequences_of_byte_strings_are_bytes_that_zarr_anndata_and_awkward_read(tmp_path):
+    """Plain zarr reads the offsets and the bytes; anndata's read_elem (awkward) gives lists
+    of the stored bytes, padded with NUL to the strings' length."""
+    anndata = pytest.importorskip("anndata")
+    path = tmp_path / "vlarrays.h5"
+    build_byte_string_sequences(path)
+    group = h5lens.open_group(h5lens.index(path))
+    with h5py.File(path) as f:
+        for name in ("vlarray", "grid", "unwritten", "wide"):
+            want = f[name][()]
+            width = h5py.check_vlen_dtype(f[name].dtype).itemsize
+            node = group[name]
+            assert node.attrs["encoding-type"] == "awkward-array", name
+            offsets = next(node[k] for k in node.array_keys() if k.endswith("-offsets"))[...]
+            raw = next(node[k] for k in node.array_keys() if k.endswith("-data"))[...]
+            assert raw.dtype == np.uint8, name
+            strings = raw.view(f"S{width}")
+            flat = [strings[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+            _same(_objects(flat, want.shape), want, f"{name} through zarr")
+
+            def padded(values: np.ndarray, width: int = width) -> list:
+                if values.dtype == object:
+                    return [padded(v) for v in values]
+                return [bytes(v).ljust(width, b"\0") for v in values]
+
+            assert anndata.io.read_elem(node).to_list() == padded(want), f"{name} through anndata"
+
+
+# -- compounds with members of variable length -----------------------------------------------
+
+# As PyTables writes a table with a column of 4 variable-length strings (big-endian numbers)
+TABLE = np.dtype([("a_name", ">i4"), ("b_name", h5py.string_dtype("ascii"), (4,)), ("c_name", "S6"),
+                  ("d_name", ">i2", (5, 10)), ("e_name", ">f4"), ("f_name", ">f8", (10,)),
+                  ("g_name", "u1")])  # fmt: skip
+# Members of each kind together: UTF-8 strings in a 2-d array, sequences in an array, a
+# sequence of strings, a sequence and a string
+MIXED = np.dtype([("id", "<u2"), ("names", h5py.string_dtype(), (2, 2)), ("runs", h5py.vlen_dtype(np.int32), (2,)),
+                  ("tags", h5py.vlen_dtype(h5py.string_dtype())), ("spikes", h5py.vlen_dtype(np.dtype(">f8"))),
+                  ("label", h5py.string_dtype())])  # fmt: skip
+
+
+def _table_rows(count: int) -> np.ndarray:
+    rows = np.zeros(count, dtype=TABLE)
+    for i in range(count):
+        rows[i]["a_name"] = i
+        rows[i]["b_name"] = [b"A fight is a contract", b"", f"row {i}".encode(), b"\xff raw"]
+        rows[i]["c_name"] = b"Hello!"[: i + 1]
+        rows[i]["d_name"] = np.arange(50).reshape(5, 10) + i
+        rows[i]["e_name"] = i / 3
+        rows[i]["f_name"] = np.linspace(0, i, 10)
+        rows[i]["g_name"] = 100 + i
+    return rows
+
+
+def build_compounds(path: Path) -> None:
+    with h5py.File(path, "w") as f:
+        f.create_dataset("table", data=_table_rows(6), chunks=(4,), compression="gzip")
+        f.create_dataset("unwritten", shape=(3,), dtype=TABLE, chunks=(2,))
+        f.create_dataset("grid", data=_table_rows(4).reshape(2, 2))
+        mixed = f.create_dataset("mixed", shape=(3,), dtype=MIXED)
+        mixed[0] = (1, [["é", "b"], ["", "d"]], [np.arange(3, dtype="i4"), np.zeros(0, "i4")],
+                    np.array(["x", "yé"], dtype=object), np.array([0.5, 1.5]), "unit one")  # fmt: skip
+        mixed[2] = (3, [["q", "r"], ["s", "t"]], [np.array([7], "i4"), np.array([8, 9], "i4")],
+                    np.zeros(0, dtype=object), np.zeros(0), "")  # fmt: skip
+
+
+def _same_records(got: np.ndarray, want: np.ndarray, where: str) -> None:
+    assert got.shape == want.shape and got.dtype.names == want.dtype.names, where
+    for name in want.dtype.names:
+        g_type, w_type = got.dtype[name], want.dtype[name]
+        assert g_type.shape == w_type.shape and g_type.base.kind == w_type.base.kind, (where, name)
+        if w_type.base.kind == "O":  # h5py's string or sequence type, the same one
+            w_vlen, g_vlen = h5py.check_vlen_dtype(w_type.base), h5py.check_vlen_dtype(g_type.base)
+            assert g_vlen == (w_vlen.newbyteorder("=") if isinstance(w_vlen, np.dtype) else w_vlen), (where, name)
+            _same(np.asarray(got[name]), np.asarray(want[name]), f"{where}.{name}")
+        else:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{where}.{name}")
+
+
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
+def test_compounds_with_variable_length_members_read_as_h5py_reads_them(threshold, tmp_path):
+    path = tmp_path / "tables.h5"
+    build_compounds(path)
+    manifest = h5lens.index(path, inline_threshold=threshold)
+    manifest.save(tmp_path / "m.json")
+    with h5py.File(path) as f:
+        names = list(f)
+        for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+            for name in names:
+                want = f[name][()]
+                _same_records(root[name][()], want, name)
+                assert root[name].dtype.names == f[name].dtype.names, name
+                if want.shape and want.shape[0] > 1:
+                    _same_records(root[name][1:], f[name][1:], f"{name}[1:]")
+            one = root["table"][2]  # one record, as h5py gives it
+            assert isinstance(one, np.void) and one.dtype.names == TABLE.names
+            _same(np.asarray(one["b_name"]), np.asarray(f["table"][2]["b_name"]), "table[2].b_name")
+    assert h5lens.validate(manifest) == []
+
+
+def test_compounds_with_variable_length_members_are_records_anndata_and_awkward_read(tmp_path):
+    """anndata's read_elem (awkward) gives each record: strings as text (UTF-8) or bytes
+    (the ASCII set), fixed-length bytes padded, array members as nested lists."""
+    anndata = pytest.importorskip("anndata")
+    path = tmp_path / "tables.h5"
+    build_compounds(path)
+    group = h5lens.open_group(h5lens.index(path))
+    with h5py.File(path) as f:
+        table = anndata.io.read_elem(group["table"]).to_list()
+        want = f["table"][()]
+        assert [r["b_name"] for r in table] == [list(r["b_name"]) for r in want]  # bytes: the ASCII set
+        assert [r["c_name"] for r in table] == [bytes(r["c_name"]).ljust(6, b"\0") for r in want]
+        assert [r["d_name"] for r in table] == [r["d_name"].tolist() for r in want]
+        assert [(r["a_name"], r["e_name"], r["f_name"], r["g_name"]) for r in table] == [
+            (int(r["a_name"]), float(r["e_name"]), r["f_name"].tolist(), int(r["g_name"])) for r in want
+        ]
+        mixed = anndata.io.read_elem(group["mixed"]).to_list()
+        want = f["mixed"][()]
+        assert [r["names"] for r in mixed] == [[[b.decode() for b in row] for row in r["names"]] for r in want]
+        assert [r["runs"] for r in mixed] == [[run.tolist() for run in r["runs"]] for r in want]
+        assert [r["tags"] for r in mixed] == [[b.decode() for b in r["tags"]] for r in want]
+        assert [(r["spikes"], r["label"]) for r in mixed] == [(r["spikes"].tolist(), r["label"].decode()) for r in want]
+    assert '"RegularArray"' in group["table"].attrs["form"]
+
+
+# -- long doubles ---------------------------------------------------------------------------
+
+
+def _long_doubles(*, subnormal: bool = True) -> np.ndarray:
+    info = np.finfo(np.longdouble)
+    values = (np.arange(24, dtype=np.longdouble) - 5) / 3  # bits float64 does not have
+    values[:7] = [np.inf, -np.inf, np.nan, -0.0, info.max, info.smallest_subnormal * 5 if subnormal else 7, info.tiny]
+    return values
+
+
+def _low_level(f: h5py.File, name: str, tid: h5t.TypeID, data: np.ndarray, *, compact: bool = False) -> None:
+    dcpl = h5p.create(h5p.DATASET_CREATE)
+    if compact:
+        dcpl.set_layout(h5d.COMPACT)
+    ds = h5d.create(f.id, name.encode(), tid, h5s.create_simple(data.shape), dcpl=dcpl)
+    ds.write(h5s.ALL, h5s.ALL, data)  # libhdf5 converts np.longdouble to the file's type
+
+
+def _float_type(base: h5t.TypeID, **changes: object) -> h5t.TypeID:
+    tid = base.copy()
+    for setter, value in changes.items():
+        getattr(tid, f"set_{setter}")(*value if isinstance(value, tuple) else (value,))
+    return tid
+
+
+def build_long_doubles(path: Path) -> None:
+    values = _long_doubles()
+    native = h5t.NATIVE_LDOUBLE
+    with h5py.File(path, "w") as f:
+        f.create_dataset("contiguous", data=values.reshape(4, 6))
+        f.create_dataset("chunked", data=values, chunks=(5,), compression="gzip", shuffle=True)
+        f.create_dataset("scalar", data=values[8])
+        unwritten = f.create_dataset("unwritten", shape=(10,), dtype=np.longdouble, chunks=(4,),
+                                     fillvalue=np.longdouble(1) / 3)  # fmt: skip
+        unwritten[:4] = values[:4]
+        f.create_dataset("empty", data=h5py.Empty(np.longdouble))
+        pairs = h5t.array_create(native, (2,))  # an HDF5 array element type: pairs of long doubles
+        h5d.create(f.id, b"array_type", pairs, h5s.create_simple((3,))).write(
+            h5s.ALL, h5s.ALL, np.ascontiguousarray(values[:6].reshape(3, 2)), mtype=pairs
+        )
+        _low_level(f, "compact", native, values[:8], compact=True)
+        _low_level(f, "big_endian", _float_type(native, order=h5t.ORDER_BE), values)
+        # Layouts no platform's long double has, which h5py reads as np.longdouble (converted
+        # by libhdf5, h5lens decodes the fields). No subnormals: libhdf5 converts x87's (no
+        # implied bit) wrongly between such layouts (5 * 2**-16445 is stored as 3 * 2**-16445
+        # and read back as 2**-16445); h5lens gives what the stored bits are.
+        normal = _long_doubles(subnormal=False)
+        _low_level(f, "at_offset_16", _float_type(native, offset=16), normal)  # the x87 bits 16 bits up
+        _low_level(f, "packed_10_bytes", _float_type(native, size=10), normal)  # stored narrower than numpy's
+        implied = _float_type(h5t.IEEE_F128LE, fields=(127, 112, 15, 49, 63), ebias=16383)
+        _low_level(f, "ieee_like_64_bits", implied, normal)
+
+
+def _stored_bytes(ds: h5py.Dataset) -> np.ndarray:
+    """The elements' stored bytes, as libhdf5 reads them into memory of the file's own type."""
+    tid = ds.id.get_type()
+    element = tid.get_super() if tid.get_class() == h5t.ARRAY else tid
+    out = np.zeros(ds.shape + ds.dtype.shape, dtype=f"V{element.get_size()}")
+    ds.id.read(h5s.ALL, h5s.ALL, out, mtype=tid)
+    return out
+
+
+def _same_long_doubles(got: object, want: object, where: str) -> None:
+    assert type(got) is type(want), (where, type(got), type(want))
+    got_array, want_array = np.asarray(got), np.asarray(want)
+    assert got_array.dtype == np.longdouble and got_array.shape == want_array.shape, where
+    np.testing.assert_array_equal(got_array, want_array, err_msg=where)  # NaN equals NaN here
+    np.testing.assert_array_equal(np.signbit(got_array), np.signbit(want_array), err_msg=f"{where} signs")
+
+
+@pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
+def test_long_doubles_read_as_h5py_reads_them(threshold, tmp_path):
+    path = tmp_path / "float.h5"
+    build_long_doubles(path)
+    manifest = h5lens.index(path, inline_threshold=threshold)
+    manifest.save(tmp_path / "m.json")
+    with h5py.File(path) as f:
+        names = list(f)
+        for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+            for name in names:
+                ds, node = f[name], root[name]
+                if ds.shape is None:
+                    assert node.shape is None and node[()].dtype == ds.dtype == np.longdouble, name
+                    continue
+                assert node.dtype == np.longdouble and ds.dtype.base.kind == "f" and ds.dtype.base.itemsize == 16, name
+                _same_long_doubles(node[()], ds[()], name)
+                if ds.shape and ds.shape[0] > 2:
+                    _same_long_doubles(node[1:3], ds[1:3], f"{name}[1:3]")
+                    _same_long_doubles(node[1], ds[1], f"{name}[1]")
+    if threshold == 0:  # the stored bytes are referenced, not copied (copied: compact, and wider in numpy)
+        for name in ("contiguous", "chunked", "big_endian", "at_offset_16", "ieee_like_64_bits", "array_type"):
+            table = manifest.chunks[name]
+            assert (table.source >= 0).any() and not table.inline, name
+            assert manifest.nodes[name]["data_type"]["name"] == "raw_bytes", name
+    assert h5lens.validate(manifest) == []
+
+
+@pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
+def test_long_doubles_are_their_stored_bytes_through_plain_zarr(tmp_path):
+    """Plain zarr (any reader without h5lens) gets the stored bytes; the attribute
+    _FLOAT_LAYOUT says what they are, as libhdf5 describes the type."""
+    path = tmp_path / "float.h5"
+    build_long_doubles(path)
+    manifest = h5lens.index(path, inline_threshold=0)
+    group = h5lens.open_group(manifest)
+    with h5py.File(path) as f:
+        for name in ("contiguous", "chunked", "compact", "big_endian", "at_offset_16", "packed_10_bytes", "unwritten"):
+            tid = f[name].id.get_type()
+            layout = group[name].attrs["_FLOAT_LAYOUT"]
+            assert (layout["sign"], *layout["exponent"], *layout["mantissa"]) == tid.get_fields(), name
+            assert (layout["size"], layout["bias"]) == (tid.get_size(), tid.get_ebias()), name
+            assert layout["order"] == ("big" if tid.get_order() == h5t.ORDER_BE else "little"), name
+            raw = group[name][...]
+            assert raw.dtype == np.dtype(f"V{tid.get_size()}"), name
+            if name == "unwritten":  # its missing chunk is the fill value's stored bits
+                raw, want = raw[4:], np.full(6, np.longdouble(1) / 3)
+                assert np.array_equal(h5lens.open(manifest)[name][4:], want)
+                continue
+            assert raw.tobytes() == _stored_bytes(f[name]).tobytes(), name
+
+
+@pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
+def test_long_doubles_through_the_xarray_engine(tmp_path):
+    xr = pytest.importorskip("xarray")
+    path = tmp_path / "scales.h5"
+    with h5py.File(path, "w") as f:
+        x = f.create_dataset("x", data=np.arange(24.0))
+        x.make_scale("x")
+        v = f.create_dataset("v", data=_long_doubles(), chunks=(5,))
+        v.dims[0].attach_scale(x)
+        v.attrs["step"] = np.longdouble(1) / 7
+    h5lens.index(path).save(tmp_path / "m.json")
+    with xr.open_dataset(tmp_path / "m.json", engine="h5lens") as ds, h5py.File(path) as f:
+        assert ds["v"].dtype == np.longdouble
+        _same_long_doubles(ds["v"].values, f["v"][()], "v")
+        _same_long_doubles(ds["v"][3:9].values, f["v"][3:9], "v[3:9]")
+        _same_long_doubles(ds["v"].isel(x=[1, 5, 20]).values, f["v"][[1, 5, 20]], "v[[1, 5, 20]]")
+        _same_long_doubles(ds["v"].attrs["step"], f["v"].attrs["step"], "step")
+        assert "_FLOAT_LAYOUT" not in ds["v"].attrs  # the values are np.longdouble here, no longer bits
+
+
+@pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
+def test_long_double_attributes_come_back_as_h5py_gives_them(tmp_path):
+    """Each value's exact hexadecimal text in the JSON (which float.fromhex reads), typed
+    ``longdouble`` / ``clongdouble``: h5lens.open gives np.longdouble / np.clongdouble."""
+    path = tmp_path / "attrs.h5"
+    values = _long_doubles()
+    with h5py.File(path, "w") as f:
+        f.attrs["one"] = values[9]
+        f.attrs["grid"] = values[:12].reshape(3, 4)
+        f.attrs["pair"] = np.clongdouble(values[9]) + np.clongdouble(values[10]) * 1j
+        f.attrs["pairs"] = values[8:12].astype(np.clongdouble) * (1 + 2j)
+        f.attrs["record"] = np.array((3, values[9]), dtype=[("n", "<i4"), ("x", np.longdouble)])
+    manifest = h5lens.index(path)
+    manifest.save(tmp_path / "m.json")
+    text = manifest.nodes[""]["attributes"]
+    assert isinstance(text["one"], str) and float.fromhex(text["one"]) == float(values[9])
+    assert text["record"] == {"n": 3, "x": text["one"]}  # inside a compound: the text, untyped
+    with h5py.File(path) as f:
+        for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+            _same_long_doubles(root.attrs["one"], f.attrs["one"], "one")
+            _same_long_doubles(root.attrs["grid"], f.attrs["grid"], "grid")
+            for name in ("pair", "pairs"):
+                got, want = root.attrs[name], f.attrs[name]
+                assert type(got) is type(want) and np.asarray(got).dtype == np.clongdouble, name
+                np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_long_doubles_this_platform_cannot_hold_are_refused_by_name(tmp_path):
+    """A manifest whose floats are wider than this platform's long double (as x87 values
+    read where np.longdouble is a float64, which h5py cannot read there either): reading
+    raises, naming the dataset; plain zarr still gives the bytes."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("d", data=np.arange(4.0))
+    manifest = h5lens.index(path)
+    doc = manifest.nodes["d"]
+    doc["data_type"] = {"name": "raw_bytes", "configuration": {"length_bytes": 8}}
+    doc["fill_value"] = "AAAAAAAAAAA="
+    doc["codecs"] = [{"name": "bytes", "configuration": {}}]
+    # 8-byte floats with a 32-bit exponent: a range no platform's long double has
+    layout = {"size": 8, "order": "little", "sign": 63, "exponent": [31, 32], "mantissa": [0, 31]}
+    doc["attributes"]["_FLOAT_LAYOUT"] = {**layout, "bias": 2**31 - 1, "normalization": "implied"}
+    with pytest.raises(h5lens.UnsupportedFeatureError, match="/d: 8-byte floats cannot become np.longdouble exactly"):
+        h5lens.open(manifest)["d"][()]
+    assert h5lens.open_group(manifest)["d"][...].dtype == np.dtype("V8")
+
+
+@pytest.mark.parametrize(
+    ("dtype", "match"),
+    [
+        (np.dtype([("t", "<f8"), ("x", np.longdouble)]), "compound field 'x'"),
+        (np.dtype(np.clongdouble), "long double pair"),
+        (h5py.vlen_dtype(np.longdouble), "variable-length sequences of float128"),
+    ],
+    ids=["in a compound", "complex", "sequences"],
+)
+def test_long_doubles_h5lens_has_no_form_for_are_refused_by_name(dtype, match, tmp_path):
+    if np.dtype(np.longdouble).itemsize <= 8:
+        pytest.skip("no long double on this platform")
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("d", shape=(2,), dtype=dtype)
+    with h5py.File(path) as f:
+        f["d"][()]  # h5py reads them
+    with pytest.raises(h5lens.UnsupportedFeatureError, match=f"/d.*{match}"):
+        h5lens.index(path)
