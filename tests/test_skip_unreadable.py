@@ -28,7 +28,7 @@ import zarr
 from h5py import h5a, h5d, h5s, h5t
 
 import h5lens
-from h5lens.errors import ManifestFormatError, MaterializeLimitError, NotHDF5Error, UnsupportedFeatureError
+from h5lens.errors import ManifestFormatError, MaterializeLimitError, UnsupportedFeatureError
 from h5lens.manifest.model import Unreadable
 
 CLI = [sys.executable, "-m", "h5lens.cli"]
@@ -208,6 +208,21 @@ def test_both_forms_round_trip_the_list(skipped, tmp_path):
     assert {"path": "table", "reason": TABLE_REFUSAL} in recorded
 
 
+def test_an_icechunk_commit_keeps_the_list(skipped, tmp_path):
+    pytest.importorskip("icechunk")
+    from h5lens import icechunk as hic
+
+    repo = hic.open_repository(str(tmp_path / "repo"), manifest=skipped)
+    first = hic.to_icechunk(skipped, repo)
+    loaded = h5lens.load_manifest(f"icechunk://{tmp_path / 'repo'}")
+    assert loaded.unreadable == skipped.unreadable
+    with pytest.raises(UnsupportedFeatureError, match=r"^/table: not in this manifest"):
+        h5lens.open(loaded)["table"]
+    # the same documents and references with another list is another commit
+    fewer = dataclasses.replace(skipped, unreadable=skipped.unreadable[1:])
+    assert hic.to_icechunk(fewer, repo) != first
+
+
 def test_a_manifest_that_left_nothing_out_says_nothing(tmp_path):
     path = tmp_path / "plain.h5"
     with h5py.File(path, "w") as f:
@@ -357,6 +372,7 @@ def _chunk_past_the_end(path: Path) -> Path:
     """A chunk index entry moved past the end of the file (damage h5py fails on, for that chunk)."""
     with h5py.File(path, "w", libver="earliest") as f:
         f.create_dataset("damaged", data=np.arange(400, dtype="<i4").reshape(40, 10), chunks=(10, 10))
+        _time_attribute(f["damaged"], "when")  # left out with the dataset, not listed apart
         f.create_dataset("fine", data=np.linspace(0, 1, 50))
         f["grp/more"] = np.arange(6, dtype="u1")
     with h5py.File(path) as f:
@@ -371,7 +387,7 @@ def test_damaged_dataset_is_left_out_and_the_rest_reads_as_h5py(tmp_path):
     path = _chunk_past_the_end(tmp_path / "damaged.h5")
     with h5py.File(path) as f, pytest.raises(OSError):
         f["damaged"][()]
-    with pytest.raises(NotHDF5Error, match="/damaged"):
+    with pytest.raises(h5lens.H5LensError, match="^/damaged"):
         h5lens.index(path)
     manifest = h5lens.index(path, skip_unreadable=True)
     assert [(e.path, e.attribute) for e in manifest.unreadable] == [("damaged", None)]
@@ -419,6 +435,20 @@ def test_a_filter_libhdf5_cannot_load_is_left_out(tmp_path):
     assert report["refused"].startswith("/sz3: its data needs filter")
     assert report["unreadable"] == [{"path": "sz3", "reason": report["refused"]}]
     assert report["other"] == [0, 1, 2, 3, 4]
+
+
+def test_a_storage_failure_under_a_refusal_is_raised_not_left_out():
+    """libhdf5 reports a failed remote read as damage (:meth:`OpenSource.failure` finds the
+    storage failure under it): that is no unreadable object, and is raised, not recorded."""
+    from h5lens.errors import NotHDF5Error, StorageError
+    from h5lens.scan.unreadable import LeftOut
+
+    damage = NotHDF5Error("/x: cannot read dataset, the file may be damaged (read failed)")
+    failing = LeftOut(True, lambda error: StorageError("s3://bucket/f.h5: reading failed (503)"), {})
+    assert failing.dataset("x", damage) is damage and failing.finish({}) == ()
+    healthy = LeftOut(True, lambda error: error, {})
+    assert healthy.dataset("x", damage) is None
+    assert healthy.finish({}) == (Unreadable("x", None, str(damage)),)
 
 
 def test_materialize_limit_is_not_skipped(tmp_path):

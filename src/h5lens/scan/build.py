@@ -164,9 +164,7 @@ def _build(
     sizeof_offsets = base.sizeof_offsets if base is not None else 8
     for group in found.groups:
         group_types: dict[str, str] = {}
-        attributes = None if made_from_headers is None else _or_h5py(
-            left_out, lambda: made_from_headers.group(group, resolve, nan_strings, group_types)
-        )
+        attributes = None if made_from_headers is None else made_from_headers.group(group, resolve, nan_strings, group_types)
         if attributes is None:
             group_types = {}
             nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps, group_types, headers, left_out)
@@ -198,9 +196,9 @@ def _build(
         report()
         found_types: dict[str, str] = {}
         try:
-            plain = None if made_from_headers is None else _or_h5py(left_out, lambda: made_from_headers.dataset(
+            plain = None if made_from_headers is None else made_from_headers.dataset(
                 record, options, resolve, nan_strings, found_types, functools.partial(_template, opener, record.h5_path, sizeof_offsets)
-            ))  # fmt: skip
+            )  # fmt: skip
             if plain is not None:
                 nodes[record.key] = plain[0]
                 check_inside_file(record.h5_path, plain[1], opened.source.size)
@@ -332,17 +330,6 @@ def _attributes(
     if left_out is not None and refused:
         left_out.attributes(path, refused)
     return found
-
-
-def _or_h5py(left_out: LeftOut, made: Callable[[], Any]) -> Any:
-    """What the object-header route made; with ``skip_unreadable``, None (h5py's route, which
-    leaves out only the attribute it refuses) where it refuses an attribute."""
-    try:
-        return made()
-    except UnsupportedFeatureError:
-        if not left_out.enabled:
-            raise
-        return None
 
 
 def _datatype_document(

@@ -70,7 +70,7 @@ class LeftOut:
         self._failure = failure  # OpenSource.failure: the storage failure under an error, if any
         self._keys = keys  # HDF5 path -> node key, for attributes
         self._nodes: dict[str, H5LensError] = {}  # node key -> why
-        self._attributes: list[Unreadable] = []
+        self._attributes: dict[tuple[str, str], Unreadable] = {}
 
     def _may_leave_out(self, error: H5LensError) -> bool:
         if not self.enabled or isinstance(error, MaterializeLimitError):
@@ -91,7 +91,7 @@ class LeftOut:
             if not self._may_leave_out(error):
                 raise hinted(error)
             key = self._keys.get(h5_path, h5_path.strip("/"))
-            self._attributes.append(Unreadable(key, name, first_line(error)))
+            self._attributes[key, name] = Unreadable(key, name, first_line(error))
 
     def finish(self, refused: dict[str, UnsupportedFeatureError]) -> tuple[Unreadable, ...]:
         """Everything left out, once profiles have replaced the refused datasets they could;
@@ -101,7 +101,9 @@ class LeftOut:
             if found is not None:
                 raise found
         nodes = [Unreadable(key, None, first_line(error)) for key, error in self._nodes.items()]
-        return tuple(sorted([*nodes, *self._attributes], key=Unreadable.sort_key))
+        # the attributes of a node left out whole go with it
+        attributes = [entry for (key, _), entry in self._attributes.items() if key not in self._nodes]
+        return tuple(sorted([*nodes, *attributes], key=Unreadable.sort_key))
 
 
 def hinted(error: H5LensError) -> H5LensError:
