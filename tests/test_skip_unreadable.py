@@ -352,9 +352,9 @@ def test_validate_finds_a_list_the_manifest_contradicts(skipped):
     wrong = dataclasses.replace(
         skipped,
         unreadable=(
-            Unreadable("plain", None, "/plain: said to be left out"),
-            Unreadable("grp", "ok", "/grp attribute 'ok': said to be left out"),
-            Unreadable("nowhere/x", None, "/nowhere/x: below no group"),
+            Unreadable("plain", "/plain: said to be left out"),
+            Unreadable("grp", "/grp attribute 'ok': said to be left out", "ok"),
+            Unreadable("nowhere/x", "/nowhere/x: below no group"),
         ),
     )
     found = {(p.path, p.message) for p in h5lens.validate(wrong, verify=False)}
@@ -445,10 +445,27 @@ def test_a_storage_failure_under_a_refusal_is_raised_not_left_out():
 
     damage = NotHDF5Error("/x: cannot read dataset, the file may be damaged (read failed)")
     failing = LeftOut(True, lambda error: StorageError("s3://bucket/f.h5: reading failed (503)"), {})
-    assert failing.dataset("x", damage) is damage and failing.finish({}) == ()
+    assert failing.node("x", damage) is damage and failing.finish({}) == ()
     healthy = LeftOut(True, lambda error: error, {})
-    assert healthy.dataset("x", damage) is None
-    assert healthy.finish({}) == (Unreadable("x", None, str(damage)),)
+    assert healthy.node("x", damage) is None
+    assert healthy.finish({}) == (Unreadable("x", str(damage)),)
+
+
+def test_a_committed_time_datatype_with_attributes_is_left_out(tmp_path):
+    """A named H5T_TIME type carrying attributes (a node of the manifest): refused by name
+    (it was a TypeError from h5py), left out with the flag."""
+    path = tmp_path / "named.h5"
+    with h5py.File(path, "w") as f:
+        h5t.UNIX_D32LE.copy().commit(f.id, b"stamp_type")
+        f["stamp_type"].attrs["note"] = "a time type"
+        f["x"] = np.arange(3)
+    with h5py.File(path) as f, pytest.raises(TypeError):
+        f["stamp_type"].dtype
+    with pytest.raises(UnsupportedFeatureError, match="^/stamp_type: h5py cannot read this committed datatype"):
+        h5lens.index(path)
+    manifest = h5lens.index(path, skip_unreadable=True)
+    assert [(e.path, e.attribute) for e in manifest.unreadable] == [("stamp_type", None)]
+    assert h5lens.open(manifest)["x"][()].tolist() == [0, 1, 2]
 
 
 def test_materialize_limit_is_not_skipped(tmp_path):

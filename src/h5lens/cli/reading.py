@@ -185,6 +185,6 @@ def validate(
         typer.echo(f"{manifest}: {len(problems)} problem(s)", err=True)
         raise typer.Exit(1)
     checked = ", every chunk decoded" if deep else ", sources unchanged" if verify and loaded.sources else ""
-    left_out = f", {len(loaded.unreadable)} left out as unreadable (notes above)" if loaded.unreadable else ""
+    left_out = f", {len(loaded.unreadable)} left out as unreadable: see the notes" if loaded.unreadable else ""
     typer.echo(f"{manifest}: valid ({len(loaded.nodes)} nodes, convention {loaded.convention}{checked}{left_out})")
 

@@ -224,5 +224,5 @@ def describe_array(manifest: Manifest, path: str) -> list[str]:
         lines.append(f"  attributes {', '.join(others)}")
     for entry in manifest.unreadable:
         if entry.path == path and entry.attribute is not None:
-            lines.append(f"  left out  attribute {entry.attribute!r}, unreadable: {entry.line}")
+            lines.append(f"  left out  {entry.line}")
     return lines

@@ -383,8 +383,8 @@ class Unreadable:
     without ``skip_unreadable`` refuses the file with; it names the HDF5 path."""
 
     path: str
+    reason: str
     attribute: str | None = None
-    reason: str = ""
 
     @property
     def where(self) -> str:
@@ -434,7 +434,7 @@ class Unreadable:
             )
         if not isinstance(reason, str) or not reason:
             raise ManifestFormatError(f"{where}: Expected a reason for unreadable /{path}. Got {reason!r:.80}.")
-        return cls(path, attribute, reason)
+        return cls(path, reason, attribute)
 
 
 def parse_unreadable(value: Any, where: str) -> tuple[Unreadable, ...]:

@@ -177,7 +177,7 @@ def _build(
                 h5, named, resolve, nan_strings, heaps, types.setdefault(named.key, {}), headers, left_out
             )
         except UnsupportedFeatureError as e:
-            if left_out.dataset(named.key, e) is not None:
+            if left_out.node(named.key, e) is not None:
                 raise
     state: _ScanState = {"done": 0, "path": "/", "chunks": 0}
 
@@ -223,13 +223,13 @@ def _build(
             refused[record.key] = e  # a profile may still give it a form
             continue
         except NotHDF5Error as e:  # damage met in this dataset
-            if left_out.dataset(record.key, e) is not None:
+            if left_out.node(record.key, e) is not None:
                 raise
             continue
         except H5LensError:
             raise
         except (OSError, RuntimeError, KeyError) as e:
-            error = left_out.dataset(record.key, unreadable(h5, record.h5_path, e))
+            error = left_out.node(record.key, unreadable(h5, record.h5_path, e))
             if error is not None:
                 raise error from e
             continue

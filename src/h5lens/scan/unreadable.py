@@ -77,7 +77,7 @@ class LeftOut:
             return False
         return self._failure(error) is error
 
-    def dataset(self, key: str, error: H5LensError) -> H5LensError | None:
+    def node(self, key: str, error: H5LensError) -> H5LensError | None:
         """Leave out the node ``key`` that failed with ``error`` (None), or the error to raise."""
         if not self._may_leave_out(error):
             return hinted(error)
@@ -91,16 +91,16 @@ class LeftOut:
             if not self._may_leave_out(error):
                 raise hinted(error)
             key = self._keys.get(h5_path, h5_path.strip("/"))
-            self._attributes[key, name] = Unreadable(key, name, first_line(error))
+            self._attributes[key, name] = Unreadable(key, first_line(error), name)
 
     def finish(self, refused: dict[str, UnsupportedFeatureError]) -> tuple[Unreadable, ...]:
         """Everything left out, once profiles have replaced the refused datasets they could;
         the refusals still standing that may not be left out are raised (the first)."""
         for key, error in refused.items():
-            found = self.dataset(key, error)
+            found = self.node(key, error)
             if found is not None:
                 raise found
-        nodes = [Unreadable(key, None, first_line(error)) for key, error in self._nodes.items()]
+        nodes = [Unreadable(key, first_line(error)) for key, error in self._nodes.items()]
         # the attributes of a node left out whole go with it
         attributes = [entry for (key, _), entry in self._attributes.items() if key not in self._nodes]
         return tuple(sorted([*nodes, *attributes], key=Unreadable.sort_key))
