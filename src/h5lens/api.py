@@ -44,6 +44,7 @@ def index(
     url: str | None = None,
     progress: Callable[[ScanProgress], None] | None = None,
     read_block_size: int = DEFAULT_READ_BLOCK_SIZE,
+    skip_unreadable: bool = False,
 ) -> Manifest:
     """Scan the HDF5 file ``source`` (path or fsspec URL) into a :class:`Manifest`.
 
@@ -73,9 +74,18 @@ def index(
         Remote files only: libhdf5's metadata reads are served from blocks of at most
         this many bytes (starting at 64 KiB, doubling while reads run on). Larger blocks
         take fewer requests and fetch more bytes that are not metadata; see docs/cloud.md.
+    skip_unreadable
+        An object the scan cannot read (a dataset or attribute h5py cannot read either, such
+        as HDF5 time values; data behind a filter libhdf5 cannot load here; a damaged
+        dataset) refuses the whole file by default (:class:`~h5lens.errors.UnsupportedFeatureError`
+        or :class:`~h5lens.errors.NotHDF5Error`, naming it). With ``True`` it is left out,
+        everything else is indexed, and :attr:`Manifest.unreadable` lists what was left out
+        and why (written into the manifest); reading it through h5lens raises naming it.
+        Failures of the file as a whole, and datasets over ``materialize_limit``, still raise.
     """
     location = os.fspath(source)
-    options = ScanOptions(inline_threshold, convention, slab_bytes, materialize_limit)  # checked before any reading
+    # checked before any reading
+    options = ScanOptions(inline_threshold, convention, slab_bytes, materialize_limit, skip_unreadable=skip_unreadable)
     opened = open_source(location, storage_options=storage_options, read_block_size=read_block_size)
     try:
         manifest = build_manifest(

@@ -10,7 +10,8 @@ from h5lens.manifest.model import Manifest
 
 
 def summarize(manifest: Manifest) -> dict[str, int]:
-    """Counts of nodes, chunks and bytes, referenced vs inline."""
+    """Counts of nodes, chunks and bytes, referenced vs inline, and of the objects left out
+    as unreadable (``skip_unreadable``)."""
     tables = manifest.chunks.values()
     inline_chunks = sum(len(t.inline) for t in tables)
     return {
@@ -20,7 +21,18 @@ def summarize(manifest: Manifest) -> dict[str, int]:
         "referenced_bytes": sum(t.referenced_bytes for t in tables),
         "inline_chunks": inline_chunks,
         "inline_bytes": sum(t.inline_bytes for t in tables),
+        "unreadable": len(manifest.unreadable),
     }
+
+
+def unreadable_lines(manifest: Manifest, indent: str = "  ") -> list[str]:
+    """What the scan left out as unreadable: a heading line, then one line per object
+    (none when nothing was left out)."""
+    if not manifest.unreadable:
+        return []
+    n = len(manifest.unreadable)
+    heading = f"{n} object{'s' if n != 1 else ''} left out as unreadable (not in the manifest; reading one raises why):"
+    return [heading, *(indent + entry.line for entry in manifest.unreadable)]
 
 
 def _dtype_label(data_type: Any) -> str:
@@ -71,8 +83,12 @@ def print_tree(manifest: Manifest) -> None:
         )
 
     def add(node: Tree, path: str) -> None:
-        for name in manifest.children(path):
+        left_out = {entry.path.rsplit("/", 1)[-1]: entry for entry in manifest.unreadable_children(path)}
+        for name in sorted({*manifest.children(path), *left_out}):
             child = f"{path}/{name}" if path else name
+            if child not in manifest.nodes:  # left out
+                node.add(f"{escape(name)} [red]left out: unreadable[/red]")
+                continue
             branch = node.add(label(child))
             if manifest.nodes[child]["node_type"] == "group":
                 add(branch, child)
@@ -90,6 +106,8 @@ def print_tree(manifest: Manifest) -> None:
         f"{totals['arrays']} arrays, {totals['groups']} groups; referenced {totals['referenced_chunks']} chunks "
         f"/ {totals['referenced_bytes']} B; inline {totals['inline_chunks']} chunks / {totals['inline_bytes']} B"
     )
+    for line in unreadable_lines(manifest):
+        console.print(escape(line))
 
 
 def escape(text: str) -> str:

@@ -34,7 +34,7 @@ from h5lens.manifest.checks import VLEN_ALONE, codec_names, vlen_count_problem
 from h5lens.manifest.documents import chunk_shape_of
 from h5lens.manifest.model import MISSING, Manifest
 from h5lens.manifest.refs_json import dumps_document
-from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key
+from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key, metadata_path
 from h5lens.read.bulk import ArrayCodec
 from h5lens.read.decoded_cache import DecodedChunks
 from h5lens.read.text import TextCodec
@@ -259,6 +259,9 @@ class ManifestStore(RegionReads, Store):
             return _slice(doc, byte_range)
         located = self.grammar.chunk(key)
         if located is None:
+            node = metadata_path(key)
+            if node is not None:  # a node indexing left out as unreadable: raise why, not "no such node"
+                self.manifest.refuse_unreadable(node)
             return None
         path, index = located
         table = self.manifest.chunks[path]

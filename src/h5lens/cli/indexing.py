@@ -26,6 +26,7 @@ from h5lens.cli.options import (
     Manifest,
     MaterializeLimit,
     ReadBlockSize,
+    SkipUnreadable,
     SlabBytes,
     StorageOption,
     check_form,
@@ -79,6 +80,7 @@ def index(
     convention: Convention = DEFAULT_CONVENTION,
     slab_bytes: SlabBytes = DEFAULT_SLAB,
     materialize_limit: MaterializeLimit = DEFAULT_LIMIT,
+    skip_unreadable: SkipUnreadable = False,
     url: Annotated[
         str | None,
         typer.Option(
@@ -108,6 +110,7 @@ def index(
         slab_bytes=slab_bytes,
         materialize_limit=materialize_limit,
         read_block_size=read_block_size,
+        skip_unreadable=skip_unreadable,
     )
     check_form(form)
     to_icechunk = output.startswith("icechunk://")  # a repository: h5lens.icechunk writes it
@@ -138,7 +141,7 @@ def index(
         else:
             written = manifest.save(output, format=form, storage_options=options or None, force=force)
             note = form_note(written, form, manifest, output)
-    from h5lens.report import summarize
+    from h5lens.report import summarize, unreadable_lines
 
     summary = summarize(manifest)
     typer.echo(
@@ -146,6 +149,8 @@ def index(
         f"{summary['referenced_chunks']} referenced chunks ({summary['referenced_bytes']} bytes), "
         f"{summary['inline_chunks']} inline chunks ({summary['inline_bytes']} bytes); {note}"
     )
+    for line in unreadable_lines(manifest):
+        typer.echo(line)
 
 
 @app.command(cls=Command)
@@ -162,6 +167,7 @@ def publish(
     convention: Convention = DEFAULT_CONVENTION,
     slab_bytes: SlabBytes = DEFAULT_SLAB,
     materialize_limit: MaterializeLimit = DEFAULT_LIMIT,
+    skip_unreadable: SkipUnreadable = False,
     read_block_size: ReadBlockSize = DEFAULT_BLOCK,
     form: Form = None,
     force: Force = False,
@@ -181,6 +187,7 @@ def publish(
         slab_bytes=slab_bytes,
         materialize_limit=materialize_limit,
         read_block_size=read_block_size,
+        skip_unreadable=skip_unreadable,
     )
     check_form(form)
     check_destination(destination, source, url, options, force=force, form=form)
@@ -205,6 +212,9 @@ def publish(
         f"inline {s['inline_chunks']} chunks ({s['inline_bytes']} bytes); "
         f"{report.checked_chunks} sampled chunks decoded; {report.form} form"
     )
+    if s["unreadable"]:
+        said = f"{s['unreadable']} object(s) left out as unreadable"
+        typer.echo(f"{destination}: {said}; h5lens inspect {destination} lists them")
 
 
 @app.command("index-many", cls=Command)
@@ -244,6 +254,7 @@ def index_many(
     convention: Convention = DEFAULT_CONVENTION,
     slab_bytes: SlabBytes = DEFAULT_SLAB,
     materialize_limit: MaterializeLimit = DEFAULT_LIMIT,
+    skip_unreadable: SkipUnreadable = False,
     read_block_size: ReadBlockSize = DEFAULT_BLOCK,
     form: Form = None,
     storage_option: StorageOption = [],  # noqa: B006 - typer needs a literal default
@@ -264,6 +275,7 @@ def index_many(
         slab_bytes=slab_bytes,
         materialize_limit=materialize_limit,
         read_block_size=read_block_size,
+        skip_unreadable=skip_unreadable,
     )
     check_form(form)
     with reporting(out_dir, "indexing into", anon=anon):
@@ -312,6 +324,12 @@ def _print_summary(result: IndexManyResult) -> None:
         table = Table("failed", "error", title=None)
         for record in failed:
             table.add_row(record.source, record.error_cli or record.error or "")
+        console.print(table)
+    if result.unreadable:
+        table = Table("file", "left out as unreadable (not in its manifest)", title=None)
+        for record in result.records:
+            for line in record.unreadable:
+                table.add_row(record.source, line)
         console.print(table)
 
 

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
 
 def open_manifest(manifest: str, options: dict[str, Any], *, index_hdf5: bool = False) -> Loaded:
     """The manifest, or one line saying why not (not found: said once, naming it once).
-    With ``index_hdf5``, an HDF5 file given instead is indexed in memory (nothing written)."""
+    With ``index_hdf5``, an HDF5 file given instead is indexed in memory (nothing written),
+    leaving out what cannot be read (``skip_unreadable``): the commands that show a file
+    mark it, and reading it says why."""
     from h5lens.errors import NotAManifestError, SourceNotFoundError
 
     with reporting(manifest, "reading the manifest", anon=bool(options.get("anon"))):
@@ -36,4 +38,4 @@ def open_manifest(manifest: str, options: dict[str, Any], *, index_hdf5: bool = 
         import h5lens
 
         with ScanProgressBar(f"indexing {manifest} (in memory)") as progress:
-            return h5lens.index(manifest, storage_options=options or None, progress=progress)
+            return h5lens.index(manifest, storage_options=options or None, progress=progress, skip_unreadable=True)

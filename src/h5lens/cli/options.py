@@ -178,6 +178,15 @@ MaterializeLimit = Annotated[
         "(data no zarr codec reads is decoded and copied); 'none': no limit.",
     ),
 ]
+SkipUnreadable = Annotated[
+    bool,
+    typer.Option(
+        "--skip-unreadable",
+        help="Leave out an object that cannot be read (a dataset or attribute h5py cannot read either, data "
+        "behind a filter libhdf5 cannot load here, a damaged dataset) and index everything else; the manifest "
+        "lists what was left out. Default: refuse the file, naming the object.",
+    ),
+]
 DEFAULT_INLINE = str(DEFAULT_INLINE_THRESHOLD)
 DEFAULT_SLAB = _size_text(DEFAULT_SLAB_BYTES)
 DEFAULT_LIMIT = _size_text(DEFAULT_MATERIALIZE_LIMIT)
@@ -192,6 +201,7 @@ class ScanSettings:
     slab_bytes: int
     materialize_limit: int | None
     read_block_size: int
+    skip_unreadable: bool = False
 
     def index_arguments(self) -> dict[str, Any]:
         """The keyword arguments of :func:`h5lens.index` these settings stand for."""
@@ -201,6 +211,7 @@ class ScanSettings:
             "slab_bytes": self.slab_bytes,
             "materialize_limit": self.materialize_limit,
             "read_block_size": self.read_block_size,
+            "skip_unreadable": self.skip_unreadable,
         }
 
 
@@ -211,6 +222,7 @@ def scan_settings(
     slab_bytes: str = DEFAULT_SLAB,
     materialize_limit: str = DEFAULT_LIMIT,
     read_block_size: str,
+    skip_unreadable: bool = False,
 ) -> ScanSettings:
     check_convention(convention)
     limit: int | None
@@ -226,4 +238,5 @@ def scan_settings(
         slab_bytes=byte_size("--slab-bytes", slab_bytes, at_least=1),
         materialize_limit=limit,
         read_block_size=byte_size("--read-block-size", read_block_size, at_least=MIN_READ_BLOCK_SIZE),
+        skip_unreadable=skip_unreadable,
     )

@@ -31,6 +31,9 @@ def node_of(loaded: Loaded, manifest: str, key: str, path: str) -> dict[str, Any
     if doc is None:
         from h5lens.describe import link_at, link_target
 
+        left_out = loaded.unreadable_at(key)
+        if left_out is not None:
+            fail(str(left_out.error()))
         link = link_at(loaded, key)
         if link is not None:
             fail(f"{path}: a link to {link_target(link)} in {manifest}; give the target's path")
@@ -157,7 +160,8 @@ def validate(
 
     Lists each problem and exits 1 if there is any. Each source must be there and
     unchanged since indexing (--no-verify: not looked at); --deep also decodes every
-    chunk from the sources.
+    chunk from the sources. Objects the manifest lists as left out when indexed
+    (--skip-unreadable) are shown as notes, not problems.
     """
     options = storage_options(storage_option, anon, endpoint_url)
     urls = source_urls(source_url)
@@ -175,9 +179,12 @@ def validate(
         )
     for problem in problems:
         typer.echo(f"{problem.path}: {problem.cli_message or problem.message}")
+    for entry in loaded.unreadable:  # not problems: the manifest says what it lacks, and why
+        typer.echo(f"note: left out as unreadable when indexed: {entry.line}")
     if problems:
         typer.echo(f"{manifest}: {len(problems)} problem(s)", err=True)
         raise typer.Exit(1)
     checked = ", every chunk decoded" if deep else ", sources unchanged" if verify and loaded.sources else ""
-    typer.echo(f"{manifest}: valid ({len(loaded.nodes)} nodes, convention {loaded.convention}{checked})")
+    left_out = f", {len(loaded.unreadable)} left out as unreadable: see the notes" if loaded.unreadable else ""
+    typer.echo(f"{manifest}: valid ({len(loaded.nodes)} nodes, convention {loaded.convention}{checked}{left_out})")
 

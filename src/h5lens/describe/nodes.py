@@ -176,7 +176,8 @@ def summary(manifest: Manifest, path: str) -> str:
 
 
 def list_members(manifest: Manifest, path: str) -> list[str]:
-    """``h5lens ls`` of a group: one line per member, ``name/`` for groups, ``name@`` for links."""
+    """``h5lens ls`` of a group: one line per member, ``name/`` for groups, ``name@`` for links,
+    ``name!`` for what indexing left out as unreadable (and why)."""
     entries: list[tuple[str, str, str]] = []
     for name in manifest.children(path):
         key = child(path, name)
@@ -184,10 +185,13 @@ def list_members(manifest: Manifest, path: str) -> list[str]:
         entries.append((name + ("/" if is_group else ""), "group" if is_group else "array", summary(manifest, key)))
     for link in links(manifest.nodes[path]):
         entries.append((link["name"] + "@", "link", f"→ {link_target(link)}"))
+    for entry in manifest.unreadable_children(path):
+        entries.append((entry.path.rsplit("/", 1)[-1] + "!", "left out", f"unreadable: {entry.line}"))
     if not entries:
         return []
     width = max(len(name) for name, _, _ in entries)
-    return [f"{name:<{width}}  {kind:<5}  {text}" for name, kind, text in sorted(entries)]
+    kinds = max(5, *(len(kind) for _, kind, _ in entries))
+    return [f"{name:<{width}}  {kind:<{kinds}}  {text}" for name, kind, text in sorted(entries)]
 
 
 def describe_array(manifest: Manifest, path: str) -> list[str]:
@@ -218,4 +222,7 @@ def describe_array(manifest: Manifest, path: str) -> list[str]:
     others = sorted(name for name in attributes if name not in _BOOKKEEPING)
     if others:
         lines.append(f"  attributes {', '.join(others)}")
+    for entry in manifest.unreadable:
+        if entry.path == path and entry.attribute is not None:
+            lines.append(f"  left out  {entry.line}")
     return lines

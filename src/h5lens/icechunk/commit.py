@@ -25,7 +25,7 @@ from h5lens.errors import (
 from h5lens.icechunk.containers import container_prefix, require_icechunk, source_uris
 from h5lens.icechunk.repository import check_location, icechunk_error, open_repository, parse_destination
 from h5lens.manifest.model import ChunkTable, Manifest, Source
-from h5lens.manifest.tables import attribute_types_json
+from h5lens.manifest.tables import attribute_types_json, unreadable_json
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, chunk_key, metadata_key
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ def _record(manifest: Manifest, uris: list[str]) -> dict[str, Any]:
         "sources": sources,
         "digest": _digest(manifest),
         **attribute_types_json(manifest),
+        **unreadable_json(manifest),  # what the scan left out (skip_unreadable), as the other forms say it
     }
     # through JSON, so it compares equal to what Icechunk gives back (lists, floats)
     return dict(json.loads(json.dumps(record)))
@@ -75,7 +76,8 @@ def _same(recorded: Any, record: Mapping[str, Any]) -> bool:
     """The branch holds this manifest of these sources (the writer's version aside)."""
     if not isinstance(recorded, Mapping):
         return False
-    return all(recorded.get(key) == record.get(key) for key in ("sources", "digest", "convention", "attribute_types"))
+    kept = ("sources", "digest", "convention", "attribute_types", "unreadable")
+    return all(recorded.get(key) == record.get(key) for key in kept)
 
 
 def _checksum(source: Source) -> str | datetime.datetime | None:

@@ -56,6 +56,7 @@ from h5lens.manifest.tables import (
     Source,
     attribute_types_json,
     parts_of_file,
+    unreadable_json,
 )
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar
 
@@ -258,6 +259,7 @@ def encode(manifest: ManifestParts) -> bytes:
             "convention": manifest.convention,
             "sources": [s.to_dict() for s in manifest.sources],
             **attribute_types_json(manifest),
+            **unreadable_json(manifest),
         },
         "nodes": {path: manifest.nodes[path] for path in sorted(manifest.nodes)},
         "arrays": entries,

@@ -26,6 +26,7 @@ from h5lens.manifest.tables import (
     ManifestParts,
     NodeMap,
     Source,
+    Unreadable,
     children_index,
     is_fingerprint,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "ManifestParts",
     "NodeMap",
     "Source",
+    "Unreadable",
     "children_index",
     "is_fingerprint",
 ]
@@ -70,6 +72,7 @@ class Manifest(ManifestParts):
         if not isinstance(self.sources, tuple):
             object.__setattr__(self, "sources", tuple(self.sources))
         object.__setattr__(self, "attribute_types", {p: dict(n) for p, n in self.attribute_types.items() if n})
+        object.__setattr__(self, "unreadable", tuple(sorted(self.unreadable, key=Unreadable.sort_key)))
 
     def __eq__(self, other: object) -> bool:
         """Equal content: documents (NaN attributes compare as written), tables, sources."""
@@ -77,7 +80,7 @@ class Manifest(ManifestParts):
             return NotImplemented
         if (self.sources, self.convention, self.location) != (other.sources, other.convention, other.location):
             return False
-        if self.attribute_types != other.attribute_types:
+        if self.attribute_types != other.attribute_types or self.unreadable != other.unreadable:
             return False
         if self.nodes.keys() != other.nodes.keys() or self.chunks.keys() != other.chunks.keys():
             return False
@@ -102,6 +105,35 @@ class Manifest(ManifestParts):
     def children(self, path: str) -> list[str]:
         """Names of the direct children of group ``path``, sorted."""
         return list(self._children_index.get(path, ()))
+
+    def unreadable_at(self, path: str, attribute: str | None = None) -> Unreadable | None:
+        """The record of the node at ``path`` (or of its ``attribute``) if the scan left it
+        out as unreadable (``skip_unreadable``); None for anything else."""
+        return self._unreadable_index.get((path, attribute))
+
+    def refuse_unreadable(self, path: str, attribute: str | None = None) -> None:
+        """Raise :class:`~h5lens.errors.UnsupportedFeatureError` saying why the node at
+        ``path`` (or its ``attribute``) is not in the manifest, if the scan left it out as
+        unreadable; nothing otherwise."""
+        found = self.unreadable_at(path, attribute)
+        if found is not None:
+            raise found.error()
+
+    def unreadable_children(self, path: str) -> list[Unreadable]:
+        """The nodes directly below group ``path`` that the scan left out as unreadable."""
+        prefix = path + "/" if path else ""
+        return [
+            entry
+            for entry in self.unreadable
+            if entry.attribute is None
+            and entry.path != path
+            and entry.path.startswith(prefix)
+            and "/" not in entry.path[len(prefix) :]
+        ]
+
+    @cached_property
+    def _unreadable_index(self) -> dict[tuple[str, str | None], Unreadable]:
+        return {(entry.path, entry.attribute): entry for entry in self.unreadable}
 
     @cached_property
     def _children_index(self) -> dict[str, list[str]]:

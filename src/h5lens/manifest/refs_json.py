@@ -40,6 +40,7 @@ from h5lens.manifest.tables import (
     Source,
     attribute_types_json,
     parts_of_file,
+    unreadable_json,
 )
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar, chunk_key, join, metadata_key, metadata_path
 
@@ -77,6 +78,7 @@ def manifest_to_refs(manifest: ManifestParts) -> dict[str, Any]:
                 for path in sorted(manifest.chunks)
             },
             **attribute_types_json(manifest),
+            **unreadable_json(manifest),
         },
     }
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.errors import ManifestFormatError
+from h5lens.errors import ManifestFormatError, UnsupportedFeatureError
 
 MISSING = -1  # no chunk: readers see the fill value
 INLINE = -2  # bytes stored in ChunkTable.inline
@@ -375,6 +375,85 @@ class ChunkTableBuilder:
         return ChunkTable(self.source, self.offset, self.length, self.inline)
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """An object the scan left out because it could not read it (``h5lens.index(...,
+    skip_unreadable=True)``): the node at ``path`` (a node path, as ``nodes`` are keyed), or
+    with ``attribute`` that one attribute of the node. ``reason`` is the one line indexing
+    without ``skip_unreadable`` refuses the file with; it names the HDF5 path."""
+
+    path: str
+    reason: str
+    attribute: str | None = None
+
+    @property
+    def where(self) -> str:
+        """``/path``, or ``/path attribute 'name'``."""
+        node = "/" + self.path
+        return node if self.attribute is None else f"{node} attribute {self.attribute!r}"
+
+    @property
+    def line(self) -> str:
+        """One line naming it and why (the reason, which names it as the file does)."""
+        return self.reason if self.reason.startswith(self.where + ": ") else f"{self.where}: {self.reason}"
+
+    def error(self) -> UnsupportedFeatureError:
+        """What reading it raises: it is not in the manifest, and why."""
+        reason = self.reason.removeprefix(self.where + ": ")  # the reason names it too, mostly
+        return UnsupportedFeatureError(
+            f"{self.where}: not in this manifest, left out as unreadable when the file was indexed: {reason}"
+        )
+
+    def sort_key(self) -> tuple[str, bool, str]:
+        """Nodes in path order, each node's attributes after it."""
+        return self.path, self.attribute is not None, self.attribute or ""
+
+    def to_dict(self) -> dict[str, str]:
+        out = {"path": self.path}
+        if self.attribute is not None:
+            out["attribute"] = self.attribute
+        out["reason"] = self.reason
+        return out
+
+    @classmethod
+    def from_dict(cls, value: Any, where: str) -> Unreadable:
+        """One entry of a manifest file's ``unreadable`` list, checked."""
+        if not isinstance(value, dict) or set(value) - {"path", "attribute", "reason"}:
+            raise ManifestFormatError(
+                f"{where}: Expected each 'unreadable' entry to be an object of 'path', 'attribute' and 'reason'. "
+                f"Got {value!r:.80}."
+            )
+        path, attribute, reason = value.get("path"), value.get("attribute"), value.get("reason")
+        if not isinstance(path, str) or path.startswith("/") or path.endswith("/"):
+            raise ManifestFormatError(
+                f"{where}: Expected an 'unreadable' entry's path to be a node path. Got {path!r:.80}."
+            )
+        if attribute is not None and not isinstance(attribute, str):
+            raise ManifestFormatError(
+                f"{where}: Expected the attribute of unreadable /{path} to be a name. Got {attribute!r:.80}."
+            )
+        if not isinstance(reason, str) or not reason:
+            raise ManifestFormatError(f"{where}: Expected a reason for unreadable /{path}. Got {reason!r:.80}.")
+        return cls(path, reason, attribute)
+
+
+def parse_unreadable(value: Any, where: str) -> tuple[Unreadable, ...]:
+    """The ``unreadable`` record of a manifest file (absent: nothing was left out), sorted."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ManifestFormatError(f"{where}: Expected 'unreadable' to be a list. Got {type(value).__name__}.")
+    return tuple(sorted((Unreadable.from_dict(entry, where) for entry in value), key=Unreadable.sort_key))
+
+
+def unreadable_json(manifest: ManifestParts) -> dict[str, Any]:
+    """The ``unreadable`` member of the ``h5lens`` object: written only when the scan left
+    something out, so that every other manifest stays as it was."""
+    if not manifest.unreadable:
+        return {}
+    return {"unreadable": [entry.to_dict() for entry in sorted(manifest.unreadable, key=Unreadable.sort_key)]}
+
+
 @dataclass(eq=False, frozen=True)
 class ManifestParts:
     """zarr v3 metadata documents plus chunk references: what a manifest holds. The readers
@@ -399,6 +478,8 @@ class ManifestParts:
     # node path -> attribute name -> numpy type name, for the attributes whose HDF5 type a
     # JSON value loses (a float32 scale_factor reads back as float64): see attribute_types
     attribute_types: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # the objects the scan left out (``skip_unreadable``), sorted: see Unreadable
+    unreadable: Sequence[Unreadable] = ()
 
     @property
     def n_chunks(self) -> int:
@@ -479,7 +560,8 @@ def parts_of_file(
 ) -> ManifestParts:
     """The parts of a manifest file (either form), with what its ``.h5lens`` record says:
     the convention, the writer's version (under ``writer_key``: an Icechunk commit's record
-    says ``writer``) and the attribute types (checked against ``nodes``)."""
+    says ``writer``), the attribute types (checked against ``nodes``) and the objects left
+    out as unreadable."""
     where = location or "manifest"
     convention = info.get("convention", "released")
     if not isinstance(convention, str):
@@ -495,6 +577,7 @@ def parts_of_file(
         location=location,
         recorded=recorded,
         attribute_types=checked_attribute_types(info.get("attribute_types"), nodes, where),
+        unreadable=parse_unreadable(info.get("unreadable"), where),
     )
 
 

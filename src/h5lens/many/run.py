@@ -63,6 +63,11 @@ class IndexManyResult:
     def bytes(self) -> int:
         return sum(r.bytes for r in self.records)
 
+    @property
+    def unreadable(self) -> int:
+        """Objects the manifests in DEST left out as unreadable (``skip_unreadable``)."""
+        return sum(len(r.unreadable) for r in self.records)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "indexed": self.indexed,
@@ -70,6 +75,7 @@ class IndexManyResult:
             "failed": self.failed,
             "chunks": self.chunks,
             "bytes": self.bytes,
+            "unreadable": self.unreadable,
             "seconds": self.seconds,
             "files": [r.to_dict() for r in self.records],
         }
@@ -89,6 +95,7 @@ def index_many(
     slab_bytes: int = DEFAULT_SLAB_BYTES,
     materialize_limit: int | None = DEFAULT_MATERIALIZE_LIMIT,
     read_block_size: int = DEFAULT_READ_BLOCK_SIZE,
+    skip_unreadable: bool = False,
     format: str | None = None,
     progress: Callable[[FileRecord, int, int], None] | None = None,
 ) -> IndexManyResult:
@@ -105,14 +112,16 @@ def index_many(
     ``distributed.Client`` or a scheduler address; None starts a LocalCluster of ``workers``
     processes and closes it after. ``report``: also write the result as JSON there.
     ``progress(record, done, total)`` is called on the client as each file finishes.
-    The other options are those of :func:`h5lens.index`.
+    The other options are those of :func:`h5lens.index`; with ``skip_unreadable`` each record
+    lists what its manifest left out (:attr:`FileRecord.unreadable`).
     """
     from h5lens.destination import refuse_local_sources
     from h5lens.errors import InvalidOptionError
     from h5lens.manifest.io import FORMATS
     from h5lens.scan.options import ScanOptions
 
-    ScanOptions(inline_threshold, convention, slab_bytes, materialize_limit)  # checked: InvalidOptionError
+    # checked: InvalidOptionError
+    ScanOptions(inline_threshold, convention, slab_bytes, materialize_limit, skip_unreadable=skip_unreadable)
     if format is not None and format not in FORMATS:
         raise InvalidOptionError(f"format must be one of {FORMATS}. Got {format!r}")
     if read_block_size < MIN_READ_BLOCK_SIZE:
@@ -129,8 +138,9 @@ def index_many(
     jobs = plan_jobs(specs, dest, options, suffix=SUFFIXES.get(format or "json", ".json"))
     refuse_local_sources(dest, [absolute(job.source) for job in jobs], many=True)
     settings = IndexSettings(
-        options, inline_threshold, convention, slab_bytes, materialize_limit, read_block_size, format, force
-    )
+        options, inline_threshold, convention, slab_bytes, materialize_limit, read_block_size, format, force,
+        skip_unreadable,
+    )  # fmt: skip
     records = _run(jobs, settings, scheduler, workers, progress) if jobs else []
     result = IndexManyResult(records, time.perf_counter() - started)
     if report is not None:

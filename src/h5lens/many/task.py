@@ -38,6 +38,7 @@ class IndexSettings:
     read_block_size: int = DEFAULT_READ_BLOCK_SIZE
     format: str | None = None  # None: the form the manifest's name says
     force: bool = False
+    skip_unreadable: bool = False
 
 
 @dataclass
@@ -53,6 +54,8 @@ class FileRecord:
     bytes: int = 0  # bytes those references cover
     seconds: float = 0.0
     form: str | None = None  # json | compact, when a manifest was written
+    # what the manifest left out as unreadable (skip_unreadable), one line each: the object and why
+    unreadable: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,6 +70,7 @@ def index_one(job: Job, settings: IndexSettings) -> FileRecord:
         if current is not None:
             record.status = SKIPPED
             record.chunks, record.bytes = _referenced(current)
+            record.unreadable = [entry.line for entry in current.unreadable]
         else:
             _index(job, settings, record)
             record.status = INDEXED
@@ -92,8 +96,10 @@ def _index(job: Job, settings: IndexSettings, record: FileRecord) -> None:
         slab_bytes=settings.slab_bytes,
         materialize_limit=settings.materialize_limit,
         read_block_size=settings.read_block_size,
+        skip_unreadable=settings.skip_unreadable,
     )
     record.chunks, record.bytes = _referenced(manifest)
+    record.unreadable = [entry.line for entry in manifest.unreadable]
     try:
         ensure_parent(job.manifest)
         record.form = manifest.save(job.manifest, format=settings.format, storage_options=options, force=settings.force)

@@ -43,7 +43,7 @@ import zarr
 from h5lens import convention
 from h5lens.dtypes_forms import restore_array_fields, view_array_fields
 from h5lens.errors import InvalidOptionError, NotAManifestError, SourceNotFoundError
-from h5lens.keys import unescape_key
+from h5lens.keys import escape_key, unescape_key
 from h5lens.locations import is_remote, local_path, resolve
 from h5lens.long_double import layout_in, to_longdouble
 from h5lens.manifest.documents import ArrayDocument
@@ -219,6 +219,7 @@ class _File:
                 if is_kind(doc):
                     return kind(self, "/" + key)
             return Group(self, "/" + key) if doc.get("node_type") == "group" else Dataset(self, "/" + key)
+        self.manifest.refuse_unreadable(key)  # indexed with skip_unreadable: not here, and why
         node: Node = self.root()
         for part in key.split("/"):
             if not isinstance(node, Group):
@@ -306,7 +307,7 @@ class Node:
     def attrs(self) -> Attributes:
         """User attributes; references resolve to nodes when read."""
         raw = {k: v for k, v in self._doc.get("attributes", {}).items() if k not in RESERVED_ATTRIBUTES}
-        return Attributes(self._file, raw, self._file.manifest.attribute_types.get(self._key))
+        return Attributes(self._file, raw, self._file.manifest.attribute_types.get(self._key), self._key)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Node) and other._file is self._file and other.path == self.path
@@ -321,12 +322,15 @@ class Node:
 class Attributes(Mapping[str, Any]):
     """A node's attributes, read-only; ``_REFERENCE`` values resolve on access."""
 
-    def __init__(self, file: _File, raw: dict[str, Any], types: Mapping[str, str] | None = None) -> None:
+    def __init__(self, file: _File, raw: dict[str, Any], types: Mapping[str, str] | None = None, key: str = "") -> None:
         self._file = file
         self.raw = raw
         self._types = types or {}
+        self._key = key  # the node's
 
     def __getitem__(self, name: str) -> Any:
+        if name not in self.raw:  # indexed with skip_unreadable: not here, and why
+            self._file.manifest.refuse_unreadable(self._key, name)
         value = self._decode(self.raw[name])
         found = self._types.get(name)
         return value if found is None else typed(value, found)  # the HDF5 type JSON lost
@@ -381,7 +385,7 @@ class Group(Node, Mapping[str, Node]):
         if not isinstance(name, str):
             return False
         if "/" not in name:
-            return name in self._members()
+            return name in self._members() or self._absent(name)
         try:
             self[name]
         except KeyError:
@@ -404,7 +408,14 @@ class Group(Node, Mapping[str, Node]):
                     raise KeyError(f"{name!r}: {node.h5_path!r} is a dataset")
                 node = node[part]
             return node
+        self._absent(name)
         raise KeyError(f"{name!r} is not a member of {self.h5_path!r}")
+
+    def _absent(self, name: str) -> bool:
+        """False for a name that is no member; raises why if indexing left it out as unreadable."""
+        for escaped in (name, escape_key(name)):
+            self._file.manifest.refuse_unreadable(f"{self._key}/{escaped}".lstrip("/"))
+        return False
 
     def _member(self, escaped: str) -> Node:
         """The member stored under the escaped name ``escaped``."""

@@ -48,6 +48,7 @@ def read_attributes(
     types: dict[str, str] | None = None,
     before_variable: Callable[[], None] | None = None,
     headers: AttributeHeaders | None = None,
+    refused: dict[str, UnsupportedFeatureError] | None = None,
 ) -> dict[str, Any]:
     """All attributes of ``obj`` as JSON-ready values, in the file's order; each opened once.
 
@@ -55,20 +56,31 @@ def read_attributes(
     ``before_variable`` runs before the first variable-length value is read (the check of
     the global heap collections libhdf5 would parse). ``headers`` reads the values of the
     common types from the object header instead of through h5py (the same values:
-    :mod:`h5lens.scan.hdf5.attributes`); h5py reads every other one."""
+    :mod:`h5lens.scan.hdf5.attributes`); h5py reads every other one. With ``refused``, an
+    attribute that cannot be read or converted is left out and its error put there (by
+    name) instead of raised (``skip_unreadable``)."""
     out: dict[str, Any] = {}
     listed = _from_header(obj, headers)
     names = obj.attrs.keys() if listed is None else listed.keys()
     opened: list[tuple[str, str, h5py.h5a.AttrID | HeaderAttribute, np.dtype]] = []
+
+    def refuse(name: str, error: UnsupportedFeatureError) -> None:
+        if refused is None:
+            raise error from error.__cause__  # the refusal alone, as when it was raised
+        # a name that is not UTF-8 text is recorded with its undecodable bytes escaped
+        refused[name.encode("utf-8", "backslashreplace").decode("utf-8")] = error
+
     for name in names:
         where = f"{h5_path} attribute {name!r}"
         if not _is_text(name):
-            raise UnsupportedFeatureError(f"{h5_path}: an attribute name is not UTF-8 text ({name!r})")
+            refuse(name, UnsupportedFeatureError(f"{h5_path}: an attribute name is not UTF-8 text ({name!r})"))
+            continue
         if name in convention.RESERVED_ATTRIBUTES:
-            raise UnsupportedFeatureError(
+            refuse(name, UnsupportedFeatureError(
                 f"{where}: the unified zarr convention gives this name a meaning of its own, so the "
                 "attribute would be overwritten or misread"
-            )
+            ))  # fmt: skip
+            continue
         found = None if listed is None else listed[name]
         if found is not None and found.dtype is not None:
             opened.append((name, where, found, found.dtype))
@@ -77,28 +89,33 @@ def read_attributes(
             attr = h5py.h5a.open(obj.id, name.encode("utf-8"))
             dtype = attr.dtype
         except (OSError, TypeError, ValueError, RuntimeError, KeyError) as e:
-            raise UnsupportedFeatureError(f"{where}: h5py cannot read it ({e})") from None
+            refuse(name, UnsupportedFeatureError(f"{where}: h5py cannot read it ({e})"))
+            continue
         opened.append((name, where, attr, dtype))
     if before_variable is not None and any(
         not isinstance(attr, HeaderAttribute) and _variable(dtype) for _, _, attr, dtype in opened
     ):
         before_variable()
     for name, where, attr, dtype in opened:
-        if isinstance(attr, HeaderAttribute):  # read from the header
-            converted, type_name = _header_json(attr, where, resolve, nan_as_string)
-            if types is not None and type_name is not None:
-                types[name] = type_name
-            out[name] = converted
-            continue
-        if types is not None:
-            type_name = _type_name(dtype, attr)
-            if type_name is not None:
-                types[name] = type_name
         try:
-            value = _value(attr, dtype)
-        except (OSError, TypeError, ValueError, RuntimeError) as e:
-            raise UnsupportedFeatureError(f"{where}: h5py cannot read it ({e})") from None
-        converted = to_json(value, where, resolve)
+            if isinstance(attr, HeaderAttribute):  # read from the header
+                converted, type_name = _header_json(attr, where, resolve, nan_as_string)
+                if types is not None and type_name is not None:
+                    types[name] = type_name
+                out[name] = converted
+                continue
+            if types is not None:
+                type_name = _type_name(dtype, attr)
+                if type_name is not None:
+                    types[name] = type_name
+            try:
+                value = _value(attr, dtype)
+            except (OSError, TypeError, ValueError, RuntimeError) as e:
+                raise UnsupportedFeatureError(f"{where}: h5py cannot read it ({e})") from None
+            converted = to_json(value, where, resolve)
+        except UnsupportedFeatureError as e:
+            refuse(name, e)
+            continue
         out[name] = _nan_strings(converted) if nan_as_string else converted
     return out
 

@@ -18,6 +18,7 @@ from h5lens.dtypes_forms import ragged_element, record_fields
 from h5lens.errors import (
     H5LensError,
     MaterializeLimitError,
+    NotHDF5Error,
     SourceNotFoundError,
     UnsupportedFeatureError,
 )
@@ -74,7 +75,7 @@ from h5lens.scan.regions import Resolver
 from h5lens.scan.registry import apply_profiles
 from h5lens.scan.small_arrays import inline_small_chunks
 from h5lens.scan.source import OpenSource, TrackedFile, open_source
-from h5lens.scan.unreadable import check_inside_file, unreadable
+from h5lens.scan.unreadable import LeftOut, check_inside_file, unreadable
 from h5lens.scan.virtual import virtual_table
 from h5lens.scan.walk import DatasetRecord, GroupRecord, Opener, Walk, walk, zarr_path
 
@@ -143,6 +144,8 @@ def _build(
     # A dataset with no zarr form may still be rewritten by a profile (an old h5ad's compound
     # obsm becomes plain arrays); the refusal stands only if no profile takes the node.
     refused: dict[str, UnsupportedFeatureError] = {}
+    records: list[GroupRecord | DatasetRecord] = [*found.groups, *found.datasets, *found.datatypes]
+    left_out = LeftOut(options.skip_unreadable, opened.failure, {r.h5_path: r.key for r in records})
     indexes = chunk_scan.IndexWalks(opened)
     # local files: preads (a few µs a header), not the buffered reader's seek and read
     read_at = reader_for(opened.raw) if not isinstance(opened.raw, TrackedFile) else opened.read
@@ -164,14 +167,18 @@ def _build(
         attributes = None if made_from_headers is None else made_from_headers.group(group, resolve, nan_strings, group_types)
         if attributes is None:
             group_types = {}
-            nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps, group_types, headers)
+            nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps, group_types, headers, left_out)
         else:
             nodes[group.key] = _group_node(group, attributes)
         types[group.key] = group_types
     for named in found.datatypes:
-        nodes[named.key] = _datatype_document(
-            h5, named, resolve, nan_strings, heaps, types.setdefault(named.key, {}), headers
-        )
+        try:
+            nodes[named.key] = _datatype_document(
+                h5, named, resolve, nan_strings, heaps, types.setdefault(named.key, {}), headers, left_out
+            )
+        except UnsupportedFeatureError as e:
+            if left_out.node(named.key, e) is not None:
+                raise
     state: _ScanState = {"done": 0, "path": "/", "chunks": 0}
 
     def report() -> None:
@@ -202,23 +209,33 @@ def _build(
             found_types = {}
             ds = opener.dataset(record.h5_path)  # MATLAB files hold tens of thousands
             dtype = element_dtype(ds, record.h5_path)  # once: both need it
-            made = _ragged(ds, record, options, resolve, nan_strings, heaps, found_types, headers, dtype)
+            made = _ragged(ds, record, options, resolve, nan_strings, heaps, found_types, headers, dtype, left_out)
             if made is None:
                 doc, table = _array(
-                    ds, record, options, resolve, nan_strings, indexes, heaps, files, found_types, headers, dtype
-                )
+                    ds, record, options, resolve, nan_strings, indexes, heaps, files, found_types, headers, dtype,
+                    left_out,
+                )  # fmt: skip
                 made = [(record.key, doc, table)]
+            for _, _, made_table in made:
+                if made_table is not None:
+                    check_inside_file(record.h5_path, made_table, opened.source.size)
         except UnsupportedFeatureError as e:
-            refused[record.key] = e
+            refused[record.key] = e  # a profile may still give it a form
+            continue
+        except NotHDF5Error as e:  # damage met in this dataset
+            if left_out.node(record.key, e) is not None:
+                raise
             continue
         except H5LensError:
             raise
         except (OSError, RuntimeError, KeyError) as e:
-            raise unreadable(h5, record.h5_path, e) from e
+            error = left_out.node(record.key, unreadable(h5, record.h5_path, e))
+            if error is not None:
+                raise error from e
+            continue
         for key, doc, made_table in made:  # one array, or a ragged dataset's group and buffers
             nodes[key] = doc
             if made_table is not None:
-                check_inside_file(record.h5_path, made_table, opened.source.size)
                 tables[key] = made_table
                 state["chunks"] += made_table.n_present
         types[record.key] = found_types
@@ -231,15 +248,15 @@ def _build(
 
     if options.profiles:
         apply_profiles(ProfileContext(h5, nodes, tables, options, found, refused=refused))
-    for error in refused.values():
-        raise error
+    unreadable_objects = left_out.finish(refused)
     inline_small_chunks(opened, tables, options.inline_threshold)
     if opened.remote:
         logger.info("%s: scanned; %s", opened.source.url, opened.read_summary())
     check_documents(nodes)
     return Manifest(
-        nodes, tables, list(files.sources), options.convention, writer, attribute_types=_kept_types(types, nodes)
-    )
+        nodes, tables, list(files.sources), options.convention, writer, attribute_types=_kept_types(types, nodes),
+        unreadable=unreadable_objects,
+    )  # fmt: skip
 
 
 def _kept_types(types: dict[str, dict[str, str]], nodes: NodeMap) -> dict[str, dict[str, str]]:
@@ -298,14 +315,21 @@ def _attributes(
     heaps: HeapCheck | None,
     types: dict[str, str] | None,
     headers: AttributeHeaders | None = None,
+    left_out: LeftOut | None = None,
 ) -> dict[str, Any]:
     """The node's attributes (and their types, into ``types``), the global heap collections
     of variable-length values checked before h5py parses them; the common types' values
-    read from the object header where ``headers`` can."""
+    read from the object header where ``headers`` can. Those it cannot read are left out
+    into ``left_out`` with ``skip_unreadable``."""
     check = None if heaps is None else (lambda: heaps.check_attributes(obj, path))
-    return read_attributes(
-        obj, path, resolve, nan_as_string=nan_strings, types=types, before_variable=check, headers=headers
-    )
+    refused: dict[str, UnsupportedFeatureError] | None = None if left_out is None else {}
+    found = read_attributes(
+        obj, path, resolve, nan_as_string=nan_strings, types=types, before_variable=check, headers=headers,
+        refused=refused,
+    )  # fmt: skip
+    if left_out is not None and refused:
+        left_out.attributes(path, refused)
+    return found
 
 
 def _datatype_document(
@@ -316,17 +340,23 @@ def _datatype_document(
     heaps: HeapCheck | None,
     types: dict[str, str],
     headers: AttributeHeaders | None = None,
+    left_out: LeftOut | None = None,
 ) -> dict[str, Any]:
     """A committed datatype that carries attributes: a group holding them, and the type as
     the zarr data type arrays of it would have (``_DATATYPE``)."""
     named = h5[record.h5_path]
-    plan = plan_type(named.dtype, record.h5_path)
+    try:
+        dtype = named.dtype
+    except (TypeError, ValueError) as e:  # H5T_TIME: no numpy type
+        said = f"{record.h5_path}: h5py cannot read this committed datatype either ({e})"
+        raise UnsupportedFeatureError(said) from None
+    plan = plan_type(dtype, record.h5_path)
     if plan.data_type is None:  # a compound rewritten from its values: no values here to size it
         raise UnsupportedFeatureError(
             f"{record.h5_path}: a committed datatype with attributes whose type zarr stores only with values "
             f"({named.dtype})"
         )
-    attributes = _attributes(named, record.h5_path, resolve, nan_strings, heaps, types, headers)
+    attributes = _attributes(named, record.h5_path, resolve, nan_strings, heaps, types, headers, left_out)
     attributes[convention.DATATYPE] = plan.data_type
     return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
 
@@ -361,9 +391,11 @@ def _group_document(
     heaps: HeapCheck | None = None,
     types: dict[str, str] | None = None,
     headers: AttributeHeaders | None = None,
+    left_out: LeftOut | None = None,
 ) -> dict[str, Any]:
     h5_group = h5[group.h5_path]
-    return _group_node(group, _attributes(h5_group, group.h5_path, resolve, nan_strings, heaps, types, headers))
+    attributes = _attributes(h5_group, group.h5_path, resolve, nan_strings, heaps, types, headers, left_out)
+    return _group_node(group, attributes)
 
 
 def _array(
@@ -378,12 +410,13 @@ def _array(
     types: dict[str, str] | None = None,
     headers: AttributeHeaders | None = None,
     dtype: np.dtype | None = None,
+    left_out: LeftOut | None = None,
 ) -> tuple[dict[str, Any], ChunkTable]:
     path = record.h5_path
     plan = _plan_of(ds, path, dtype)
     dcpl = ds.id.get_create_plist()
     fill = _fill_value(ds, dcpl)
-    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types, headers)
+    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types, headers, left_out)
     layout = dcpl.get_layout()
 
     if ds.shape is None:  # null dataspace (h5py.Empty): no elements at all
@@ -545,6 +578,7 @@ def _ragged(
     types: dict[str, str] | None = None,
     headers: AttributeHeaders | None = None,
     dtype: np.dtype | None = None,
+    left_out: LeftOut | None = None,
 ) -> Made | None:
     """A dataset of variable-length sequences of numbers as an awkward-array group and its
     buffers (:mod:`h5lens.scan.ragged`); None for every other dataset."""
@@ -554,7 +588,7 @@ def _ragged(
     base = None if fields is not None else ragged_base(dtype, path)
     if base is None and fields is None:
         return None
-    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types, headers)
+    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types, headers, left_out)
     count = 0 if ds.shape is None else int(np.prod(ds.shape, dtype=np.int64))
     _check_limit(path, options, 8 * count, "variable-length sequences are not stored in the dataset's chunks",
                  values=True)  # fmt: skip

@@ -115,15 +115,20 @@ def float_layout(tid: Any, path: str) -> FloatLayout:
     )  # fmt: skip
 
 
-def _refuse_unreadable(tid: Any, path: str) -> None:
+def _refuse_unreadable(tid: Any, path: str, field: str = "") -> None:
+    """``field``: where in a compound the type is (``"t32col"``, ``"info.when"``)."""
     found = tid.get_class()
     if found == h5py.h5t.TIME:
-        raise UnsupportedFeatureError(f"{path}: HDF5 time (H5T_TIME) values; h5py cannot read them either")
+        what = f"field {field!r} holds" if field else "its elements are"
+        raise UnsupportedFeatureError(
+            f"{path}: {what} HDF5 time values (H5T_TIME), which h5py cannot read either"
+        )
     if found == h5py.h5t.ARRAY:
-        _refuse_unreadable(tid.get_super(), path)
+        _refuse_unreadable(tid.get_super(), path, field)
     elif found == h5py.h5t.COMPOUND:
         for i in range(tid.get_nmembers()):
-            _refuse_unreadable(tid.get_member_type(i), f"{path}.{tid.get_member_name(i).decode()}")
+            name = tid.get_member_name(i).decode("utf-8", "backslashreplace")
+            _refuse_unreadable(tid.get_member_type(i), path, f"{field}.{name}" if field else name)
 
 
 def stored_layout(tid: Any, dtype: np.dtype) -> StoredLayout:

@@ -58,10 +58,16 @@ class ScanOptions:
     slab_bytes: int = DEFAULT_SLAB_BYTES
     materialize_limit: int | None = DEFAULT_MATERIALIZE_LIMIT  # bytes of one dataset; None: no limit
     profiles: bool = True  # rewrite h5ad / h5td layouts into what their zarr readers expect
+    # an object the scan cannot read (a dataset or attribute h5py cannot read either, a filter
+    # libhdf5 cannot load here, damaged data) is left out and listed in the manifest
+    # (Manifest.unreadable) instead of refusing the whole file
+    skip_unreadable: bool = False
 
     def __post_init__(self) -> None:
         if self.convention not in CONVENTIONS:
             raise InvalidOptionError(f"convention must be one of {CONVENTIONS}. Got {self.convention!r}")
+        if not isinstance(self.skip_unreadable, bool):
+            raise InvalidOptionError(f"skip_unreadable must be True or False. Got {self.skip_unreadable!r}")
         for name, lowest in (("inline_threshold", 0), ("slab_bytes", 1), ("materialize_limit", 0)):
             value = getattr(self, name)
             if value is None and name == "materialize_limit":
