@@ -222,7 +222,8 @@ def test_datatree_encoding_is_h5netcdfs_in_every_group(writer, files, saved):
 
 def test_the_files_hold_the_cases_they_claim(files, saved):
     """Each case the comparison above is meant to cover is in the file, as h5netcdf reads it."""
-    with _h5netcdf(xr.open_dataset, files("storage")) as ds, _h5netcdf(xr.open_dataset, files("storage"), group="sub") as sub:
+    storage = files("storage")
+    with _h5netcdf(xr.open_dataset, storage) as ds, _h5netcdf(xr.open_dataset, storage, group="sub") as sub:
         assert ds.encoding["unlimited_dims"] == {"time"} and sub.encoding["unlimited_dims"] == {"step"}
         assert ds["temp"].encoding["zlib"] and ds["temp"].encoding["fletcher32"] and ds["temp"].encoding["shuffle"]
         assert ds["y"].encoding["contiguous"] and ds["big_endian"].encoding["dtype"].byteorder == ">"

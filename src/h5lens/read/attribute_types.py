@@ -148,7 +148,8 @@ def _unrecorded(value: Any) -> Any:
         return np.int64(value) if -(2**63) <= value < 2**63 else value
     if isinstance(value, float):
         return np.float64(value)
-    if isinstance(value, list) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    numbers = isinstance(value, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    if numbers and value:
         try:
             return np.array(value, dtype=np.float64 if any(isinstance(v, float) for v in value) else np.int64)
         except OverflowError:
