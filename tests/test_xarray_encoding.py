@@ -253,6 +253,18 @@ def test_vlen_strings_are_h5netcdfs_fixed_width_unicode(files, saved):
             assert lazy["label"].load().dtype == expected["label"].dtype
 
 
+def test_vlen_strings_through_zarrs_pipeline_are_the_same(files, saved):
+    """With h5lens's decoding off (``fast_reads(False)``) zarr reads the text, as numpy's
+    StringDType; the engine still gives h5netcdf's values, lazily and by points too."""
+    with _h5netcdf(xr.open_dataset, files("storage")) as expected, h5lens.fast_reads(False):
+        with xr.open_dataset(saved("storage", "json"), engine="h5lens") as got:
+            assert got["label"].dtype == expected["label"].dtype
+            assert got["label"].values.tolist() == expected["label"].values.tolist()
+        with xr.open_dataset(saved("storage", "json"), engine="h5lens", chunks={}) as lazy:
+            picked = lazy["label"].isel(name=xr.DataArray([2, 0], dims="p")).compute()
+            assert picked.values.tolist() == expected["label"].values[[2, 0]].tolist()
+
+
 def test_dask_chunks_follow_the_file_as_h5netcdfs(files, saved):
     """``chunks={}`` chunks as ``preferred_chunks`` says: HDF5's chunks; a contiguous variable
     (several slabs in the manifest) in one piece, as h5netcdf gives it."""

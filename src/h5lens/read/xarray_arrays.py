@@ -96,6 +96,15 @@ class TextArrayWrapper(RegionArrayWrapper):
     def _vindex(self, key: Any) -> Any:
         return _as_objects(super()._vindex(key))
 
+    async def _async_getitem(self, key: Any) -> Any:
+        return _as_objects(await super()._async_getitem(key))
+
+    async def _async_oindex(self, key: Any) -> Any:
+        return _as_objects(await super()._async_oindex(key))
+
+    async def _async_vindex(self, key: Any) -> Any:
+        return _as_objects(await super()._async_vindex(key))
+
 
 def _as_objects(values: Any) -> Any:
     values = np.asarray(values)
