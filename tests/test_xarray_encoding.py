@@ -89,6 +89,7 @@ def write_storage(path: Path) -> None:
         step[:] = np.arange(3)
         inner = sub.createVariable("inner", "f4", ("time", "step"), zlib=True, complevel=1, chunksizes=(2, 2))
         inner[:] = np.ones((5, 3), "f4")
+        f.createGroup("empty")  # no variable, no dimension: unlimited_dims is still set()
 
 
 def write_filters(path: Path) -> None:

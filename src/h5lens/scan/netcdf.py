@@ -197,9 +197,9 @@ def apply(ctx: ProfileContext) -> None:
     for parent, mapping in enums.items():
         ctx.attributes(parent)[ENUMS] = mapping
     for key, group in model.groups.items():
-        unlimited = [d.name for d in group.dimensions.values() if d.maxsize is None]
-        if unlimited and key in ctx.nodes:  # the group's own, as h5netcdf's Group.dimensions
-            ctx.attributes(key)[STORAGE] = {"unlimited": unlimited}
+        if key in ctx.nodes:  # every group: an empty list says "none", as h5netcdf's set()
+            unlimited = [d.name for d in group.dimensions.values() if d.maxsize is None]
+            ctx.attributes(key)[STORAGE] = {"unlimited": unlimited}  # the group's own dimensions
     _present_names(ctx)
     _record_storage(ctx)
 
