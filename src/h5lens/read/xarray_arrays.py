@@ -38,6 +38,7 @@ from xarray.core import indexing
 from xarray.core.variable import Variable
 
 from h5lens.codecs import table
+from h5lens.manifest.documents import ArrayDocument
 from h5lens.read.attribute_types import typed_attributes
 from h5lens.read.plan import decoder, region_of
 from h5lens.store import ManifestStore
@@ -130,6 +131,7 @@ class RegionZarrStore(ZarrStore):
             data = indexing.LazilyIndexedArray(TextArrayWrapper(zarr_array, store, path))
         elif decoder(store, path, text=False) is not None:
             data = indexing.LazilyIndexedArray(RegionArrayWrapper(zarr_array, store, path))
+        document = ArrayDocument.of(store.manifest.nodes[path])
         recorded = self._storage().get("variables", {}).get(name)
         recorded = recorded if isinstance(recorded, Mapping) else None
         encoding = h5netcdf_encoding(
@@ -137,7 +139,7 @@ class RegionZarrStore(ZarrStore):
             shape=tuple(variable.shape),
             dtype=str if text else self._h5py_dtype(name, recorded, _stored_dtype(zarr_array)),
             storage=recorded,
-            codecs=store.manifest.nodes[path].get("codecs") or [],
+            codecs=document.codecs if document is not None else (),
             zarr_chunks=tuple(variable.encoding["chunks"]),
             source=store.source_url(0) if store.manifest.sources else None,
         )

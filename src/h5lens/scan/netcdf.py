@@ -386,7 +386,7 @@ def _record_storage(ctx: ProfileContext) -> None:
             filters.append([int(code), [int(v) for v in values]])
         parent, _, name = key.rpartition("/")
         variable: dict[str, Any] = {"chunks": chunks, "filters": filters}
-        enum_name = _enum_type_name(ctx, obj) if h5py.check_enum_dtype(obj.dtype) is not None else None
+        enum_name = _enum_type_name(obj) if h5py.check_enum_dtype(obj.dtype) is not None else None
         if enum_name is not None:
             variable["enum"] = enum_name
         text = h5py.check_string_dtype(obj.dtype)
@@ -396,7 +396,7 @@ def _record_storage(ctx: ProfileContext) -> None:
         record.setdefault("variables", {})[name] = variable
 
 
-def _enum_type_name(ctx: ProfileContext, obj: h5py.Dataset) -> str | None:
+def _enum_type_name(obj: h5py.Dataset) -> str | None:
     """The name of the netCDF enum type (a named HDF5 datatype of the variable's group or
     an ancestor) equal to the variable's type, as h5netcdf finds it: the outermost group's
     first."""
