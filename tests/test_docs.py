@@ -3,8 +3,8 @@
 
 Blocks of one page run in order in one namespace (like a reader following the page), in
 a directory holding the files the docs name: ``atlas.h5ad`` written by anndata,
-``lineage.h5td`` by treedata, ``session.nwb`` / ``recording.nwb`` / ``linked.nwb`` by
-pynwb, and ``refs/``'s sample. ``s3://bucket/…`` is moto on 127.0.0.1 (through
+``air.nc`` by xarray, ``lineage.h5td`` by treedata, ``session.nwb`` / ``recording.nwb`` /
+``linked.nwb`` by pynwb, and ``refs/``'s sample. ``s3://bucket/…`` is moto on 127.0.0.1 (through
 ``AWS_ENDPOINT_URL_S3``), with ``atlas.h5ad`` uploaded there. A block that cannot run
 here is preceded by ``<!-- doc-test: skip REASON -->``; the reason is shown.
 """
@@ -51,6 +51,20 @@ def _atlas(path: Path) -> None:
         adata.write_h5ad(path)
 
 
+def _air(path: Path) -> None:
+    """A netCDF-4 file as xarray writes one: a compressed, chunked variable along an
+    unlimited dimension."""
+    import pandas as pd
+    import xarray as xr
+
+    air = xr.Dataset(
+        {"t2m": (("time", "lat"), np.random.default_rng(0).normal(280, 5, (4, 3)).astype("f4"), {"units": "K"})},
+        coords={"time": pd.date_range("2024-01-01", periods=4), "lat": [-10.0, 0.0, 10.0]},
+    )
+    air["t2m"].encoding.update(zlib=True, shuffle=True, chunksizes=(2, 3))
+    air.to_netcdf(path, engine="h5netcdf", unlimited_dims=["time"])
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, s3) -> Path:
     import h5lens
@@ -61,6 +75,7 @@ def workdir(tmp_path_factory, s3) -> Path:
 
     root = tmp_path_factory.mktemp("docs")
     _atlas(root / "atlas.h5ad")
+    _air(root / "air.nc")
     test_treedata._write(test_treedata._generated(), root / "lineage.h5td")
     test_nwb.write_ecephys(root / "session.nwb", series_name="ElectricalSeries")  # pynwb's usual name
     shutil.copy(root / "session.nwb", root / "recording.nwb")

@@ -153,11 +153,35 @@ def _ragged(value: Any, base: np.dtype, ndim: int) -> Any:
     return out
 
 
-def typed_attributes(types: Mapping[str, str] | None, attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """``attributes`` with the recorded ``types`` (attribute name -> numpy type name) applied."""
-    if not types:
-        return dict(attributes)
-    return {name: typed(value, types[name]) if name in types else value for name, value in attributes.items()}
+def typed_attributes(
+    types: Mapping[str, str] | None, attributes: Mapping[str, Any], *, as_h5py: bool = False
+) -> dict[str, Any]:
+    """``attributes`` with the recorded ``types`` (attribute name -> numpy type name) applied.
+    ``as_h5py``: numbers with no recorded type as h5py reads them too (:func:`_unrecorded`)."""
+    types = types or {}
+    return {
+        name: typed(value, types[name]) if name in types else _unrecorded(value) if as_h5py else value
+        for name, value in attributes.items()
+    }
+
+
+def _unrecorded(value: Any) -> Any:
+    """A JSON number, or a flat list of them, whose type the manifest does not record: the
+    attribute was int64 or float64 (every other numeric type is recorded), which h5py reads
+    as ``np.int64`` / ``np.float64`` scalars, or arrays of those."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return np.int64(value) if -(2**63) <= value < 2**63 else value
+    if isinstance(value, float):
+        return np.float64(value)
+    numbers = isinstance(value, list) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    if numbers and value:
+        try:
+            return np.array(value, dtype=np.float64 if any(isinstance(v, float) for v in value) else np.int64)
+        except OverflowError:
+            return value
+    return value
 
 
 __all__ = ["typed", "typed_attributes"]

@@ -33,7 +33,12 @@ This profile, detected from the file, rewrites the generic scan's documents:
   base64 of a little-endian double, as ``xarray.Dataset.to_zarr`` writes it);
 * an enum variable's ``_ENUM`` mapping moves to its group's ``_nc_enums`` attribute
   (``{variable: {label: value}}``), which xarray hides as it hides netCDF's enum types;
-* names the walk escaped are the file's own wherever zarr v3 can hold them.
+* names the walk escaped are the file's own wherever zarr v3 can hold them;
+* each group's ``_nc_storage`` attribute records what HDF5 stores and zarr has no word
+  for (:func:`_record_storage`): the group's unlimited dimensions, and per variable its
+  HDF5 chunk shape (null: contiguous or compact) and filter pipeline, from which the
+  ``h5lens`` xarray engine gives each variable h5netcdf's ``encoding`` (xarray's zarr
+  reader hides group attributes starting with "_nc", as it hides ``_nc_enums``).
 
 Axes the netCDF model does not name (an HDF5 array element type's trailing dimensions,
 the proposal convention's shape-(1,) scalars) are named ``<variable>_dim<i>``.
@@ -59,7 +64,7 @@ from h5lens.manifest.model import MISSING, ChunkTableBuilder
 from h5lens.scan.materialize import chunk_selection, encode_chunks
 from h5lens.scan.profiles import ProfileContext
 
-__all__ = ["ENUMS", "HIDDEN_ATTRIBUTES", "NOT_A_VARIABLE", "applies", "apply"]
+__all__ = ["ENUMS", "HIDDEN_ATTRIBUTES", "NOT_A_VARIABLE", "STORAGE", "applies", "apply"]
 
 NOT_A_VARIABLE = "This is a netCDF dimension but not a netCDF variable."
 NON_COORD_PREFIX = "_nc4_non_coord_"
@@ -84,6 +89,11 @@ _KEPT_ON_GROUPS = frozenset({"_NCProperties", "_nc3_strict"})
 # xarray's zarr reader hides group attributes starting with "_nc", as netCDF readers hide
 # the enum type in the variable's encoding.
 ENUMS = "_nc_enums"
+# Group attribute recording the HDF5 storage netCDF writers choose (chunking, filters,
+# unlimited dimensions): zarr's chunk grid cannot tell a contiguous dataset (cut into
+# slabs) from a chunked one, nor an unlimited dimension from a fixed one, and a dataset
+# whose filter has no zarr codec is stored decoded. Read by h5lens.read.xarray_arrays.
+STORAGE = "_nc_storage"
 # What netCDF libraries write and nothing else does: netCDF-C's (and h5netcdf's) version
 # record, dimension ids and coordinate lists, netCDF-3 strictness.
 _NETCDF_MARKERS = ("_NCProperties", "_Netcdf4Dimid", "_Netcdf4Coordinates", "_nc3_strict")
@@ -186,7 +196,12 @@ def apply(ctx: ProfileContext) -> None:
             )
     for parent, mapping in enums.items():
         ctx.attributes(parent)[ENUMS] = mapping
+    for key, group in model.groups.items():
+        if key in ctx.nodes:  # every group: an empty list says "none", as h5netcdf's set()
+            unlimited = [d.name for d in group.dimensions.values() if d.maxsize is None]
+            ctx.attributes(key)[STORAGE] = {"unlimited": unlimited}  # the group's own dimensions
     _present_names(ctx)
+    _record_storage(ctx)
 
 
 def _h5_name(ctx: ProfileContext, key: str) -> str:
@@ -345,6 +360,55 @@ def _dimension_names(
             names.append(f"{own}_dim{axis}")
         used[size] += 1
     return tuple(names)
+
+
+# -- storage: what h5netcdf reports as a variable's encoding ---------------------------
+
+
+def _record_storage(ctx: ProfileContext) -> None:
+    """Each array's HDF5 layout and filters in its group's ``_nc_storage`` (under
+    ``"variables"``, by the array's name as presented): ``{"chunks": [...] | null,
+    "filters": [[id, [cd_values...]], ...]}``, the filters in pipeline order (the first
+    applied when writing first), as libhdf5's dataset creation properties give them; an enum
+    variable's type name (``"enum"``), a fixed-length text variable's character set
+    (``"charset"``), which h5py gives in its dtype's metadata."""
+    for key in list(ctx.nodes):
+        if not ctx.is_array(key):
+            continue
+        obj = ctx.h5.get(ctx.h5_path(key))
+        if not isinstance(obj, h5py.Dataset):
+            continue  # a profile's own array: nothing stored in HDF5 to describe
+        plist = obj.id.get_create_plist()
+        chunks = list(plist.get_chunk()) if plist.get_layout() == h5py.h5d.CHUNKED else None
+        filters = []
+        for i in range(plist.get_nfilters()):
+            code, _flags, values, _name = plist.get_filter(i)
+            filters.append([int(code), [int(v) for v in values]])
+        parent, _, name = key.rpartition("/")
+        variable: dict[str, Any] = {"chunks": chunks, "filters": filters}
+        enum_name = _enum_type_name(obj) if h5py.check_enum_dtype(obj.dtype) is not None else None
+        if enum_name is not None:
+            variable["enum"] = enum_name
+        text = h5py.check_string_dtype(obj.dtype)
+        if text is not None and text.length is not None:
+            variable["charset"] = text.encoding  # fixed-length text: "ascii" or "utf-8"
+        record = ctx.attributes(parent).setdefault(STORAGE, {})
+        record.setdefault("variables", {})[name] = variable
+
+
+def _enum_type_name(obj: h5py.Dataset) -> str | None:
+    """The name of the netCDF enum type (a named HDF5 datatype of the variable's group or
+    an ancestor) equal to the variable's type, as h5netcdf finds it: the outermost group's
+    first."""
+    h5_type = obj.id.get_type()
+    groups = [obj.parent]
+    while groups[-1].name != "/":
+        groups.append(groups[-1].parent)
+    for group in reversed(groups):
+        for type_name, member in group.items():
+            if isinstance(member, h5py.Datatype) and member.id == h5_type:
+                return str(type_name)
+    return None
 
 
 # -- lengths: variables shorter than their unlimited dimension ------------------------
