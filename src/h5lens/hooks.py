@@ -11,7 +11,9 @@ reads themselves, and zarr has no public hook before it:
 * ``zarr.core.array._get_selection`` (``regions``): zarr lists a selection's chunks one by
   one (20-30 µs each) before any pipeline sees them; wrapped, a region of an array of an
   h5lens store is read as one plan instead, and so is annbatch's ``MultiBasicIndexer`` of a
-  preload's blocks of a 1-d array (as runs: each stored chunk read and decoded once);
+  preload's blocks of a 1-d array (as runs: each stored chunk read and decoded once); that
+  indexer over an array whose chunks cut the columns is refused there, in one line naming
+  the array and :func:`h5lens.whole_rows`;
 * ``zarr.Array.get_basic_selection`` / ``get_orthogonal_selection`` (``calling thread``):
   zarr's synchronous API hands every read to its event-loop thread and waits (0.1-0.5 ms,
   more than a small local read); wrapped, a small region of inline or local chunks is read
@@ -207,11 +209,13 @@ def _joint_runs(
     indexer for a whole preload: its slices' values one after the other) selects, where
     h5lens reads them as runs (:meth:`~h5lens.regions.RegionReads.read_runs_async`: each
     stored chunk fetched and decoded once, each run copied whole, rather than zarr's list of
-    every chunk of every slice); None for any other indexer."""
+    every chunk of every slice); None for any other indexer. Refuses (naming the array) the
+    indexer over an array whose chunks cut the columns, which it would place wrongly."""
     from zarr.core.buffer import cpu
     from zarr.core.indexing import BasicIndexer, SliceDimIndexer
 
     from h5lens.read.plan import decoder
+    from h5lens.read.whole_rows import cuts_columns, refusal
     from h5lens.store import ManifestStore
 
     parts = getattr(indexer, "indexers", None)
@@ -219,6 +223,9 @@ def _joint_runs(
         return None
     if not isinstance(store, ManifestStore) or prototype.nd_buffer is not cpu.NDBuffer or not isinstance(parts, list):
         return None
+    if chunk_grid.is_regular and cuts_columns(metadata.shape, chunk_grid.chunk_shape):
+        # annbatch would place the column chunks of each band of rows one below the other
+        raise refusal(path, metadata.shape, chunk_grid.chunk_shape)
     if len(metadata.shape) != 1 or config.order != "C" or config.read_missing_chunks is False:
         return None
     codec = decoder(store, path, text=False)
