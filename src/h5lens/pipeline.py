@@ -180,8 +180,9 @@ class H5LensCodecPipeline(CodecPipeline):
             return tuple(await self.inner.read(batch, out, drop_axes))
         found_parts: list[bool] = await plan.run(view.base)
         present = [False] * len(batch)
-        for item, found in zip(parts[2], found_parts, strict=True):
-            present[item] = present[item] or found
+        for items, found in zip(parts[2], found_parts, strict=True):
+            for item in items:
+                present[item] = present[item] or found
         return tuple({"status": "present" if p else "missing"} for p in present)
 
 

@@ -306,66 +306,87 @@ class WholeRowsStore(Store):
 
 def stored_parts(
     view: WholeRowsStore, batch: Sequence[tuple[Any, Any, Any, Any, bool]], drop_axes: tuple[int, ...]
-) -> tuple[list[str], Selection, list[int]] | None:
+) -> tuple[list[str], Selection, list[tuple[int, ...]]] | None:
     """What h5lens's codec pipeline reads for zarr's list of (shard of ``view``, selection
     within it, where in the output): the stored chunks (their keys in the base store), the
-    part of each that goes where in the output, and per part which item of the list it came
-    from. None where a selection is not slices of step 1 and integers (zarr's sharding codec
-    reads those)."""
+    part of each that goes where in the output, and per part which items of the list it
+    serves. None where a selection is not slices of step 1 and integers (zarr's sharding
+    codec reads those).
+
+    The items of one band of rows that take the same columns (annbatch's neighbouring blocks
+    of one preload, each an item) become one part per stored chunk, whose rows are an index
+    array: each chunk is decoded once, not once per block, and the columns are cut at the
+    stored chunks' edges once per band."""
     from h5lens.read.bulk import Selection
 
     if drop_axes:
         return None
-    inner = view.chunk_shape[1:]
-    keys: list[str] = []
-    chunk_parts: list[tuple[Any, ...]] = []
-    out_parts: list[tuple[Any, ...]] = []
-    owner: list[int] = []
+    bands: dict[Any, list[tuple[Any, Any, int]]] = {}
     for item, (getter, _spec, chunk_selection, out_selection, _complete) in enumerate(batch):
         band = view.band(getter.path)
         if band is None or len(chunk_selection) != len(view.shape) or not isinstance(out_selection, tuple):
             return None
-        pieces = _axis_pieces(chunk_selection, out_selection, inner)
+        rows = chunk_selection[0]
+        if isinstance(rows, slice) and rows.step in (None, 1) and out_selection and isinstance(out_selection[0], slice):
+            inner = (tuple(chunk_selection[1:]), tuple(out_selection[1:]))
+            group: Any = (band, *inner)  # slices hash (Python >= 3.12)
+            bands.setdefault(group, []).append((rows, out_selection[0], item))
+        else:  # a row by an integer, or another selection of rows: a part of its own
+            bands[("item", band, item)] = [(rows, out_selection, item)]
+    keys: list[str] = []
+    chunk_parts: list[tuple[Any, ...]] = []
+    out_parts: list[tuple[Any, ...]] = []
+    owners: list[tuple[int, ...]] = []
+    for group, members in bands.items():
+        if group[0] == "item":
+            rows, out_selection, item = members[0]
+            band = group[1]
+            inner_selection = tuple(batch[item][2][1:])
+            is_int = isinstance(rows, int | np.integer)
+            row_out, inner_out = (None, out_selection) if is_int else (out_selection[0], out_selection[1:])
+        else:
+            band, inner_selection, inner_out = group[0], group[1], group[2]
+            if len(members) == 1:
+                rows, row_out, _ = members[0]
+            else:
+                rows = np.concatenate([np.arange(r.start, r.stop) for r, _, _ in members])
+                row_out = np.concatenate([np.arange(o.start, o.stop) for _, o, _ in members])
+        pieces = _inner_pieces(inner_selection, inner_out, view.chunk_shape[1:])
         if pieces is None:
             return None
-        rows, row_out = pieces[0][0][1], pieces[0][0][2]
-        for combination in itertools.product(*pieces[1:]):
-            index = (band, *(j for j, _, _ in combination))
-            keys.append(chunk_key(view.path, index, view.encoding))
+        items = tuple(item for _, _, item in members)
+        for combination in itertools.product(*pieces):
+            keys.append(chunk_key(view.path, (band, *(j for j, _, _ in combination)), view.encoding))
             chunk_parts.append((rows, *(sel for _, sel, _ in combination)))
-            out_parts.append(tuple(o for o in (row_out, *(out for _, _, out in combination)) if o is not None))
-            owner.append(item)
-    return keys, Selection(chunk_parts, out_parts), owner
+            outs = tuple(out for _, _, out in combination if out is not None)
+            out_parts.append(outs if row_out is None else (row_out, *outs))
+            owners.append(items)
+    return keys, Selection(chunk_parts, out_parts), owners
 
 
-def _axis_pieces(
-    chunk_selection: tuple[Any, ...], out_selection: tuple[Any, ...], inner: Sequence[int]
+def _inner_pieces(
+    selection: tuple[Any, ...], out_selection: tuple[Any, ...], inner: Sequence[int]
 ) -> list[list[tuple[int, Any, slice | None]]] | None:
-    """Per axis, the pieces a shard's selection falls into: (stored chunk along the axis, the
-    selection within it, where it goes in the output, None for an axis an integer drops).
-    Axis 0 is one piece (a shard is one band of rows); the others are cut at the stored
-    chunks' edges."""
+    """Per axis after the first, the pieces a shard's selection falls into: (stored chunk
+    along the axis, the selection within it, where it goes in the output, None for an axis
+    an integer drops), cut at the stored chunks' edges; None for a selection other than
+    slices of step 1 and integers."""
     outs = iter(out_selection)
     found: list[list[tuple[int, Any, slice | None]]] = []
-    for axis, sel in enumerate(chunk_selection):
+    for sel, size in zip(selection, inner, strict=True):
         if isinstance(sel, int | np.integer) and not isinstance(sel, bool):
-            at = int(sel)
-            found.append([(0, at, None)] if axis == 0 else [(at // inner[axis - 1], at % inner[axis - 1], None)])
+            found.append([(int(sel) // size, int(sel) % size, None)])
             continue
         out = next(outs, None)
         if not isinstance(sel, slice) or not isinstance(out, slice) or out.step not in (None, 1):
             return None
-        if axis == 0:
-            found.append([(0, sel, out)])
-            continue
         if sel.step not in (None, 1) or sel.start is None or sel.stop is None or out.start is None:
             return None
-        size = inner[axis - 1]
+        shift = out.start - sel.start
         pieces: list[tuple[int, Any, slice | None]] = []
         for j in range(sel.start // size, -(-sel.stop // size)):
             lo, hi = max(sel.start, j * size), min(sel.stop, (j + 1) * size)
             if lo < hi:
-                shift = out.start - sel.start
                 pieces.append((j, slice(lo - j * size, hi - j * size), slice(lo + shift, hi + shift)))
         found.append(pieces)
     if next(outs, None) is not None:
