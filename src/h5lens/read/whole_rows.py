@@ -11,8 +11,9 @@ written over each other, past the end of the output, over any zarr store.
 stored chunks. A small read-only store (:class:`WholeRowsStore`) serves the view's
 ``zarr.json`` and each shard as a virtual object: the stored chunks of one band of rows one
 after the other, then the shard index (offset and length of each, from the manifest's chunk
-table; an absent chunk is the sharding spec's empty entry). Its byte ranges are the
-underlying store's chunks, read through it (merged requests, the manifest's checks).
+table; an absent chunk is the sharding spec's empty entry; no ``crc32c`` index codec, which
+zarr does not require and which would only check what is computed here). Its byte ranges are
+the underlying store's chunks, read through it (merged requests, the manifest's checks).
 
 zarr 3.4 asks a shard for (``zarr/codecs/sharding.py``): the index, as the suffix of the
 index's size (``SuffixByteRequest``: computed here, nothing read); the inner chunks it needs,
@@ -246,7 +247,8 @@ class WholeRowsStore(Store):
             j = int(hit[0])
             lo = int(starts[j])
             if start == lo and stop == lo + int(lengths[j]):
-                return payloads[band * per_band + j]  # one inner chunk, exactly: zarr's usual request
+                return bytes(payloads[band * per_band + j])  # one inner chunk, exactly: zarr's usual request
+                # (a copy: a local chunk may be a view of the file's map, which zarr's buffer would hold)
         parts: list[bytes | memoryview] = []
         for j in hit.tolist():
             lo = int(starts[j])
