@@ -239,7 +239,9 @@ def h5py_chunks(path: Path, name: str) -> tuple[int, ...]:
         return f[name].chunks
 
 
-@pytest.mark.parametrize(("chunk_size", "preload_nchunks", "batch_size"), [(32, 16, 256), (1, 64, 32), (7, 4, 14), (500, 2, 250)])
+@pytest.mark.parametrize(
+    ("chunk_size", "preload_nchunks", "batch_size"), [(32, 16, 256), (1, 64, 32), (7, 4, 14), (500, 2, 250)]
+)
 def test_scanpys_dense_x_trains_through_whole_rows(scanpy_h5ad, read_mode, chunk_size, preload_nchunks, batch_size):
     """Issue 47: scanpy's file, whose X is dense in chunks that cut the columns. Through
     h5lens.whole_rows every batch holds h5py's rows and obs's, with h5lens's pipeline and
@@ -252,7 +254,8 @@ def test_scanpys_dense_x_trains_through_whole_rows(scanpy_h5ad, read_mode, chunk
     assert view.shards is not None and view.shards[0] == stored[0] and view.shards[1] >= expected.shape[1]
     assert view.chunks == stored  # the stored chunks, as the shards' inner chunks
     obs = ad.read_h5ad(scanpy_h5ad).obs[["bulk_labels", "n_counts"]]
-    batches = loader(chunk_size=chunk_size, preload_nchunks=preload_nchunks, batch_size=batch_size).add_dataset(view, obs=obs)
+    batches = loader(chunk_size=chunk_size, preload_nchunks=preload_nchunks, batch_size=batch_size)
+    batches.add_dataset(view, obs=obs)
     for batch in batches:
         pd.testing.assert_frame_equal(batch["obs"], obs.iloc[batch["index"]])
     assert_dense_batches(batches, expected)
@@ -262,7 +265,8 @@ def test_scanpys_raw_x_and_obsm_train_as_they_are_stored(scanpy_h5ad, read_mode)
     """The file's other matrices: raw/X is a csr matrix (annbatch's sparse route); obsm/X_pca
     is dense in chunks that cut its columns too (through whole_rows)."""
     group = h5lens.open_group(h5lens.index(scanpy_h5ad))
-    assert_sparse_batches(loader().add_dataset(ad.io.sparse_dataset(group["raw/X"])), csr_from_h5py(scanpy_h5ad, "raw/X"))
+    raw = loader().add_dataset(ad.io.sparse_dataset(group["raw/X"]))
+    assert_sparse_batches(raw, csr_from_h5py(scanpy_h5ad, "raw/X"))
     assert h5py_chunks(scanpy_h5ad, "obsm/X_pca")[1] < group["obsm/X_pca"].shape[1]
     batches = loader().add_dataset(h5lens.whole_rows(group["obsm/X_pca"]))
     assert_dense_batches(batches, dense_from_h5py(scanpy_h5ad, "obsm/X_pca"))
@@ -310,7 +314,9 @@ def _odd_arrays(path: Path) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(3)
     written = {}
     with h5py.File(path, "w") as f:
-        sparse = f.create_dataset("unwritten", shape=(23, 10), chunks=(5, 4), dtype="f4", compression="gzip", fillvalue=-1.5)
+        sparse = f.create_dataset(
+            "unwritten", shape=(23, 10), chunks=(5, 4), dtype="f4", compression="gzip", fillvalue=-1.5
+        )
         sparse[0:5, 0:4] = rng.random((5, 4))
         sparse[12:23, 5:10] = rng.random((11, 5))
         cube = rng.integers(-1000, 1000, (13, 6, 7)).astype("i2")
@@ -335,11 +341,13 @@ def test_whole_rows_reads_every_selection_as_h5py_does(tmp_path, read_mode):
         view = h5lens.whole_rows(group[name])
         assert isinstance(view.store, WholeRowsStore)
         np.testing.assert_array_equal(view[...], values, err_msg=name)
-        for key in [(slice(3, 11),), (slice(2, 19), slice(1, 7)), (4,), (slice(None), 5), (slice(0, 13, 3), slice(1, None, 2)), (-1,)]:
+        steps = (slice(0, 13, 3), slice(1, None, 2))
+        for key in [(slice(3, 11),), (slice(2, 19), slice(1, 7)), (4,), (slice(None), 5), steps, (-1,)]:
             np.testing.assert_array_equal(view[key], values[key], err_msg=f"{name}{key}")
         rows = np.array([0, 7, 3, values.shape[0] - 1])
         np.testing.assert_array_equal(view.get_orthogonal_selection((rows, slice(None))), values[rows], err_msg=name)
-    assert_dense_batches(loader(chunk_size=3, preload_nchunks=4, batch_size=6).add_dataset(h5lens.whole_rows(group["unwritten"])), expected["unwritten"])
+    batches = loader(chunk_size=3, preload_nchunks=4, batch_size=6).add_dataset(h5lens.whole_rows(group["unwritten"]))
+    assert_dense_batches(batches, expected["unwritten"])
 
 
 def test_whole_rows_shards_are_served_exactly(tmp_path):
@@ -378,7 +386,8 @@ def test_whole_rows_shards_are_served_exactly(tmp_path):
     keys = asyncio.run(check())
     with h5py.File(path) as f:
         ds = f["unwritten"]
-        bands = {c.chunk_offset[0] // ds.chunks[0] for c in (ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks()))}
+        stored = (ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks()))
+        bands = {c.chunk_offset[0] // ds.chunks[0] for c in stored}
     assert keys == ["zarr.json", *(f"c/{b}/0" for b in sorted(bands))]
 
 

@@ -87,7 +87,8 @@ def whole_rows(array: zarr.Array) -> zarr.Array:
     store = array.store
     if not isinstance(store, ManifestStore):
         raise InvalidOptionError(
-            f"whole_rows takes an array of an h5lens store (h5lens.open_group); this one's store is a {type(store).__name__}"
+            "whole_rows takes an array of an h5lens store (h5lens.open_group); "
+            f"this one's store is a {type(store).__name__}"
         )
     path = array.path
     doc = ArrayDocument.of(store.manifest.nodes.get(path, {}))
