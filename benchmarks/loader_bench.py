@@ -18,6 +18,12 @@ counts, as the issue's atlas, or lognormal floats, as a normalised X), read by a
 * ``h5py-backed``   anndata's backed mode (``read_h5ad(backed="r").X``): annbatch refuses it;
                     the refusal is recorded, locally only
 
+``--dense``: X written dense by ``write_h5ad(compression="gzip")`` (h5py's guessed chunks, which
+cut the columns: annbatch 0.3.1 cannot read them as stored, over any store), the same values as
+the sparse atlas. The h5lens routes read ``h5lens.whole_rows(group["X"])`` (a view in chunks
+of whole rows over the same bytes), the copies annbatch's dense collection (chunks of whole
+rows); VirtualiZarr's store has no such view and is not run.
+
 Where: ``local`` (the files on disk, page cache warm), ``local-busy`` (the same with one core
 kept busy by a spinning process; not in the default), and ``s3``: moto on 127.0.0.1 behind
 ``read_bench.SimulatedS3`` (20 ms per request, each response streamed at 100 MB/s, objects
@@ -161,7 +167,7 @@ def _collection_datasets(spec: dict[str, Any]) -> tuple[list[Any], np.ndarray]:
     collection = DatasetCollection(zarr.open_group(store, mode="r"), mode="r")
     names = collection.obs(columns=["src_path"]).index  # the column annbatch adds; the index is the names
     rows = np.fromiter((int(n.rsplit("_", 1)[1]) for n in names), dtype=np.int64, count=len(names))
-    return [ad.io.sparse_dataset(g["X"]) for g in collection], rows
+    return [g["X"] if spec["dense"] else ad.io.sparse_dataset(g["X"]) for g in collection], rows
 
 
 def build_datasets(spec: dict[str, Any]) -> tuple[list[Any], np.ndarray | None]:
@@ -175,7 +181,7 @@ def build_datasets(spec: dict[str, Any]) -> tuple[list[Any], np.ndarray | None]:
             h5lens.fast_reads()
         kept = spec["decoded_cache_mib"] << 20 if route == "h5lens-cache" else 0
         group = h5lens.open_group(spec["manifest"], storage_options=options, decoded_cache_bytes=kept)
-        return [ad.io.sparse_dataset(group["X"])], None
+        return [h5lens.whole_rows(group["X"]) if spec["dense"] else ad.io.sparse_dataset(group["X"])], None
     if route == "virtualizarr":
         import zarr
 
@@ -198,6 +204,7 @@ def route_main(spec: dict[str, Any]) -> dict[str, Any]:
     warnings.simplefilter("ignore")
     import anndata  # noqa: F401  - imports before the first memory reading, for every route alike
     import annbatch
+    import scipy.sparse as sp
     import zarr  # noqa: F401
 
     out: dict[str, Any] = {"hwm_imports_mib": vm_hwm_mib()}
@@ -236,7 +243,7 @@ def route_main(spec: dict[str, Any]) -> dict[str, Any]:
             break
         index = np.asarray(batch["index"], dtype=np.int64)
         rows = index if to_file_rows is None else to_file_rows[index]
-        counts, sums, weighted = row_stats(batch["X"])
+        counts, sums, weighted = row_stats(sp.csr_matrix(batch["X"]) if spec["dense"] else batch["X"])
         if not (
             np.array_equal(counts, expected["counts"][rows])
             and np.array_equal(sums, expected["sums"][rows])
@@ -303,6 +310,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     import h5lens
 
     tag = f"atlas-{args.cells}x{args.genes}-{args.density:g}" + ("" if args.values == "lognormal" else f"-{args.values}")
+    tag += "-dense" if args.dense else ""
     path = os.path.join(args.workdir, tag + ".h5ad")
     stamp = path + ".info.json"
     if not args.regenerate and os.path.exists(stamp):
@@ -313,14 +321,30 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(leftover)
     start = time.perf_counter()
     nnz = write_atlas(path, args.cells, args.genes, args.density, chunk=None, values=args.values)
+    if args.dense:  # the same values, X dense as write_h5ad stores it (h5py guesses the chunks)
+        import warnings
+
+        import anndata as ad
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            adata = ad.read_h5ad(path)
+            adata.X = adata.X.toarray()
+            adata.write_h5ad(path, compression="gzip")
+            del adata
     info: dict[str, Any] = {"path": path, "cells": args.cells, "genes": args.genes, "nnz": nnz, "values": args.values,
-                            "bytes": os.path.getsize(path), "write_s": time.perf_counter() - start}
+                            "dense": args.dense, "bytes": os.path.getsize(path), "write_s": time.perf_counter() - start}
     with h5py.File(path) as f:
         import scipy.sparse as sp
 
         x = f["X"]
-        info["stored_chunk_values"] = int(x["data"].chunks[0])
-        matrix = sp.csr_matrix((x["data"][()], x["indices"][()], x["indptr"][()]), shape=tuple(x.attrs["shape"]))
+        if args.dense:
+            info["stored_chunks"] = list(x.chunks)
+            info["stored_chunk_values"] = int(np.prod(x.chunks))
+            matrix = sp.csr_matrix(x[()])
+        else:
+            info["stored_chunk_values"] = int(x["data"].chunks[0])
+            matrix = sp.csr_matrix((x["data"][()], x["indices"][()], x["indptr"][()]), shape=tuple(x.attrs["shape"]))
     counts, sums, weighted = row_stats(matrix)
     del matrix
     info["expected"] = path + ".rows.npz"
@@ -355,6 +379,8 @@ def inflation_cap(info: dict[str, Any], args: argparse.Namespace, preloads: int 
 
     from h5lens.codecs.table import IntoDecoder, decoder
 
+    if info.get("dense"):
+        return {"note": "X is dense (measured for csr X only)"}
     rng = np.random.default_rng(1)
     seconds, heads_seconds = [], []
     with h5py.File(info["path"]) as f:
@@ -419,6 +445,7 @@ def spec_for(route: Route, where: str, info: dict[str, Any], s3: dict[str, Any] 
         "loader": {"chunk_size": args.chunk_size, "preload_nchunks": args.preload_nchunks, "batch_size": args.batch_size},
         "seconds": args.seconds,
         "decoded_cache_mib": args.decoded_cache_mib,
+        "dense": bool(info.get("dense")),
     }
 
 
@@ -441,6 +468,8 @@ def measure(args: argparse.Namespace, info: dict[str, Any], wheres: list[str], r
             try:
                 for route in routes:
                     if route.key == "h5py-backed" and where != "local":
+                        continue
+                    if route.key == "virtualizarr" and info.get("dense"):  # no view in whole rows: annbatch fails
                         continue
                     if simulated is not None:
                         simulated.proxy.stats.reset()
@@ -509,9 +538,12 @@ def targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def print_report(results: list[dict[str, Any]], wheres: list[str], info: dict[str, Any], found: list[dict[str, Any]]) -> None:
+    if info.get("dense"):
+        stored = f"X dense in chunks of {tuple(info['stored_chunks'])}, read through h5lens.whole_rows"
+    else:
+        stored = f"X/data in chunks of {info['stored_chunk_values']:,} values"
     print(f"\nannbatch Loader over {info['cells']:,} x {info['genes']:,} {info.get('values', 'lognormal')} "
-          f"({info['bytes'] / 2**20:.0f} MiB h5ad, "
-          f"X/data in chunks of {info['stored_chunk_values']:,} values: {info['rows_per_chunk']:.0f} cells per chunk)")
+          f"({info['bytes'] / 2**20:.0f} MiB h5ad, {stored}: {info['rows_per_chunk']:.0f} cells per chunk)")
     header = ["route"] + [f"{w} cells/s" for w in wheres] + [f"{w} peak MiB" for w in wheres]
     body = []
     for route in ROUTES:
@@ -604,6 +636,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--values", choices=("counts", "lognormal"), default="counts",
                    help="X's stored values: whole UMI counts as float32, as the issue's atlas (default), or "
                         "lognormal floats, as a normalised X, whose bytes barely compress")  # fmt: skip
+    p.add_argument("--dense", action="store_true",
+                   help="X stored dense by write_h5ad (chunks that cut the columns), "
+                        "read through h5lens.whole_rows")  # fmt: skip
     p.add_argument("--chunk-size", type=int, default=32, help="annbatch's chunk_size: rows per block (default 32)")
     p.add_argument("--preload-nchunks", type=int, default=256, help="blocks per preload (default 256)")
     p.add_argument("--batch-size", type=int, default=4096)

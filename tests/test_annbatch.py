@@ -29,6 +29,7 @@ import scipy.sparse as sp
 import zarr
 
 import h5lens
+from h5lens.read.whole_rows import WholeRowsStore
 from shared_data import shared_file, shared_names
 
 annbatch = pytest.importorskip("annbatch", reason="annbatch (in the test and ml extras) is the loader under test")
@@ -209,7 +210,10 @@ def test_obs_columns_read_through_the_store_as_anndata_reads_them(atlas):
 @pytest.mark.parametrize("store", ["h5lens", "zarr_memory"])
 def test_dense_chunked_by_columns_fails_in_annbatch_over_any_store(atlas, store):
     """If this starts passing, annbatch reads anndata's own dense chunks: docs/ml-loading.md
-    can drop its advice to store dense arrays in whole-row chunks."""
+    can drop h5lens.whole_rows from its advice for dense arrays. Until then an h5lens store
+    refuses the read in one line under fast_reads (test_annbatch_over_column_chunks_is_refused_in_one_line),
+    a zarr copy in the same chunks fails deep in zarr, and h5lens.whole_rows reads it
+    (test_whole_rows_...)."""
     group = h5lens.open_group(h5lens.index(atlas))
     array = group["layers/dense"]
     assert array.chunks[1] < array.shape[1]  # the case: chunks that cut the columns
@@ -218,6 +222,223 @@ def test_dense_chunked_by_columns_fails_in_annbatch_over_any_store(atlas, store)
         copy[:] = array[:]
         array = copy
     assert_dense_batches(loader().add_dataset(array), dense_from_h5py(atlas, "layers/dense"))
+
+
+# -- dense arrays in chunks that cut the columns: refused in one line, read through whole_rows ------
+
+SCANPY = "scanpy-1.12.4_10x_pbmc68k_reduced.h5ad"  # scanpy's pbmc68k: dense X in h5py's guessed chunks, raw/X csr
+
+
+@pytest.fixture(scope="module")
+def scanpy_h5ad() -> Path:
+    return shared_file(SCANPY)
+
+
+def h5py_chunks(path: Path, name: str) -> tuple[int, ...]:
+    with h5py.File(path) as f:
+        return f[name].chunks
+
+
+@pytest.mark.parametrize(
+    ("chunk_size", "preload_nchunks", "batch_size"), [(32, 16, 256), (1, 64, 32), (7, 4, 14), (500, 2, 250)]
+)
+def test_scanpys_dense_x_trains_through_whole_rows(scanpy_h5ad, read_mode, chunk_size, preload_nchunks, batch_size):
+    """Issue 47: scanpy's file, whose X is dense in chunks that cut the columns. Through
+    h5lens.whole_rows every batch holds h5py's rows and obs's, with h5lens's pipeline and
+    with zarr's own (which reads the view's shards through its sharding codec)."""
+    group = h5lens.open_group(h5lens.index(scanpy_h5ad))
+    stored = h5py_chunks(scanpy_h5ad, "X")
+    expected = dense_from_h5py(scanpy_h5ad, "X")
+    assert stored[1] < expected.shape[1]  # the case
+    view = h5lens.whole_rows(group["X"])
+    assert view.shards is not None and view.shards[0] == stored[0] and view.shards[1] >= expected.shape[1]
+    assert view.chunks == stored  # the stored chunks, as the shards' inner chunks
+    obs = ad.read_h5ad(scanpy_h5ad).obs[["bulk_labels", "n_counts"]]
+    batches = loader(chunk_size=chunk_size, preload_nchunks=preload_nchunks, batch_size=batch_size)
+    batches.add_dataset(view, obs=obs)
+    for batch in batches:
+        pd.testing.assert_frame_equal(batch["obs"], obs.iloc[batch["index"]])
+    assert_dense_batches(batches, expected)
+
+
+def test_scanpys_raw_x_and_obsm_train_as_they_are_stored(scanpy_h5ad, read_mode):
+    """The file's other matrices: raw/X is a csr matrix (annbatch's sparse route); obsm/X_pca
+    is dense in chunks that cut its columns too (through whole_rows)."""
+    group = h5lens.open_group(h5lens.index(scanpy_h5ad))
+    raw = loader().add_dataset(ad.io.sparse_dataset(group["raw/X"]))
+    assert_sparse_batches(raw, csr_from_h5py(scanpy_h5ad, "raw/X"))
+    assert h5py_chunks(scanpy_h5ad, "obsm/X_pca")[1] < group["obsm/X_pca"].shape[1]
+    batches = loader().add_dataset(h5lens.whole_rows(group["obsm/X_pca"]))
+    assert_dense_batches(batches, dense_from_h5py(scanpy_h5ad, "obsm/X_pca"))
+
+
+@pytest.mark.parametrize("route", ["fast_reads", "pipeline_only"])
+def test_annbatch_over_column_chunks_is_refused_in_one_line(scanpy_h5ad, route):
+    """The dense route as the user first tries it: h5lens refuses it before the first batch,
+    in one line naming the array, its chunks, why and what to do; under fast_reads() (the
+    hook that sees annbatch's indexer) and with h5lens's codec pipeline alone (zarr's
+    ``codec_pipeline.path``, no hooks: the chunk list it is handed, placed past the output)."""
+    import h5lens.pipeline
+
+    if route == "fast_reads":
+        context: Any = h5lens.fast_reads()
+    else:
+        h5lens.fast_reads(False)
+        context = zarr.config.set({"codec_pipeline.path": h5lens.pipeline.PATH})
+    with context:
+        group = h5lens.open_group(h5lens.index(scanpy_h5ad))  # zarr builds an array's pipeline when it opens it
+        batches = loader().add_dataset(group["X"])
+        with pytest.raises(h5lens.InvalidOptionError) as caught:
+            next(iter(batches))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("/X: annbatch's Loader cannot read this array as stored")
+    assert str(h5py_chunks(scanpy_h5ad, "X")) in message and str(group["X"].shape) in message
+    assert "whole rows" in message and "h5lens.whole_rows(array)" in message
+
+
+def test_whole_rows_of_atlas_layers(atlas, read_mode):
+    """A layer anndata's write_h5ad stored dense (h5py's chunks, which cut the columns) reads
+    through the view; a layer already in whole-row chunks is returned as it is."""
+    group = h5lens.open_group(h5lens.index(atlas))
+    rows = group["layers/rows"]
+    assert h5lens.whole_rows(rows) is rows
+    batches = loader().add_dataset(h5lens.whole_rows(group["layers/dense"]))
+    assert_dense_batches(batches, dense_from_h5py(atlas, "layers/dense"))
+
+
+def _odd_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Dense arrays whose chunks cut the columns as HDF5 can store them: edge chunks, chunks
+    never written (the fill value), a chunk stored without its filter (h5lens keeps it inline),
+    three axes, no compression."""
+    rng = np.random.default_rng(3)
+    written = {}
+    with h5py.File(path, "w") as f:
+        sparse = f.create_dataset(
+            "unwritten", shape=(23, 10), chunks=(5, 4), dtype="f4", compression="gzip", fillvalue=-1.5
+        )
+        sparse[0:5, 0:4] = rng.random((5, 4))
+        sparse[12:23, 5:10] = rng.random((11, 5))
+        cube = rng.integers(-1000, 1000, (13, 6, 7)).astype("i2")
+        f.create_dataset("cube", data=cube, chunks=(4, 4, 3), shuffle=True, compression="gzip")
+        f.create_dataset("plain", data=rng.random((17, 9)), chunks=(6, 2))
+        masked = rng.random((20, 9)).astype("f4")
+        ds = f.create_dataset("masked", data=masked, chunks=(5, 3), compression="gzip")
+        ds.id.write_direct_chunk((5, 3), masked[5:10, 3:6].tobytes(), filter_mask=1)  # stored raw: gzip skipped
+    with h5py.File(path) as f:
+        for name in f:
+            written[name] = f[name][()]
+    return written
+
+
+def test_whole_rows_reads_every_selection_as_h5py_does(tmp_path, read_mode):
+    path = tmp_path / "odd.h5"
+    expected = _odd_arrays(path)
+    manifest = h5lens.index(path)
+    assert manifest.chunks["masked"].inline, "a chunk kept inline: the view serves its bytes from the manifest"
+    group = h5lens.open_group(manifest)
+    for name, values in expected.items():
+        view = h5lens.whole_rows(group[name])
+        assert isinstance(view.store, WholeRowsStore)
+        np.testing.assert_array_equal(view[...], values, err_msg=name)
+        steps = (slice(0, 13, 3), slice(1, None, 2))
+        for key in [(slice(3, 11),), (slice(2, 19), slice(1, 7)), (4,), (slice(None), 5), steps, (-1,)]:
+            np.testing.assert_array_equal(view[key], values[key], err_msg=f"{name}{key}")
+        rows = np.array([0, 7, 3, values.shape[0] - 1])
+        np.testing.assert_array_equal(view.get_orthogonal_selection((rows, slice(None))), values[rows], err_msg=name)
+    batches = loader(chunk_size=3, preload_nchunks=4, batch_size=6).add_dataset(h5lens.whole_rows(group["unwritten"]))
+    assert_dense_batches(batches, expected["unwritten"])
+
+
+def test_whole_rows_shards_are_served_exactly(tmp_path):
+    """Every byte range zarr may ask of a shard (ranges, offsets, suffixes, the whole shard,
+    several at once) is that part of the whole shard, whose index plain zarr decodes (the
+    values above); listing names the shards that hold a stored chunk."""
+    import asyncio
+
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+    from zarr.core.buffer import default_buffer_prototype
+
+    path = tmp_path / "odd.h5"
+    _odd_arrays(path)
+    view = h5lens.whole_rows(h5lens.open_group(h5lens.index(path))["unwritten"])
+    store = view.store
+    prototype = default_buffer_prototype()
+
+    async def check() -> list[str]:
+        keys = [k async for k in store.list()]
+        for key in keys[1:]:
+            whole = (await store.get(key, prototype)).to_bytes()
+            assert len(whole) == await store.getsize(key) and await store.exists(key)
+            size = len(whole)
+            requests = [RangeByteRequest(0, size), RangeByteRequest(3, size - 2), RangeByteRequest(size - 40, size),
+                        OffsetByteRequest(7), SuffixByteRequest(16), SuffixByteRequest(size)]
+            for request in requests:
+                got = (await store.get(key, prototype, request)).to_bytes()
+                assert got == whole[slice(*_bounds(size, request))], request
+            batches = [group async for group in store.get_ranges(key, requests, prototype=prototype)]
+            got_all = dict(item for group in batches for item in group)
+            assert {i: b.to_bytes() for i, b in got_all.items()} == {
+                i: whole[slice(*_bounds(size, r))] for i, r in enumerate(requests)
+            }
+        return keys
+
+    keys = asyncio.run(check())
+    with h5py.File(path) as f:
+        ds = f["unwritten"]
+        stored = (ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks()))
+        bands = {c.chunk_offset[0] // ds.chunks[0] for c in stored}
+    assert keys == ["zarr.json", *(f"c/{b}/0" for b in sorted(bands))]
+
+
+def _bounds(size: int, request: Any) -> tuple[int, int]:
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest
+
+    if isinstance(request, RangeByteRequest):
+        return request.start, request.end
+    if isinstance(request, OffsetByteRequest):
+        return request.offset, size
+    return size - request.suffix, size
+
+
+def test_whole_rows_refuses_what_it_cannot_view(scanpy_h5ad, tmp_path):
+    """Arrays of other stores and 0-d arrays are refused, naming why; arrays whose chunks
+    hold whole rows already (1-d ones too) are returned as they are."""
+    group = h5lens.open_group(h5lens.index(scanpy_h5ad))
+    memory = zarr.create_array(zarr.storage.MemoryStore(), shape=(4, 6), chunks=(2, 3), dtype="f4")
+    with pytest.raises(h5lens.InvalidOptionError, match="an array of an h5lens store"):
+        h5lens.whole_rows(memory)
+    for name in ("obsm/X_umap", "obs/n_genes"):
+        assert h5py_chunks(scanpy_h5ad, name) is None or h5py_chunks(scanpy_h5ad, name)[1:] == group[name].shape[1:]
+        array = group[name]
+        assert h5lens.whole_rows(array) is array
+    with h5py.File(tmp_path / "scalar.h5", "w") as f:
+        f["answer"] = 42
+    with pytest.raises(h5lens.InvalidOptionError, match="0-d"):
+        h5lens.whole_rows(h5lens.open_group(h5lens.index(tmp_path / "scalar.h5"))["answer"])
+
+
+def test_a_loader_over_whole_rows_pickles(scanpy_h5ad, tmp_path):
+    """What a torch worker receives under spawn: the loader with the view (and the h5lens
+    store under it) pickled; the copy reads the same rows."""
+    h5lens.fast_reads()
+    manifest = tmp_path / "pbmc.json"
+    h5lens.index(scanpy_h5ad).to_json(manifest)
+    view = h5lens.whole_rows(h5lens.open_group(str(manifest))["X"])
+    copy = pickle.loads(pickle.dumps(loader().add_dataset(view)))
+    assert_dense_batches(copy, dense_from_h5py(scanpy_h5ad, "X"))
+
+
+def test_whole_rows_from_s3(s3, scanpy_h5ad, read_mode):
+    """The file and its manifest in a bucket: the view's shards are the stored chunks' ranged GETs."""
+    prefix = f"bucket/{uuid.uuid4().hex}"
+    s3.filesystem().put(str(scanpy_h5ad), f"{prefix}/pbmc.h5ad")
+    options = s3.storage_options()
+    manifest_url = f"s3://{prefix}/pbmc.h5ad.json"
+    h5lens.index(f"s3://{prefix}/pbmc.h5ad", storage_options=options).to_json(manifest_url, storage_options=options)
+    group = h5lens.open_group(manifest_url, storage_options=options)
+    batches = loader(chunk_size=64, preload_nchunks=4, batch_size=128).add_dataset(h5lens.whole_rows(group["X"]))
+    assert_dense_batches(batches, dense_from_h5py(scanpy_h5ad, "X"))
 
 
 # -- many files, add_adatas -----------------------------------------------------------------
@@ -288,17 +509,16 @@ def test_h5lens_lazy_anndata_feeds_annbatchs_collection_but_not_its_loader(atlas
 @pytest.mark.parametrize("name", shared_names("*.h5ad"))
 def test_real_h5ad_files(name):
     """The shared h5ad files written by anndata, anndataR and scanpy, through annbatch's own
-    ``load_all_aligned``: those whose X annbatch 0.3.1 reads (sparse X, or dense X in whole-row
-    chunks; an h5ad without X has nothing to load)."""
+    ``load_all_aligned``: sparse X, dense X in whole-row chunks, and dense X in chunks that
+    cut the columns (scanpy's) through ``h5lens.whole_rows`` (an h5ad without X has nothing to load)."""
     path = shared_file(name)
     with h5py.File(path) as f:
         if "X" not in f:
             pytest.skip(f"{name} has no X")
-        x = f["X"]
-        if isinstance(x, h5py.Dataset) and x.chunks is not None and x.chunks[1] < x.shape[1]:
-            pytest.skip(f"{name}: dense X in chunks of {x.chunks} (see test_dense_chunked_by_columns_...)")
     h5lens.fast_reads()
     adata = load_all_aligned(h5lens.open_group(h5lens.index(path)))
+    if isinstance(adata.X, zarr.Array):
+        adata.X = h5lens.whole_rows(adata.X)
     original = ad.read_h5ad(path)
     batches = loader(chunk_size=4, preload_nchunks=4, batch_size=8).add_adatas([adata])
     expected = original.X

@@ -4,7 +4,8 @@
 Blocks of one page run in order in one namespace (like a reader following the page), in
 a directory holding the files the docs name: ``atlas.h5ad`` written by anndata,
 ``air.nc`` by xarray, ``lineage.h5td`` by treedata, ``session.nwb`` / ``recording.nwb`` /
-``linked.nwb`` by pynwb, and ``refs/``'s sample. ``s3://bucket/…`` is moto on 127.0.0.1 (through
+``linked.nwb`` by pynwb, and ``refs/``'s sample; a page that names a real file of ``shared/data``
+gets it copied in under the name it uses (:data:`SHARED_FILES`). ``s3://bucket/…`` is moto on 127.0.0.1 (through
 ``AWS_ENDPOINT_URL_S3``), with ``atlas.h5ad`` uploaded there. A block that cannot run
 here is preceded by ``<!-- doc-test: skip REASON -->``; the reason is shown.
 """
@@ -22,9 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import shared_file
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# page -> {name its blocks use: file of shared/data}, copied into the directory its blocks run in
+SHARED_FILES = {"ml-loading.md": {"pbmc68k_reduced.h5ad": "scanpy-1.12.4_10x_pbmc68k_reduced.h5ad"}}
 BLOCK = re.compile(r"(?:<!--\s*doc-test:\s*(?P<mark>.*?)\s*-->\s*\n)?```(?P<lang>\w+)\n(?P<code>.*?)```", re.S)
 
 
@@ -110,6 +114,8 @@ def s3_environment(s3, monkeypatch) -> dict[str, str]:
 
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=lambda p: p.name)
 def test_python_blocks_run(page, workdir, s3_environment, monkeypatch):
+    for name, shared in SHARED_FILES.get(page.name, {}).items():
+        shutil.copy(shared_file(shared), workdir / name)
     monkeypatch.chdir(workdir)
     namespace: dict = {"__name__": f"doc:{page.name}"}
     for number, (mark, code) in enumerate(blocks(page, "python")):

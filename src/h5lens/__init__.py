@@ -37,6 +37,7 @@ _EXPORTS = {
     "fast_reads": "h5lens.fast",
     "stored_chunks": "h5lens.read.chunking",
     "StoredChunks": "h5lens.read.chunking",
+    "whole_rows": "h5lens.read.whole_rows",
     **{
         name: "h5lens.errors"
         for name in (
@@ -98,6 +99,7 @@ __all__ = [
     "stored_chunks",
     "to_icechunk",
     "validate",
+    "whole_rows",
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this replaces
@@ -129,6 +131,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
     from h5lens.read.navigate import Dataset, Group
     from h5lens.read.open import open_group, open_store
     from h5lens.read.options import OpenOptions, load_manifest
+    from h5lens.read.whole_rows import whole_rows
     from h5lens.scan.options import ScanProgress
     from h5lens.store import ManifestStore
     from h5lens.validation import Problem, validate

@@ -11,7 +11,9 @@ reads themselves, and zarr has no public hook before it:
 * ``zarr.core.array._get_selection`` (``regions``): zarr lists a selection's chunks one by
   one (20-30 µs each) before any pipeline sees them; wrapped, a region of an array of an
   h5lens store is read as one plan instead, and so is annbatch's ``MultiBasicIndexer`` of a
-  preload's blocks of a 1-d array (as runs: each stored chunk read and decoded once);
+  preload's blocks of a 1-d array (as runs: each stored chunk read and decoded once); that
+  indexer over an array whose chunks cut the columns is refused there, in one line naming
+  the array and :func:`h5lens.whole_rows`;
 * ``zarr.Array.get_basic_selection`` / ``get_orthogonal_selection`` (``calling thread``):
   zarr's synchronous API hands every read to its event-loop thread and waits (0.1-0.5 ms,
   more than a small local read); wrapped, a small region of inline or local chunks is read
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import re
 import warnings
 from dataclasses import dataclass
@@ -207,11 +210,13 @@ def _joint_runs(
     indexer for a whole preload: its slices' values one after the other) selects, where
     h5lens reads them as runs (:meth:`~h5lens.regions.RegionReads.read_runs_async`: each
     stored chunk fetched and decoded once, each run copied whole, rather than zarr's list of
-    every chunk of every slice); None for any other indexer."""
+    every chunk of every slice); None for any other indexer. Refuses (naming the array) the
+    indexer over an array whose chunks cut the columns, which it would place wrongly."""
     from zarr.core.buffer import cpu
     from zarr.core.indexing import BasicIndexer, SliceDimIndexer
 
     from h5lens.read.plan import decoder
+    from h5lens.read.whole_rows import cuts_columns, refusal
     from h5lens.store import ManifestStore
 
     parts = getattr(indexer, "indexers", None)
@@ -219,6 +224,8 @@ def _joint_runs(
         return None
     if not isinstance(store, ManifestStore) or prototype.nd_buffer is not cpu.NDBuffer or not isinstance(parts, list):
         return None
+    if chunk_grid.is_regular and cuts_columns(metadata.shape, chunk_grid.chunk_shape) and _misplaces(indexer, parts):
+        raise refusal(path, metadata.shape, chunk_grid.chunk_shape)
     if len(metadata.shape) != 1 or config.order != "C" or config.read_missing_chunks is False:
         return None
     codec = decoder(store, path, text=False)
@@ -237,6 +244,21 @@ def _joint_runs(
     if tuple(indexer.shape) != (int((found[1] - found[0]).sum()),):
         return None  # not its slices one after the other
     return found
+
+
+def _misplaces(indexer: Any, parts: list[Any]) -> bool:
+    """Whether annbatch's indexer places the chunks of its first slice outside that slice's
+    rows of the output: annbatch 0.3.1 places the column chunks of a band of rows one below
+    the other. Asked of the first slice's chunks only (a few); a release that places them
+    right is let through."""
+    if not parts or not getattr(parts[0], "shape", ()):
+        return False
+    rows = parts[0].shape[0]
+    for part in itertools.islice(indexer, sum(1 for _ in parts[0])):
+        where = part[2][0] if isinstance(part[2], tuple) and part[2] else None
+        if isinstance(where, slice) and where.stop is not None and where.stop > rows:
+            return True
+    return False
 
 
 def _as_selected(values: np.ndarray, metadata: Any, indexer: Any, out: Any) -> Any:

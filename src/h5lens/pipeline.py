@@ -6,7 +6,10 @@ one). While :func:`h5lens.fast_reads` is on, that setting names this pipeline: f
 array of an h5lens :class:`~h5lens.store.ManifestStore` whose numbers h5lens decodes (the
 filter table's codecs: the arrays HDF5 files hold), the chunks zarr lists for a selection
 are read as one plan (:func:`h5lens.read.plan.chunks_plan`): fetched at once (merged, in
-parallel), decoded in bulk, written in place. Everything else (other stores, other codecs,
+parallel), decoded in bulk, written in place; so are the shards of a view in whole rows
+(:func:`h5lens.whole_rows`), as the stored chunks they are made of. A selection whose parts
+zarr places outside the output (annbatch's indexer over chunks that cut the columns) is
+refused before anything is read, naming the array. Everything else (other stores, other codecs,
 writes) is built and read by the pipeline that was configured before, exactly as zarr
 builds it: arrays of other stores never see this class. The manifest keeps zarr's standard
 codecs, so plain zarr without h5lens reads it too.
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from zarr.core.metadata import ArrayMetadata
     from zarr.core.metadata.v3 import RectilinearChunkGridMetadata, RegularChunkGridMetadata
 
+    from h5lens.read.whole_rows import WholeRowsStore
     from h5lens.store import ManifestStore
 
 PATH = "h5lens.pipeline.H5LensCodecPipeline"
@@ -67,7 +71,7 @@ class H5LensCodecPipeline(CodecPipeline):
     wraps that pipeline: reads of arrays h5lens decodes go through a read plan, everything
     else to the wrapped pipeline."""
 
-    def __init__(self, inner: CodecPipeline, store: ManifestStore) -> None:
+    def __init__(self, inner: CodecPipeline, store: ManifestStore | WholeRowsStore) -> None:
         self.inner = inner
         self.store = store
 
@@ -79,9 +83,10 @@ class H5LensCodecPipeline(CodecPipeline):
 
     @classmethod
     def from_array_metadata_and_store(cls, array_metadata: ArrayMetadata, store: Store) -> Self:
+        from h5lens.read.whole_rows import WholeRowsStore
         from h5lens.store import ManifestStore
 
-        if not isinstance(store, ManifestStore):
+        if not isinstance(store, ManifestStore | WholeRowsStore):
             # exactly what zarr does with the configured class (which may decline too: zarr
             # then builds it from_codecs, above)
             return fallback_class().from_array_metadata_and_store(array_metadata, store)  # type: ignore[return-value]
@@ -144,15 +149,72 @@ class H5LensCodecPipeline(CodecPipeline):
     ) -> tuple[GetResult, ...]:
         from h5lens.read.bulk import Selection
         from h5lens.read.plan import chunks_plan
+        from h5lens.read.whole_rows import WholeRowsStore
 
         batch = list(batch_info)
+        target = out.as_numpy_array()
+        if isinstance(self.store, WholeRowsStore):
+            return await self._read_view(self.store, batch, out, drop_axes)
+        outside = _placed_outside(batch, target.shape)
+        if outside is not None:
+            raise _refusal(self.store, outside, target.shape)
         selection = Selection([item[2] for item in batch], [item[3] for item in batch], drop_axes, [item[4] for item in batch])
         keys = [item[0].path for item in cast("list[Any]", batch)]  # zarr hands StorePaths: a key each
-        plan = chunks_plan(self.store, keys, selection, out.as_numpy_array())
+        plan = chunks_plan(self.store, keys, selection, target)
         if plan is None:
             return tuple(await self.inner.read(batch, out, drop_axes))
         present = await plan.run(self.store)
         return tuple({"status": "present" if p else "missing"} for p in present)
+
+    async def _read_view(
+        self, view: WholeRowsStore, batch: list[Any], out: NDBuffer, drop_axes: tuple[int, ...]
+    ) -> tuple[GetResult, ...]:
+        """A view's shards read as the stored chunks they are made of, in one plan of the
+        base store; through zarr's sharding codec (the wrapped pipeline) where h5lens declines."""
+        from h5lens.read.plan import chunks_plan
+        from h5lens.read.whole_rows import stored_parts
+
+        parts = stored_parts(view, batch, drop_axes)
+        plan = None if parts is None else chunks_plan(view.base, parts[0], parts[1], out.as_numpy_array())
+        if parts is None or plan is None:
+            return tuple(await self.inner.read(batch, out, drop_axes))
+        found_parts: list[bool] = await plan.run(view.base)
+        present = [False] * len(batch)
+        for items, found in zip(parts[2], found_parts, strict=True):
+            for item in items:
+                present[item] = present[item] or found
+        return tuple({"status": "present" if p else "missing"} for p in present)
+
+
+def _placed_outside(batch: list[Any], shape: tuple[int, ...]) -> tuple[Any, ...] | None:
+    """The first item of zarr's chunk list whose part goes past the end of the output (numpy
+    would write it short, or fail deep in the decoding), if any: what annbatch's
+    ``MultiBasicIndexer`` hands over for an array whose chunks cut the columns."""
+    for item in batch:
+        where = item[3]
+        for axis, part in enumerate(where if isinstance(where, tuple) else ()):
+            if isinstance(part, slice) and axis < len(shape) and part.stop is not None and part.stop > shape[axis]:
+                return tuple(item)
+    return None
+
+
+def _refusal(store: ManifestStore, item: tuple[Any, ...], shape: tuple[int, ...]) -> Exception:
+    """The error for a chunk list placed outside its output, naming the array: annbatch's
+    refusal where the array's chunks cut the columns."""
+    from h5lens.errors import InvalidOptionError
+    from h5lens.manifest.documents import ArrayDocument
+    from h5lens.read.whole_rows import cuts_columns, refusal
+
+    key = item[0].path
+    located = store.grammar.chunk(key)
+    path = located[0] if located is not None else key
+    array = ArrayDocument.of(store.manifest.nodes.get(path, {}))
+    if array is not None and cuts_columns(array.shape, array.chunk_shape):
+        return refusal(path, array.shape, array.chunk_shape)
+    return InvalidOptionError(
+        f"/{path}: zarr placed part of chunk {key!r} at {item[3]}, outside an output of shape {shape}; "
+        "nothing was read (the selection's indexer is at fault)"
+    )
 
 
 # zarr finds a pipeline named by codec_pipeline.path in its registry: registered here, when this
