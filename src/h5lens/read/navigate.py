@@ -44,7 +44,7 @@ from h5lens import convention
 from h5lens.dtypes_forms import restore_array_fields, view_array_fields
 from h5lens.errors import InvalidOptionError, NotAManifestError
 from h5lens.keys import escape_key, unescape_key
-from h5lens.long_double import layout_in, to_longdouble
+from h5lens.long_double import float_form_in, h5py_dtype, to_h5py
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import Manifest
 from h5lens.read.attribute_types import typed
@@ -469,10 +469,11 @@ class Dataset(Node):
         dtype = self._array.dtype
         if self.is_reference:
             return np.dtype(object)
-        if layout_in(self._doc.get("attributes", {}), self.h5_path) is not None:  # long doubles' stored bits
-            return np.dtype(np.longdouble)
         if convention.ARRAY_FIELDS in self._doc.get("attributes", {}):  # array members, as HDF5 holds them
             dtype = restore_array_fields(dtype, self._doc["attributes"][convention.ARRAY_FIELDS])
+        floats = float_form_in(self._doc.get("attributes", {}), self.h5_path)  # long doubles' stored bits
+        if floats is not None:
+            dtype = h5py_dtype(dtype, floats)
         fields = self.reference_fields
         members = dtype.fields  # None exactly when dtype.names is
         if fields and dtype.names and members is not None:
@@ -503,16 +504,16 @@ class Dataset(Node):
             if key.node != self:
                 raise ValueError(f"the region selects from {key.node.h5_path!r}, not {self.h5_path!r}")
             return key.read()
-        layout = layout_in(self._doc.get("attributes", {}), self.h5_path)  # long doubles: their stored bits
+        floats = float_form_in(self._doc.get("attributes", {}), self.h5_path)  # long doubles: their stored bits
         if self.is_empty:
             if _whole(key):
-                return empty(self._array.dtype if layout is None else np.dtype(np.longdouble))
+                return empty(self._array.dtype if floats is None else self.dtype)
             raise ValueError(f"{self.h5_path!r} has a null dataspace: only [()] reads it")
         values = self._raw(key)
-        if layout is not None:  # as np.longdouble, or an error saying why not on this platform
-            return to_longdouble(values, layout, self.h5_path)
         if convention.ARRAY_FIELDS in self._doc.get("attributes", {}):
             values = view_array_fields(values, self._doc["attributes"][convention.ARRAY_FIELDS])
+        if floats is not None:  # as np.longdouble, or an error saying why not on this platform
+            values = to_h5py(values, floats, self.h5_path)
         if self.is_reference:
             return self._targets(values)
         if self.reference_fields:
