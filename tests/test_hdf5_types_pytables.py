@@ -639,3 +639,69 @@ def test_complex_long_doubles_read_as_h5py_reads_them(threshold, tmp_path):
         for name in ("swapped", "padded", "c128_swapped", "c128_padded"):  # rearranged by libhdf5: copied
             assert not (manifest.chunks[name].source >= 0).any(), name
     assert h5lens.validate(manifest) == []
+
+
+def build_long_double_sequences(path: Path) -> None:
+    values = _long_doubles()
+    ld_record = np.dtype([("n", "<i2"), ("x", np.longdouble)])
+    with h5py.File(path, "w") as f:
+        sequences = f.create_dataset("sequences", shape=(4,), dtype=h5py.vlen_dtype(np.longdouble))
+        sequences[0], sequences[2], sequences[3] = values[:3], values, values[7:9]
+        grid = f.create_dataset("grid", shape=(2, 2), dtype=h5py.vlen_dtype(np.dtype(">f16")), chunks=(1, 2))
+        grid[0, 0], grid[1, 1] = values[5:9], values[:1]
+        pairs = f.create_dataset("complex", shape=(2,), dtype=h5py.vlen_dtype(np.clongdouble))
+        pairs[0] = values[3:6] + 1j * values[9:12]
+        records = f.create_dataset("records", shape=(2,), dtype=h5py.vlen_dtype(ld_record))
+        records[1] = np.array([(1, values[4]), (2, values[10])], dtype=ld_record)
+        with_sequences = [("x", np.longdouble), ("runs", h5py.vlen_dtype(np.longdouble))]
+        table = f.create_dataset("table", shape=(3,), dtype=with_sequences)
+        table[0], table[2] = (values[9], values[:4]), (values[4], values[10:12])
+        f.create_dataset("unwritten", shape=(2,), dtype=h5py.vlen_dtype(np.longdouble))
+
+
+@pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
+def test_sequences_of_long_doubles_read_as_h5py_reads_them(threshold, tmp_path):
+    path = tmp_path / "sequences.h5"
+    build_long_double_sequences(path)
+    manifest = h5lens.index(path, inline_threshold=threshold)
+    manifest.save(tmp_path / "m.json")
+    with h5py.File(path) as f:
+        names = list(f)
+        for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+            for name in names:
+                ds, node = f[name], root[name]
+                assert node.shape == ds.shape and node.dtype.names == ds.dtype.names, name
+                _same_bits(node[()], ds[()], name)
+                _same_bits(node[1:], ds[1:], f"{name}[1:]")
+    assert h5lens.validate(manifest) == []
+
+
+@pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
+def test_sequences_of_long_doubles_are_float128_that_anndata_and_awkward_read(tmp_path):
+    """awkward's float128 / complex256: the data buffers are raw bytes in zarr (with this
+    platform's _FLOAT_LAYOUT), which anndata's read_elem gives awkward, and awkward views as
+    its long doubles: the values exactly."""
+    anndata = pytest.importorskip("anndata")
+    ak = pytest.importorskip("awkward")
+    path = tmp_path / "sequences.h5"
+    build_long_double_sequences(path)
+    group = h5lens.open_group(h5lens.index(path))
+    with h5py.File(path) as f:
+        for name, primitive in (("sequences", "float128"), ("grid", "float128"), ("complex", "complex256")):
+            node = group[name]
+            assert f'"primitive": "{primitive}"' in node.attrs["form"], name
+            data = next(node[k] for k in node.array_keys() if k.endswith("-data"))
+            assert data.dtype == np.dtype(f"V{np.dtype(primitive).itemsize}") and "_FLOAT_LAYOUT" in data.attrs, name
+            got = anndata.io.read_elem(node)
+            want = f[name][()]
+            for index in np.ndindex(want.shape):
+                sequence = got[index]
+                native = want[index].astype(want[index].dtype.newbyteorder("="))
+                _same_bits(ak.to_numpy(sequence), native, f"{name}{index}")
+        records = anndata.io.read_elem(group["records"])
+        want = f["records"][1]
+        _same_bits(ak.to_numpy(records[1]["x"]), want["x"], "records[1].x")
+        table = anndata.io.read_elem(group["table"])
+        _same_bits(ak.to_numpy(table["x"]), f["table"]["x"], "table.x")
+        _same_bits(ak.to_numpy(table[2]["runs"]), f["table"][2]["runs"], "table[2].runs")
