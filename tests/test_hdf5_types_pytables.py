@@ -399,22 +399,309 @@ def test_long_doubles_this_platform_cannot_hold_are_refused_by_name(tmp_path):
     assert h5lens.open_group(manifest)["d"][...].dtype == np.dtype("V8")
 
 
-@pytest.mark.parametrize(
-    ("dtype", "match"),
-    [
-        (np.dtype([("t", "<f8"), ("x", np.longdouble)]), "compound field 'x'"),
-        (np.dtype(np.clongdouble), "long double pair"),
-        (h5py.vlen_dtype(np.longdouble), "variable-length sequences of float128"),
-    ],
-    ids=["in a compound", "complex", "sequences"],
-)
-def test_long_doubles_h5lens_has_no_form_for_are_refused_by_name(dtype, match, tmp_path):
-    if np.dtype(np.longdouble).itemsize <= 8:
-        pytest.skip("no long double on this platform")
+def test_long_doubles_in_records_this_platform_cannot_hold_are_refused_by_name(tmp_path):
+    """The same for a record's member: reading names the dataset; plain zarr gives the record."""
     path = tmp_path / "f.h5"
     with h5py.File(path, "w") as f:
-        f.create_dataset("d", shape=(2,), dtype=dtype)
+        f.create_dataset("d", data=np.zeros(3, [("n", "<i4"), ("x", "<f8")]))
+    manifest = h5lens.index(path)
+    doc = manifest.nodes["d"]
+    raw = {"name": "raw_bytes", "configuration": {"length_bytes": 8}}
+    doc["data_type"] = {"name": "structured", "configuration": {"fields": [["n", "int32"], ["x", raw]]}}
+    layout = {"size": 8, "order": "little", "sign": 63, "exponent": [31, 32], "mantissa": [0, 31]}
+    doc["attributes"]["_FLOAT_LAYOUT"] = [[["x"], {**layout, "bias": 2**31 - 1, "normalization": "implied"}]]
+    with pytest.raises(h5lens.UnsupportedFeatureError, match="/d: 8-byte floats cannot become np.longdouble exactly"):
+        h5lens.open(manifest)["d"][()]
+    assert h5lens.open_group(manifest)["d"][...].dtype == np.dtype([("n", "<i4"), ("x", "V8")])
+
+
+# -- long doubles in records, complex long doubles, sequences of long doubles ---------------------
+
+
+def _significant(values: np.ndarray) -> np.ndarray:
+    """The 80 bits of each x87 long double (a complex one's two), in native order: the 6
+    padding bytes after them say nothing (libhdf5 leaves them as they come)."""
+    floats = np.asarray(values).astype(np.clongdouble if values.dtype.kind == "c" else np.longdouble)
+    floats = floats.reshape(-1).view(np.longdouble)
+    return floats.view(np.uint8).reshape(-1, 16)[:, :10]
+
+
+def _same_bits(got: object, want: object, where: str, *, nan_payloads: bool = True) -> None:
+    """h5lens's values and h5py's, records field by field, long doubles bit for bit.
+    ``nan_payloads=False``: floats decoded from another layout than this platform's, where
+    a NaN is only a NaN of the same sign (libhdf5 and h5lens make different payloads)."""
+    assert type(got) is type(want), (where, type(got), type(want))
+    got_array, want_array = np.asarray(got), np.asarray(want)
+    assert got_array.shape == want_array.shape and got_array.dtype.names == want_array.dtype.names, where
+    if want_array.dtype.names is not None:
+        for name in want_array.dtype.names:
+            _same_bits(got_array[name], want_array[name], f"{where}.{name}", nan_payloads=nan_payloads)
+    elif want_array.dtype.kind == "O":  # sequences
+        for i, (g, w) in enumerate(zip(got_array.ravel(), want_array.ravel(), strict=True)):
+            _same_bits(g, w, f"{where}[{i}]", nan_payloads=nan_payloads)
+    elif want_array.dtype.kind in "fc" and want_array.dtype.itemsize >= 16 and want_array.dtype != np.complex128:
+        assert got_array.dtype == want_array.dtype.newbyteorder("="), (where, got_array.dtype, want_array.dtype)
+        got_bits, want_bits = _significant(got_array), _significant(want_array)
+        if not nan_payloads:
+            nan = np.isnan(np.asarray(want_array).astype(got_array.dtype).reshape(-1).view(np.longdouble))
+            got_bits[nan, :8] = want_bits[nan, :8] = 0  # the mantissas of NaNs
+            got_bits[nan, 8] = want_bits[nan, 8] = 0xFF  # (no NaN becomes an infinity this way)
+        np.testing.assert_array_equal(got_bits, want_bits, err_msg=where)
+    else:
+        np.testing.assert_array_equal(got_array, want_array, err_msg=where)
+
+
+def _compound_type(size: int, *members: tuple[str, int, h5t.TypeID]) -> h5t.TypeID:
+    tid = h5t.create(h5t.COMPOUND, size)
+    for name, offset, member in members:
+        tid.insert(name.encode(), offset, member)
+    return tid
+
+
+RECORD = np.dtype([("n", "<i4"), ("x", np.longdouble), ("pair", np.longdouble, (2,)), ("inner", [("y", np.longdouble),
+                   ("b", "u1")]), ("z", np.clongdouble)])  # fmt: skip
+LD_BE = _float_type(h5t.NATIVE_LDOUBLE, order=h5t.ORDER_BE)
+
+
+def _records(count: int) -> np.ndarray:
+    values = _long_doubles(subnormal=False)[:count]
+    out = np.zeros(count, RECORD)
+    out["n"] = np.arange(count)
+    out["x"] = values
+    out["pair"] = np.stack([values[::-1], -values], axis=1)
+    out["inner"]["y"], out["inner"]["b"] = values / 7, 3
+    out["z"].real, out["z"].imag = values, values[::-1]
+    return out
+
+
+def build_long_double_records(path: Path) -> None:
+    """Records with long double members (as h5py writes them, and in other layouts libhdf5
+    writes), a member of each form: a long double, an array of them, a nested record, a complex one."""
+    rows = _records(12)
+    simple = np.zeros(6, [("n", "<i4"), ("x", np.longdouble)])
+    simple["n"], simple["x"] = np.arange(6), _long_doubles(subnormal=False)[:6]
+    native, ld = h5t.NATIVE_INT32, h5t.NATIVE_LDOUBLE
+    implied = _float_type(h5t.IEEE_F128LE, fields=(127, 112, 15, 49, 63), ebias=16383)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("records", data=rows, chunks=(5,), compression="gzip")
+        f.create_dataset("scalar", data=rows[3])
+        f.create_dataset("empty", data=h5py.Empty(RECORD))
+        third = np.longdouble(1) / 3
+        fill = np.array((7, third, [2, third], (third / 7, 9), 1j * third), dtype=RECORD)
+        unwritten = f.create_dataset("unwritten", shape=(10,), dtype=RECORD, chunks=(4,), fillvalue=fill)
+        unwritten[:3] = rows[:3]
+        _low_level(f, "compact", f["records"].id.get_type(), rows[:4], compact=True)
+        _low_level(f, "member_big_endian", _compound_type(20, ("n", 0, native), ("x", 4, LD_BE)), simple)  # referenced
+        _low_level(f, "member_ieee_like", _compound_type(20, ("n", 0, native), ("x", 4, implied)), simple)  # referenced
+        all_big_endian = _compound_type(20, ("n", 0, h5t.STD_I32BE), ("x", 4, LD_BE))
+        _low_level(f, "all_big_endian", all_big_endian, simple)  # rewritten
+        _low_level(f, "padded", _compound_type(32, ("n", 0, native), ("x", 16, ld)), simple)  # rewritten
+        array_of_records = h5t.array_create(_compound_type(20, ("n", 0, native), ("x", 4, ld)), (2,))
+        h5d.create(f.id, b"array_type", array_of_records, h5s.create_simple((3,))).write(
+            h5s.ALL, h5s.ALL, simple.reshape(3, 2), mtype=array_of_records
+        )
+        text = f.create_dataset("with_text", shape=(3,), dtype=[("s", h5py.string_dtype()), ("x", np.longdouble)])
+        text[0], text[2] = ("one third", np.longdouble(1) / 3), ("max", np.finfo(np.longdouble).max)
+
+
+@pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
+@pytest.mark.parametrize("convention", ["released", "proposal"])
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
+def test_records_with_long_doubles_read_as_h5py_reads_them(threshold, convention, tmp_path):
+    path = tmp_path / "records.h5"
+    build_long_double_records(path)
+    manifest = h5lens.index(path, inline_threshold=threshold, convention=convention)
+    manifest.save(tmp_path / "m.json")
     with h5py.File(path) as f:
-        f["d"][()]  # h5py reads them
-    with pytest.raises(h5lens.UnsupportedFeatureError, match=f"/d.*{match}"):
-        h5lens.index(path)
+        names = list(f)
+        for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+            for name in names:
+                ds, node = f[name], root[name]
+                assert node.dtype.names == ds.dtype.base.names, name
+                if ds.shape is None:
+                    assert isinstance(node[()], h5py.Empty) and node[()].dtype == ds.dtype, name
+                    continue
+                if name == "with_text":  # a record with strings is stored with them as text (U), not h5py's bytes
+                    got, want = node[()], ds[()]
+                    _same_bits(got["x"], want["x"], name)
+                    assert got["s"].tolist() == [text.decode() for text in want["s"]], name
+                    continue
+                payloads = name != "member_ieee_like"  # decoded from its own layout
+                _same_bits(node[()], ds[()], name, nan_payloads=payloads)
+                if ds.shape and ds.shape[0] > 2:
+                    _same_bits(node[1:3], ds[1:3], f"{name}[1:3]", nan_payloads=payloads)
+                    _same_bits(node[1], ds[1], f"{name}[1]", nan_payloads=payloads)  # one record: np.void, as h5py
+            assert root["records"].dtype == RECORD
+    if threshold == 0:  # records stored as h5py reads them: referenced, their long doubles the stored bytes
+        for name in ("records", "unwritten", "member_big_endian", "member_ieee_like", "array_type"):
+            table = manifest.chunks[name]
+            assert (table.source >= 0).any() and not table.inline, name
+            assert manifest.nodes[name]["data_type"]["name"] == "structured", name
+    assert h5lens.validate(manifest) == []
+
+
+@pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
+def test_records_with_long_doubles_are_their_stored_bytes_through_plain_zarr(tmp_path):
+    """Plain zarr gives the records with each long double member as raw bytes (an array
+    member as records of them); _FLOAT_LAYOUT lists each member's layout by field path."""
+    path = tmp_path / "records.h5"
+    build_long_double_records(path)
+    manifest = h5lens.index(path, inline_threshold=0)
+    group = h5lens.open_group(manifest)
+    with h5py.File(path) as f:
+        for name in ("records", "member_big_endian", "member_ieee_like"):
+            raw = group[name][...]
+            assert raw.tobytes() == _stored_bytes(f[name]).tobytes(), name
+            tid = f[name].id.get_type()
+            for where, layout in group[name].attrs["_FLOAT_LAYOUT"]:
+                member = tid
+                for part in where:
+                    member = member.get_member_type(member.get_member_index(part.encode()))
+                    member = member.get_super() if member.get_class() == h5t.ARRAY else member
+                if layout.get("complex"):  # a pair of long doubles, r then i
+                    assert member.get_member_offset(1) == layout["size"], (name, where)
+                    member = member.get_member_type(0)
+                assert (layout["sign"], *layout["exponent"], *layout["mantissa"]) == member.get_fields(), (name, where)
+                assert layout["order"] == ("big" if member.get_order() == h5t.ORDER_BE else "little"), (name, where)
+                assert raw.dtype[where[0]].base.kind == "V", (name, where)
+        listed = [where for where, _ in group["records"].attrs["_FLOAT_LAYOUT"]]
+        assert listed == [["x"], ["pair"], ["inner", "y"], ["z"]]
+
+
+def build_complex_long_doubles(path: Path) -> None:
+    values = _long_doubles()
+    pairs = np.empty(values.shape, np.clongdouble)
+    pairs.real, pairs.imag = values, values[::-1]
+    ld = h5t.NATIVE_LDOUBLE
+    with h5py.File(path, "w") as f:
+        f.create_dataset("complex", data=pairs.reshape(4, 6), chunks=(3, 4), compression="gzip", shuffle=True)
+        f.create_dataset("scalar", data=pairs[9])
+        f.create_dataset("empty", data=h5py.Empty(np.clongdouble))
+        unwritten = f.create_dataset("unwritten", shape=(10,), dtype=np.clongdouble, chunks=(4,),
+                                     fillvalue=np.clongdouble(1j) / 3)  # fmt: skip
+        unwritten[:4] = pairs[:4]
+        _low_level(f, "compact", f["complex"].id.get_type(), pairs[:5], compact=True)
+        _low_level(f, "big_endian", _compound_type(32, ("r", 0, LD_BE), ("i", 16, LD_BE)), pairs)  # referenced
+        _low_level(f, "swapped", _compound_type(32, ("r", 16, ld), ("i", 0, ld)), pairs)  # h5py's values copied
+        _low_level(f, "padded", _compound_type(40, ("r", 0, ld), ("i", 20, ld)), pairs)  # h5py's values copied
+        pair_arrays = h5t.array_create(f["complex"].id.get_type(), (2,))
+        h5d.create(f.id, b"array_type", pair_arrays, h5s.create_simple((3,))).write(
+            h5s.ALL, h5s.ALL, np.ascontiguousarray(pairs[:6].reshape(3, 2)), mtype=pair_arrays
+        )
+        # complex128 stored elsewhere than numpy keeps its parts: h5py names complex numbers by
+        # their members' names alone, so these are complex128 that libhdf5 must rearrange
+        doubles = np.array([1 + 2j, -3.5 + 4j, np.inf - 1j])
+        _low_level(f, "c128_swapped", _compound_type(16, ("r", 8, h5t.IEEE_F64LE), ("i", 0, h5t.IEEE_F64LE)), doubles)
+        _low_level(f, "c128_padded", _compound_type(24, ("r", 0, h5t.IEEE_F64LE), ("i", 12, h5t.IEEE_F64LE)), doubles)
+
+
+def _h5py_complex(ds: h5py.Dataset) -> object:
+    """h5py's values of a complex dataset. A big-endian complex long double h5py reads as
+    '>c32' whose bytes are little-endian ones (its memory type for 32-byte complex numbers is
+    the native long double whatever the byte order), so those are read as native values."""
+    if ds.dtype.byteorder == ">" and ds.dtype.itemsize == 32:
+        return ds.astype(np.clongdouble)[()]
+    return ds[()]
+
+
+@pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
+def test_complex_long_doubles_read_as_h5py_reads_them(threshold, tmp_path):
+    path = tmp_path / "complex.h5"
+    build_complex_long_doubles(path)
+    manifest = h5lens.index(path, inline_threshold=threshold)
+    manifest.save(tmp_path / "m.json")
+    with h5py.File(path) as f:
+        names = list(f)
+        for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+            for name in names:
+                ds, node = f[name], root[name]
+                if ds.shape is None:
+                    assert node.shape is None and node[()].dtype == ds.dtype == np.clongdouble, name
+                    continue
+                assert node.dtype == ds.dtype.base.newbyteorder("="), name
+                want = _h5py_complex(ds)
+                _same_bits(node[()], want, name)
+                if ds.shape and ds.shape[0] > 2:
+                    _same_bits(node[1:3], want[1:3], f"{name}[1:3]")
+                    _same_bits(node[1], want[1], f"{name}[1]")
+    if threshold == 0:
+        for name in ("complex", "unwritten", "big_endian", "array_type"):  # pairs of the stored bytes, referenced
+            table = manifest.chunks[name]
+            assert (table.source >= 0).any() and not table.inline, name
+            doc = manifest.nodes[name]
+            assert doc["data_type"] == {"name": "raw_bytes", "configuration": {"length_bytes": 32}}, name
+            assert doc["attributes"]["_FLOAT_LAYOUT"]["complex"] is True, name
+        group = h5lens.open_group(manifest)
+        with h5py.File(path) as f:
+            for name in ("complex", "big_endian"):
+                assert group[name][...].tobytes() == _stored_bytes(f[name]).tobytes(), name
+        for name in ("swapped", "padded", "c128_swapped", "c128_padded"):  # rearranged by libhdf5: copied
+            assert not (manifest.chunks[name].source >= 0).any(), name
+    assert h5lens.validate(manifest) == []
+
+
+def build_long_double_sequences(path: Path) -> None:
+    values = _long_doubles()
+    ld_record = np.dtype([("n", "<i2"), ("x", np.longdouble)])
+    with h5py.File(path, "w") as f:
+        sequences = f.create_dataset("sequences", shape=(4,), dtype=h5py.vlen_dtype(np.longdouble))
+        sequences[0], sequences[2], sequences[3] = values[:3], values, values[7:9]
+        grid = f.create_dataset("grid", shape=(2, 2), dtype=h5py.vlen_dtype(np.dtype(">f16")), chunks=(1, 2))
+        grid[0, 0], grid[1, 1] = values[5:9], values[:1]
+        pairs = f.create_dataset("complex", shape=(2,), dtype=h5py.vlen_dtype(np.clongdouble))
+        pairs[0] = values[3:6] + 1j * values[9:12]
+        records = f.create_dataset("records", shape=(2,), dtype=h5py.vlen_dtype(ld_record))
+        records[1] = np.array([(1, values[4]), (2, values[10])], dtype=ld_record)
+        with_sequences = [("x", np.longdouble), ("runs", h5py.vlen_dtype(np.longdouble))]
+        table = f.create_dataset("table", shape=(3,), dtype=with_sequences)
+        table[0], table[2] = (values[9], values[:4]), (values[4], values[10:12])
+        f.create_dataset("unwritten", shape=(2,), dtype=h5py.vlen_dtype(np.longdouble))
+
+
+@pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
+@pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
+def test_sequences_of_long_doubles_read_as_h5py_reads_them(threshold, tmp_path):
+    path = tmp_path / "sequences.h5"
+    build_long_double_sequences(path)
+    manifest = h5lens.index(path, inline_threshold=threshold)
+    manifest.save(tmp_path / "m.json")
+    with h5py.File(path) as f:
+        names = list(f)
+        for root in (h5lens.open(manifest), h5lens.open(tmp_path / "m.json")):
+            for name in names:
+                ds, node = f[name], root[name]
+                assert node.shape == ds.shape and node.dtype.names == ds.dtype.names, name
+                _same_bits(node[()], ds[()], name)
+                _same_bits(node[1:], ds[1:], f"{name}[1:]")
+    assert h5lens.validate(manifest) == []
+
+
+@pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
+def test_sequences_of_long_doubles_are_float128_that_anndata_and_awkward_read(tmp_path):
+    """awkward's float128 / complex256: the data buffers are raw bytes in zarr (with this
+    platform's _FLOAT_LAYOUT), which anndata's read_elem gives awkward, and awkward views as
+    its long doubles: the values exactly."""
+    anndata = pytest.importorskip("anndata")
+    ak = pytest.importorskip("awkward")
+    path = tmp_path / "sequences.h5"
+    build_long_double_sequences(path)
+    group = h5lens.open_group(h5lens.index(path))
+    with h5py.File(path) as f:
+        for name, primitive in (("sequences", "float128"), ("grid", "float128"), ("complex", "complex256")):
+            node = group[name]
+            assert f'"primitive": "{primitive}"' in node.attrs["form"], name
+            data = next(node[k] for k in node.array_keys() if k.endswith("-data"))
+            assert data.dtype == np.dtype(f"V{np.dtype(primitive).itemsize}") and "_FLOAT_LAYOUT" in data.attrs, name
+            got = anndata.io.read_elem(node)
+            want = f[name][()]
+            for index in np.ndindex(want.shape):
+                sequence = got[index]
+                native = want[index].astype(want[index].dtype.newbyteorder("="))
+                _same_bits(ak.to_numpy(sequence), native, f"{name}{index}")
+        records = anndata.io.read_elem(group["records"])
+        want = f["records"][1]
+        _same_bits(ak.to_numpy(records[1]["x"]), want["x"], "records[1].x")
+        table = anndata.io.read_elem(group["table"])
+        _same_bits(ak.to_numpy(table["x"]), f["table"]["x"], "table.x")
+        _same_bits(ak.to_numpy(table[2]["runs"]), f["table"][2]["runs"], "table[2].runs")

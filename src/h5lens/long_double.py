@@ -11,6 +11,13 @@ decoded field by field where the platform's long double holds every value exactl
 a platform whose long double is IEEE binary128), else an error (a platform whose long double
 is a float64: h5py cannot read these types there either). Plain zarr gives the raw bytes.
 
+Complex long doubles (h5py's ``np.clongdouble``, which HDF5 holds as a compound of two long
+doubles ``r`` and ``i``) are raw bytes of twice the size, the real part's then the imaginary
+part's, their layout marked ``"complex": true``. Records (compounds) with long double members
+stay zarr ``structured`` records: each such member a ``raw_bytes`` field, and the array's
+``_FLOAT_LAYOUT`` a list of ``[[field path], layout]`` (:data:`FloatFields`), a member that is
+an array of long doubles listed once (``_ARRAY_FIELDS`` gives its shape).
+
 Attributes are copied, not referenced: a long double attribute's JSON value is the exact
 hexadecimal text of each value (``"0xaaaaaaaaaaaaaaabp-65"`` for 1/3: an integer mantissa and a
 binary exponent; ``"nan"``, ``"inf"``, ``"-inf"``), which Python's ``float.fromhex`` reads
@@ -24,7 +31,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -49,10 +56,22 @@ class FloatLayout:
     mantissa: tuple[int, int]  # position, size in bits
     bias: int  # the exponent's bias
     normalization: str  # one of NORMALIZATIONS: is the mantissa's leading 1 stored?
+    complex: bool = False  # each element is two such floats: the real part, then the imaginary one
 
     def to_json(self) -> dict[str, Any]:
-        return {"size": self.size, "order": self.order, "sign": self.sign, "exponent": list(self.exponent),
-                "mantissa": list(self.mantissa), "bias": self.bias, "normalization": self.normalization}  # fmt: skip
+        found = {"size": self.size, "order": self.order, "sign": self.sign, "exponent": list(self.exponent),
+                 "mantissa": list(self.mantissa), "bias": self.bias, "normalization": self.normalization}  # fmt: skip
+        return {**found, "complex": True} if self.complex else found
+
+    @property
+    def element_size(self) -> int:
+        """Bytes per element: the float's, twice it for a complex pair."""
+        return self.size * (2 if self.complex else 1)
+
+    @property
+    def part(self) -> FloatLayout:
+        """One float of the element (the layout itself for a real one)."""
+        return replace(self, complex=False) if self.complex else self
 
     @classmethod
     def from_json(cls, value: Any) -> FloatLayout:
@@ -63,6 +82,7 @@ class FloatLayout:
             layout = cls(
                 int(value["size"]), "little" if value["order"] == "little" else "big", int(value["sign"]),
                 _pair(value["exponent"]), _pair(value["mantissa"]), int(value["bias"]), str(value["normalization"]),
+                _flag(value.get("complex", False)),
             )  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"Expected a float layout object. Got {value!r} ({e}).") from None
@@ -97,11 +117,25 @@ class FloatLayout:
             return None
         return bits.to_bytes(self.size, self.order)
 
+    def element_bits(self, value: Any) -> bytes | None:
+        """:meth:`encode` of one element: a complex one's real part, then its imaginary one."""
+        if not self.complex:
+            return self.encode(None if value is None else np.longdouble(value))
+        pair = np.clongdouble(0 if value is None else value)
+        real, imaginary = self.part.encode(pair.real), self.part.encode(pair.imag)
+        return None if real is None or imaginary is None else real + imaginary
+
     def same_bits(self, other: FloatLayout) -> bool:
         """The same fields in the same size, whatever the byte order."""
         return (self.size, self.sign, self.exponent, self.mantissa, self.bias, self.normalization) == (
             other.size, other.sign, other.exponent, other.mantissa, other.bias, other.normalization
         )  # fmt: skip
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"complex must be true or false, got {value!r}")
+    return value
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -142,40 +176,200 @@ def _fields_of(raw: bytes, layout: FloatLayout) -> tuple[int, int, int]:
     return (bits >> layout.sign) & 1, (bits >> epos) & ((1 << esize) - 1), (bits >> mpos) & ((1 << msize) - 1)
 
 
-def layout_in(attributes: Mapping[str, Any], where: str) -> FloatLayout | None:
-    """The layout an array's ``_FLOAT_LAYOUT`` attribute gives, None without one."""
+# The long double members of a record: (field path, layout) each; a member that is an array
+# of long doubles is listed once, its path the member's
+FloatFields = tuple[tuple[tuple[str, ...], FloatLayout], ...]
+
+
+def is_long_double(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is a float or complex type wider than float64 / complex128 (h5py's
+    ``np.longdouble`` and ``np.clongdouble``)."""
+    return (dtype.kind == "f" and dtype.itemsize > 8) or (dtype.kind == "c" and dtype.itemsize > 16)
+
+
+def holds_long_double(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is a long double, or records or arrays holding one."""
+    base = dtype.base
+    if base.names is not None and base.fields is not None:
+        return any(holds_long_double(base.fields[name][0]) for name in base.names)
+    return is_long_double(base)
+
+
+def native_for(dtype: np.dtype, where: str) -> FloatLayout:
+    """This platform's layout of ``dtype`` (``np.longdouble`` or ``np.clongdouble``): the bits of
+    the values h5py gives, where they are stored instead of the file's own;
+    :class:`UnsupportedFeatureError` naming ``where`` where h5lens knows no such layout."""
+    native = native_layout()
+    if native is None:
+        raise UnsupportedFeatureError(
+            f"{where}: long doubles whose stored bits cannot be referenced are kept as this platform's, and this "
+            f"platform's long double ({np.dtype(np.longdouble)}) is of no layout h5lens describes"
+        )
+    return replace(native, complex=dtype.kind == "c")
+
+
+def bits_dtype(dtype: np.dtype) -> np.dtype:
+    """``dtype`` with each long double (in records and arrays too) as raw bytes of its size:
+    the same record layout, which zarr's ``raw_bytes`` fields hold."""
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return np.dtype((bits_dtype(base), shape))
+    if is_long_double(dtype):
+        return np.dtype(f"V{dtype.itemsize}")
+    if dtype.names is None or dtype.fields is None:
+        return dtype
+    names = list(dtype.names)
+    return np.dtype({"names": names, "formats": [bits_dtype(dtype.fields[n][0]) for n in names],
+                     "offsets": [dtype.fields[n][1] for n in names], "itemsize": dtype.itemsize})  # fmt: skip
+
+
+def fields_json(fields: FloatFields) -> list[list[Any]]:
+    """The ``_FLOAT_LAYOUT`` attribute of records: ``[[field path], layout]`` per member."""
+    return [[list(where), layout.to_json()] for where, layout in fields]
+
+
+def float_form_in(attributes: Mapping[str, Any], where: str) -> FloatLayout | FloatFields | None:
+    """What an array's ``_FLOAT_LAYOUT`` attribute says: the layout of its elements (a float or
+    a complex pair), the layouts of its records' long double members, or None without one."""
     found = attributes.get(convention.FLOAT_LAYOUT)
     if found is None:
         return None
     try:
-        return FloatLayout.from_json(found)
+        if not isinstance(found, list):
+            return FloatLayout.from_json(found)
+        fields = []
+        for entry in found:
+            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list) and entry[0]
+                    and all(isinstance(name, str) for name in entry[0])):  # fmt: skip
+                raise ValueError(f"Expected [field path, layout]. Got {entry!r}.")
+            fields.append((tuple(entry[0]), FloatLayout.from_json(entry[1])))
+        return tuple(fields)
     except ValueError as e:
         raise ManifestFormatError(f"{where}: {convention.FLOAT_LAYOUT} {e}") from None
 
 
-def to_longdouble(values: Any, layout: FloatLayout, where: str) -> Any:
-    """zarr's raw bytes of ``layout`` floats (an array of ``V<size>``, or one ``np.void``) as
-    ``np.longdouble`` values, exactly; :class:`UnsupportedFeatureError` naming ``where`` where this
-    platform's long double cannot hold them."""
+def layout_in(attributes: Mapping[str, Any], where: str) -> FloatLayout | None:
+    """The layout an array's ``_FLOAT_LAYOUT`` attribute gives where its elements are real long
+    doubles (read as ``np.longdouble``); None without one, and for complex pairs and records
+    (:func:`float_form_in` gives those)."""
+    found = float_form_in(attributes, where)
+    return found if isinstance(found, FloatLayout) and not found.complex else None
+
+
+def h5py_dtype(dtype: np.dtype, form: FloatLayout | FloatFields) -> np.dtype:
+    """The dtype h5py gives for an array zarr reads as ``dtype`` (raw bytes, or records with
+    raw bytes fields) whose ``_FLOAT_LAYOUT`` says ``form``."""
+    if isinstance(form, FloatLayout):
+        return np.dtype(np.clongdouble if form.complex else np.longdouble)
+    return _record_dtype(dtype, dict(form), ())
+
+
+def _record_dtype(dtype: np.dtype, fields: dict[tuple[str, ...], FloatLayout], where: tuple[str, ...]) -> np.dtype:
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return np.dtype((_record_dtype(base, fields, where), shape))
+    layout = fields.get(where)
+    if layout is not None:
+        return np.dtype(np.clongdouble if layout.complex else np.longdouble)
+    if dtype.names is None or dtype.fields is None:
+        return dtype
+    names = list(dtype.names)
+    formats = [_record_dtype(dtype.fields[name][0], fields, (*where, name)) for name in names]
+    if all(f.itemsize == dtype.fields[n][0].itemsize for n, f in zip(names, formats, strict=True)):
+        offsets = [dtype.fields[name][1] for name in names]  # the same widths: the same record
+        return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": dtype.itemsize})
+    return np.dtype(list(zip(names, formats, strict=True)))  # this platform's long double is narrower: packed
+
+
+def to_h5py(values: Any, form: FloatLayout | FloatFields, where: str) -> Any:
+    """Values zarr reads (raw bytes, or records with raw bytes fields; one ``np.void`` or an
+    array) as h5py gives them: np.longdouble / np.clongdouble values, records holding them."""
+    if isinstance(form, FloatLayout):
+        return to_longdouble(values, form, where)
     one = isinstance(values, np.void)
     array = np.asarray(values)
-    if array.dtype.itemsize != layout.size or array.dtype.kind != "V":
+    out = np.empty(array.shape, dtype=h5py_dtype(array.dtype, form))
+    _fill_records(array, out, dict(form), (), where)
+    return out[()] if one else out
+
+
+def _fill_records(
+    values: np.ndarray, out: np.ndarray, fields: dict[tuple[str, ...], FloatLayout], where: tuple[str, ...], path: str
+) -> None:
+    names = values.dtype.names or ()
+    if out.dtype.names != names:
+        raise ManifestFormatError(f"{path}: {convention.FLOAT_LAYOUT} names fields its records do not have")
+    for name in names:
+        field, layout = (*where, name), fields.get((*where, name))
+        if layout is not None:  # (an array member: every element of it)
+            out[name] = to_longdouble(values[name], layout, path)
+        elif out[name].dtype.names is not None:  # nested records (or arrays of them)
+            _fill_records(values[name], out[name], fields, field, path)
+        else:
+            out[name] = values[name]
+
+
+def to_bits(values: Any, dtype: np.dtype, fields: Mapping[tuple[str, ...], FloatLayout], where: str) -> np.ndarray:
+    """h5py's values (long doubles, or records holding them: a fill value) as values of
+    ``dtype``, whose long doubles are the stored bits of their layouts in ``fields`` (the
+    values' own under ``()``); :class:`UnsupportedFeatureError` naming ``where`` for a value
+    this platform cannot encode in its layout (only zeros, where its long double has other fields)."""
+    array = np.asarray(values)
+    layout = fields.get(())
+    if layout is not None:
+        out = np.empty(array.shape, dtype=dtype)
+        for index in np.ndindex(array.shape):
+            found = layout.element_bits(array[index])
+            if found is None:
+                raise UnsupportedFeatureError(
+                    f"{where}: {array[index]!r} is a long double in a layout this machine's long double does not "
+                    "have; index it where np.longdouble is that layout"
+                )
+            out[index] = np.void(found)
+        return out
+    if dtype.names is None or dtype.fields is None:
+        return array.astype(dtype)
+    out = np.zeros(array.shape, dtype=dtype)
+    for name in dtype.names:
+        inner = {key[1:]: found for key, found in fields.items() if key and key[0] == name}
+        out[name] = to_bits(array[name], dtype.fields[name][0].base, inner, where) if inner else array[name]
+    return out
+
+
+def to_longdouble(values: Any, layout: FloatLayout, where: str) -> Any:
+    """zarr's raw bytes of ``layout`` floats (an array of ``V<size>``, or one ``np.void``) as
+    ``np.longdouble`` values (``np.clongdouble`` for complex pairs), exactly;
+    :class:`UnsupportedFeatureError` naming ``where`` where this platform's long double cannot
+    hold them."""
+    one = isinstance(values, np.void)
+    array = np.asarray(values)
+    if array.dtype.itemsize != layout.element_size or array.dtype.kind != "V" or array.dtype.names is not None:
         raise ManifestFormatError(
-            f"{where}: {array.dtype} values are not the {layout.size}-byte floats {convention.FLOAT_LAYOUT} describes"
+            f"{where}: {array.dtype} values are not the {layout.element_size}-byte floats "
+            f"{convention.FLOAT_LAYOUT} describes"
         )
-    raw = np.ascontiguousarray(array).view(np.uint8).reshape(array.shape + (layout.size,))
+    raw = np.ascontiguousarray(array).view(np.uint8).reshape(array.shape + (layout.element_size,))
+    if layout.complex:  # the two parts, each a float of the layout
+        parts = _floats(raw.reshape(array.shape + (2, layout.size)), layout.part, where)
+        out = np.empty(array.shape, dtype=np.clongdouble)
+        out.real, out.imag = parts[..., 0], parts[..., 1]
+    else:
+        out = _floats(raw, layout, where)
+    return out[()] if one or out.ndim == 0 else out
+
+
+def _floats(raw: np.ndarray, layout: FloatLayout, where: str) -> np.ndarray:
+    """Bytes of ``layout`` floats (the last axis, ``layout.size`` long) as np.longdouble."""
+    shape = raw.shape[:-1]
     native = native_layout()
     if native is not None and layout.same_bits(native):  # the bytes are this platform's long doubles
         ordered = raw if layout.order == native.order else raw[..., ::-1]
-        out = np.ascontiguousarray(ordered).view(np.longdouble).reshape(array.shape)
-    else:
-        reason = _exactness(layout, np.finfo(np.longdouble))
-        if reason is not None:
-            raise UnsupportedFeatureError(
-                f"{where}: {layout.size}-byte floats cannot become np.longdouble exactly: {reason}"
-            )
-        out = _decode_fields(raw.reshape(-1, layout.size), layout).reshape(array.shape)
-    return out[()] if one or out.ndim == 0 else out
+        return np.ascontiguousarray(ordered).view(np.longdouble).reshape(shape)
+    reason = _exactness(layout, np.finfo(np.longdouble))
+    if reason is not None:
+        said = f"{layout.size}-byte floats cannot become np.longdouble exactly: {reason}"
+        raise UnsupportedFeatureError(f"{where}: {said}")
+    return _decode_fields(raw.reshape(-1, layout.size), layout).reshape(shape)
 
 
 def _exactness(layout: FloatLayout, target: Any) -> str | None:
@@ -276,4 +470,21 @@ def from_hex(text: str) -> np.longdouble:
     return np.longdouble(-value if found.group(1) else value)
 
 
-__all__ = ["FloatLayout", "from_hex", "layout_in", "native_layout", "to_hex", "to_longdouble"]
+__all__ = [
+    "FloatFields",
+    "FloatLayout",
+    "bits_dtype",
+    "fields_json",
+    "float_form_in",
+    "from_hex",
+    "h5py_dtype",
+    "holds_long_double",
+    "is_long_double",
+    "layout_in",
+    "native_for",
+    "native_layout",
+    "to_bits",
+    "to_h5py",
+    "to_hex",
+    "to_longdouble",
+]

@@ -10,6 +10,8 @@ values; plain zarr reads the buffers as numbers, anndata and awkward the ragged 
   ``RegularArray`` per axis after the first, then ``ListOffsetArray`` of ``NumpyArray``),
   ``length``, and the buffers ``node<k>-offsets`` (int64) and ``node<k>-data``. The group's
   ``_RAGGED`` attribute ``{"dtype", "shape"}`` says it is one HDF5 dataset of that shape.
+  Long doubles (awkward's ``float128`` / ``complex256``) are buffers of raw bytes with this
+  platform's ``_FLOAT_LAYOUT`` (zarr has no such type; awkward views the bytes as its own).
 * **Compounds with variable-length members** (sequences, or arrays of variable-length
   strings): the same group, its form a ``RecordArray`` of the members, ``_RAGGED``
   ``{"record": [[field, type, is a sequence(, shape)], ...], "shape"}``.
@@ -28,12 +30,17 @@ AWKWARD_ENCODING = {"encoding-type": "awkward-array", "encoding-version": "0.1.0
 AWKWARD_ATTRIBUTES = ("encoding-type", "encoding-version", "form", "length")
 # numpy kinds awkward's NumpyArray holds as a primitive of numpy's name
 _PRIMITIVE_KINDS = "biufc"
-# the widest numbers a buffer holds: long double (and its complex) has no zarr v3 data type
+# the widest numbers a JSON attribute's type names (long doubles are text there)
 _WIDEST = {"f": 8, "c": 16}
+# awkward's names of the long doubles numpy has on some platforms only (x86's float128 and
+# float96, and their complex pairs)
+_LONG_DOUBLES = {"float96": np.longdouble, "float128": np.longdouble, "complex192": np.clongdouble,
+                 "complex256": np.clongdouble}  # fmt: skip
 
 
 def ragged_primitive(base: np.dtype) -> str | None:
-    """awkward's primitive name for sequence elements of ``base``; None if it has none."""
+    """awkward's primitive name for sequence elements of ``base`` (numbers up to float64 and
+    complex128, booleans); None if it has none."""
     if base.kind in _PRIMITIVE_KINDS and base.names is None and base.subdtype is None:
         if base.itemsize > _WIDEST.get(base.kind, 8):
             return None
@@ -42,26 +49,46 @@ def ragged_primitive(base: np.dtype) -> str | None:
     return None
 
 
+def long_double_primitive(base: np.dtype) -> str | None:
+    """awkward's primitive name for h5py's ``np.longdouble`` / ``np.clongdouble`` (``float128``,
+    ``complex256`` on x86-64 and ARM64 Linux); None for any other type. Their buffers are
+    raw bytes with the platform's ``_FLOAT_LAYOUT`` (:mod:`h5lens.long_double`)."""
+    if base.names is None and base.subdtype is None and base.kind in "fc":
+        wide = np.dtype(np.longdouble if base.kind == "f" else np.clongdouble)
+        if base.itemsize == wide.itemsize and base.itemsize > _WIDEST[base.kind] and wide.name in _LONG_DOUBLES:
+            return wide.name
+    return None
+
+
 def field_primitive(field: np.dtype) -> str | None:
-    """What a record's field (or a sequence's element) is held as: a primitive, or
-    ``"S<n>"`` for fixed-length byte strings of ``n`` bytes (awkward's bytestrings: a
+    """What a record's field (or a sequence's element) is held as: a primitive (long doubles
+    too), or ``"S<n>"`` for fixed-length byte strings of ``n`` bytes (awkward's bytestrings: a
     RegularArray of ``n`` bytes, whose buffer is the bytes as uint8); None if neither."""
     if field.kind == "S" and field.itemsize > 0 and field.subdtype is None:
         return f"S{field.itemsize}"
-    return ragged_primitive(field)
+    return ragged_primitive(field) or long_double_primitive(field)
+
+
+def primitive_dtype(primitive: str) -> np.dtype:
+    """The numpy dtype of a primitive (or ``"S<n>"``) name; a long double's name gives this
+    platform's long double, whatever its name here (a platform whose long double is narrower
+    cannot hold the values: their ``_FLOAT_LAYOUT`` says so when read). TypeError for others."""
+    wide = _LONG_DOUBLES.get(primitive)
+    return np.dtype(primitive if wide is None else wide)
 
 
 def to_buffer(values: np.ndarray, primitive: str) -> np.ndarray:
     """Values as the buffer of their form (bytes as uint8, numbers in native order)."""
-    dtype = np.dtype(primitive)
+    dtype = primitive_dtype(primitive)
     if dtype.kind == "S":
         return np.ascontiguousarray(values.reshape(-1), dtype=dtype).view(np.uint8)
     return np.ascontiguousarray(values).astype(dtype, copy=False)
 
 
 def from_buffer(buffer: np.ndarray, primitive: str) -> np.ndarray:
-    """Values from the buffer of their form (:func:`to_buffer` undone)."""
-    dtype = np.dtype(primitive)
+    """Values from the buffer of their form (:func:`to_buffer` undone; a long double buffer,
+    raw bytes in zarr, is read from its bits first: :func:`h5lens.long_double.to_longdouble`)."""
+    dtype = primitive_dtype(primitive)
     if dtype.kind == "S":
         raw = np.ascontiguousarray(buffer).reshape(-1)
         if raw.dtype.itemsize != 1 or raw.size % dtype.itemsize:
@@ -118,8 +145,8 @@ def element_dtype(element: RaggedElement) -> np.dtype:
     if element in STRING_ELEMENTS:
         return _text_dtype(str(element))
     if isinstance(element, str):
-        return np.dtype(element)
-    return np.dtype([(str(name), np.dtype(str(primitive))) for name, primitive in element])
+        return primitive_dtype(element)
+    return np.dtype([(str(name), primitive_dtype(str(primitive))) for name, primitive in element])
 
 
 def _text_dtype(element: str) -> np.dtype:
@@ -253,7 +280,7 @@ def record_dtype(fields: RecordFields) -> np.dtype:
     as ``string_dtype`` objects, array members as subarrays of them."""
     out = []
     for member in _members(fields):
-        base = _text_dtype(member.element) if member.element in _TEXT else np.dtype(member.element)
+        base = _text_dtype(member.element) if member.element in _TEXT else primitive_dtype(member.element)
         if member.sequence:
             base = np.dtype("O", metadata={"vlen": base})
         out.append((member.name, np.dtype((base, member.shape)) if member.shape else base))
@@ -306,7 +333,7 @@ def record_buffers(values: np.ndarray, fields: RecordFields) -> list[list[np.nda
         elif member.element in _TEXT:
             out.append(list(_text_buffers([_as_bytes(v) for v in column.tolist()])))
         elif member.sequence:
-            offsets, data = ragged_buffers(column, np.dtype(member.element))
+            offsets, data = ragged_buffers(column, primitive_dtype(member.element))
             out.append([offsets, to_buffer(data, member.element)])
         else:
             out.append([to_buffer(column, member.element)])
@@ -429,6 +456,8 @@ __all__ = [
     "field_primitive",
     "form_text",
     "from_buffer",
+    "long_double_primitive",
+    "primitive_dtype",
     "ragged_buffers",
     "ragged_element",
     "ragged_form",

@@ -17,7 +17,7 @@ the manifest, nodes come back as the HDF5 file holds them:
 
 External links (``_LINKS`` entries whose ``source`` is not ``"."``) name another
 HDF5 file, relative to the directory of the file that holds the link (as HDF5
-resolves them). The linked file is opened from the first of:
+resolves them). The linked file is opened from the first of (:mod:`h5lens.read.linked_files`):
 
 1. a manifest ``<source>.json`` beside the referring manifest (``source`` resolved
    against the manifest's own location, for manifests kept apart from the data);
@@ -42,14 +42,14 @@ import zarr
 
 from h5lens import convention
 from h5lens.dtypes_forms import restore_array_fields, view_array_fields
-from h5lens.errors import InvalidOptionError, NotAManifestError, SourceNotFoundError
+from h5lens.errors import InvalidOptionError, NotAManifestError
 from h5lens.keys import escape_key, unescape_key
-from h5lens.locations import is_remote, local_path, resolve
-from h5lens.long_double import layout_in, to_longdouble
+from h5lens.long_double import float_form_in, h5py_dtype, to_h5py
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import Manifest
 from h5lens.read.attribute_types import typed
 from h5lens.read.check import read_checked
+from h5lens.read.linked_files import Indexer, external_url, load_external
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
 from h5lens.read.references import Region, each, with_targets
 from h5lens.read.references import parse as parse_region
@@ -77,11 +77,6 @@ class Link(NamedTuple):
     path: str
 
 
-# index(url, storage_options=..., convention=...) -> the manifest of an HDF5 file that has
-# none yet: h5lens.index is one
-Indexer = Callable[..., Manifest]
-
-
 def open(  # noqa: A001 - the module's entry point; h5lens.open passes h5lens.index as index
     manifest_or_path: PathOrManifest,
     *,
@@ -103,38 +98,6 @@ def open(  # noqa: A001 - the module's entry point; h5lens.open passes h5lens.in
     return _File(manifest, opening, {}, index).root()
 
 
-def load_external(
-    manifest: Manifest, source: str, *, options: OpenOptions | None = None, index: Indexer | None = None
-) -> Manifest:
-    """The manifest of the file an external link of ``manifest`` names as ``source``.
-
-    The policy of the module docstring: ``<source>.json`` beside the manifest, then
-    ``<file>.json`` beside the linked HDF5 file, then the HDF5 file indexed on the fly
-    with ``index`` (``h5lens.index``); without one, a missing manifest is an error.
-    """
-    options = options or OpenOptions()
-    storage_options = options.storage_options
-    target = _external_url(manifest, source)
-    candidates = []
-    if manifest.location is not None:
-        candidates.append(resolve(source + ".json", manifest.location))
-    candidates.append(target + ".json")
-    for candidate in dict.fromkeys(candidates):
-        if _exists(candidate, storage_options):
-            return options.load(candidate)
-    if not _exists(target, storage_options):
-        raise SourceNotFoundError(
-            f"external link source {source!r}: neither {target!r} nor a manifest "
-            f"({' or '.join(dict.fromkeys(candidates))}) exists"
-        )
-    if index is None:
-        raise SourceNotFoundError(
-            f"external link source {source!r}: no manifest ({' or '.join(dict.fromkeys(candidates))}); "
-            "pass index=h5lens.index to index it on the fly"
-        )
-    return index(target, storage_options=storage_options, convention=manifest.convention)
-
-
 def _load(manifest: PathOrManifest, options: OpenOptions, index: Indexer | None) -> Manifest:
     if isinstance(manifest, Manifest):
         return manifest
@@ -148,21 +111,6 @@ def _load(manifest: PathOrManifest, options: OpenOptions, index: Indexer | None)
         if index is None:
             raise InvalidOptionError(f"{location}: an HDF5 file; pass index=h5lens.index to index it") from None
     return index(location, storage_options=storage_options, convention=convention.DEFAULT_PROFILE)
-
-
-def _external_url(manifest: Manifest, source: str) -> str:
-    """``source`` resolved against the directory of the manifest's HDF5 file."""
-    base = resolve(manifest.sources[0].url, manifest.location) if manifest.sources else None
-    return resolve(source, base)
-
-
-def _exists(url: str, storage_options: dict[str, Any] | None) -> bool:
-    if not is_remote(url):
-        return os.path.isfile(local_path(url))
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    return bool(fs.exists(path))
 
 
 def empty(dtype: np.dtype) -> Any:
@@ -228,7 +176,7 @@ class _File:
         return node
 
     def external(self, source: str) -> _File:
-        url = _external_url(self.manifest, source)
+        url = external_url(self.manifest, source)
         found = self._opened.get(url)
         if found is None:
             manifest = load_external(self.manifest, source, options=self.options, index=self.index)
@@ -521,10 +469,11 @@ class Dataset(Node):
         dtype = self._array.dtype
         if self.is_reference:
             return np.dtype(object)
-        if layout_in(self._doc.get("attributes", {}), self.h5_path) is not None:  # long doubles' stored bits
-            return np.dtype(np.longdouble)
         if convention.ARRAY_FIELDS in self._doc.get("attributes", {}):  # array members, as HDF5 holds them
             dtype = restore_array_fields(dtype, self._doc["attributes"][convention.ARRAY_FIELDS])
+        floats = float_form_in(self._doc.get("attributes", {}), self.h5_path)  # long doubles' stored bits
+        if floats is not None:
+            dtype = h5py_dtype(dtype, floats)
         fields = self.reference_fields
         members = dtype.fields  # None exactly when dtype.names is
         if fields and dtype.names and members is not None:
@@ -555,16 +504,16 @@ class Dataset(Node):
             if key.node != self:
                 raise ValueError(f"the region selects from {key.node.h5_path!r}, not {self.h5_path!r}")
             return key.read()
-        layout = layout_in(self._doc.get("attributes", {}), self.h5_path)  # long doubles: their stored bits
+        floats = float_form_in(self._doc.get("attributes", {}), self.h5_path)  # long doubles: their stored bits
         if self.is_empty:
             if _whole(key):
-                return empty(self._array.dtype if layout is None else np.dtype(np.longdouble))
+                return empty(self._array.dtype if floats is None else self.dtype)
             raise ValueError(f"{self.h5_path!r} has a null dataspace: only [()] reads it")
         values = self._raw(key)
-        if layout is not None:  # as np.longdouble, or an error saying why not on this platform
-            return to_longdouble(values, layout, self.h5_path)
         if convention.ARRAY_FIELDS in self._doc.get("attributes", {}):
             values = view_array_fields(values, self._doc["attributes"][convention.ARRAY_FIELDS])
+        if floats is not None:  # as np.longdouble, or an error saying why not on this platform
+            values = to_h5py(values, floats, self.h5_path)
         if self.is_reference:
             return self._targets(values)
         if self.reference_fields:

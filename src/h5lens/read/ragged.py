@@ -25,6 +25,7 @@ from h5lens.ragged_forms import (
     string_values,
 )
 from h5lens.errors import ManifestFormatError
+from h5lens.long_double import FloatLayout, float_form_in, to_longdouble
 from h5lens.read.navigate import DATASET_KINDS, Attributes, Node, empty
 
 
@@ -101,15 +102,15 @@ class RaggedDataset(Node):
         record = self._marker.get("record")
         if record is not None:  # records with members that are sequences
             _, _, names = record_form(shape, record)
-            per_field = [[np.asarray(self._file.array(f"{self._key}/{n}")[...]) for n in field] for field in names]
+            per_field = [[self._buffer(n) for n in field] for field in names]
             try:
                 return record_values(shape, record, per_field)
             except ValueError as e:
                 raise ManifestFormatError(f"{self.h5_path}: the ragged dataset's buffers are damaged ({e})") from None
         element = self.element_dtype
         _, _, offsets_name, data_names = ragged_form(shape, self._marker["dtype"])
-        offsets = np.asarray(self._file.array(f"{self._key}/{offsets_name}")[...])
-        buffers = [np.asarray(self._file.array(f"{self._key}/{name}")[...]) for name in data_names]
+        offsets = self._buffer(offsets_name)
+        buffers = [self._buffer(name) for name in data_names]
         try:
             if self._marker["dtype"] == "reference":  # the targets' paths: the nodes, None where null
                 paths = string_values(shape, offsets, buffers[0], buffers[1])
@@ -129,6 +130,17 @@ class RaggedDataset(Node):
             return ragged_values(shape, offsets, data)
         except (TypeError, ValueError) as e:
             raise ManifestFormatError(f"{self.h5_path}: the ragged dataset's buffers are damaged ({e})") from None
+
+
+    def _buffer(self, name: str) -> np.ndarray:
+        """A buffer's values; long doubles (raw bytes with ``_FLOAT_LAYOUT``) as np.longdouble."""
+        key = f"{self._key}/{name}"
+        values = np.asarray(self._file.array(key)[...])
+        doc = self._file.manifest.nodes.get(key)
+        form = None if doc is None else float_form_in(doc.get("attributes", {}), f"{self.h5_path} ({name})")
+        if isinstance(form, FloatLayout):
+            return np.asarray(to_longdouble(values, form, f"{self.h5_path} ({name})"))
+        return values
 
 
 def _nodes(file: Any, sequence: np.ndarray) -> np.ndarray:

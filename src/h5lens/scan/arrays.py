@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from h5lens import convention
+from h5lens.long_double import fields_json
 from h5lens.manifest.documents import chunk_shape_of, grid_shape
 from h5lens.manifest.model import ChunkTable, ChunkTableBuilder
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING
@@ -124,6 +125,8 @@ def document(
         attributes[convention.ENUM] = plan.enum
     if plan.float_layout is not None:
         attributes[convention.FLOAT_LAYOUT] = plan.float_layout.to_json()
+    elif plan.float_fields:
+        attributes[convention.FLOAT_LAYOUT] = fields_json(plan.float_fields)
     return {
         "zarr_format": 3,
         "node_type": "array",

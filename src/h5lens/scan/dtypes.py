@@ -3,15 +3,17 @@
 Each HDF5 type falls in one of three groups:
 
 * **raw**: the bytes HDF5 stores are exactly what a zarr v3 ``bytes`` codec
-  decodes (numbers, bool, fixed-length strings, opaque, packed compounds):
-  chunks are referenced by byte range;
+  decodes (numbers, bool, fixed-length strings, opaque, packed compounds; long
+  doubles, alone, in complex pairs or in compounds, as ``raw_bytes`` described by
+  ``_FLOAT_LAYOUT``): chunks are referenced by byte range;
 * **materialised**: the values live elsewhere (variable-length strings in the
   global heap, object references) or must be rewritten (compounds with
   variable-length or reference fields, padded compounds): h5py reads them and
   h5lens stores them inline;
 * **refused**: nothing in zarr v3 can hold them without loss (region
-  references, ragged sequences of numbers, compounds with subarray fields):
-  :class:`~h5lens.errors.UnsupportedFeatureError` names the path.
+  references inside compounds, variable-length members beside others h5lens's
+  record form has no form for): :class:`~h5lens.errors.UnsupportedFeatureError`
+  names the path.
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ import numpy as np
 
 from h5lens.dtypes_forms import restore_array_fields, struct_form
 from h5lens.errors import UnsupportedFeatureError
-from h5lens.long_double import FloatLayout
+from h5lens.long_double import (
+    FloatFields,
+    FloatLayout,
+    bits_dtype,
+    holds_long_double,
+    is_long_double,
+    native_for,
+    to_bits,
+)
 
 # _DTYPE names as hdmf-zarr writes them: numpy type names, "str", "object_reference".
 DTYPE_STR = "str"
@@ -38,7 +48,9 @@ DTYPE_REGION_REFERENCE = "region_reference"
 class TypePlan:
     """How one HDF5 element type is written to zarr v3."""
 
-    data_type: Any  # zarr v3 data_type JSON (a name or a {"name", "configuration"} dict)
+    # zarr v3 data_type JSON (a name or a {"name", "configuration"} dict); None until with_layout
+    # for long doubles and compounds holding them (their layouts are part of the type)
+    data_type: Any
     # The dtype zarr reads back (native byte order). None (with data_type None) for a compound
     # that is rewritten: its field widths come from its values (materialize.compound_plan).
     numpy_dtype: np.dtype | None
@@ -63,6 +75,11 @@ class TypePlan:
     # floats h5py reads as np.longdouble: the stored bits' layout (h5lens.long_double), the
     # _FLOAT_LAYOUT attribute; the elements are zarr raw_bytes of its size
     float_layout: FloatLayout | None = None
+    # float_layout is this platform's: h5py's values are copied as their bits, not the stored ones
+    values_as_bits: bool = False
+    # compounds: their long double members' layouts by field path (raw_bytes fields), the
+    # _FLOAT_LAYOUT attribute; the stored ones where the records are referenced, else this platform's
+    float_fields: FloatFields = ()
 
     def with_layout(self, layout: Any) -> TypePlan:
         """This plan for elements stored as ``layout`` (:class:`h5lens.scan.hdf5_types.StoredLayout`)."""
@@ -70,12 +87,24 @@ class TypePlan:
 
         if layout.float_layout is not None:  # the stored bits, referenced as they are
             bits = layout.float_layout
-            stored = replace(self, data_type=raw_bytes_json(bits.size), numpy_dtype=np.dtype(f"V{bits.size}"),
+            size = bits.element_size
+            stored = replace(self, data_type=raw_bytes_json(size), numpy_dtype=np.dtype(f"V{size}"),
                              raw=True, converted=False, float_layout=bits)  # fmt: skip
-            if self.numpy_dtype is not None and self.numpy_dtype.itemsize == bits.size:
+            if layout.float_values:  # the stored bytes are not the elements: h5py's values are copied
+                return replace(stored, raw=False, converted=True, values_as_bits=True)
+            if self.numpy_dtype is not None and self.numpy_dtype.itemsize == size:
                 return stored
             # h5py's elements are wider than the stored ones: the stored bits are copied
             return replace(stored, raw=False, converted=True)
+        if layout.float_fields:
+            if self.raw and layout.as_read:  # records referenced: their members' stored bits
+                return replace(self, data_type=structured_json(self.known_dtype()), float_fields=layout.float_fields)
+            # records rewritten from h5py's values: their long doubles are this platform's
+            native = tuple(
+                (where, native_for(np.dtype(np.clongdouble if found.complex else np.longdouble), ""))
+                for where, found in layout.float_fields
+            )
+            return replace(self, raw=False, converted=self.raw or self.converted, float_fields=native)
         if not layout.as_read:
             return replace(self, raw=False, converted=True) if self.raw else self
         return replace(self, array_codecs=tuple(layout.codecs)) if layout.codecs and self.raw else self
@@ -168,8 +197,8 @@ def plan_type(dtype: np.dtype, path: str) -> TypePlan:
     if dtype.kind == "b":
         return TypePlan("bool", np.dtype(bool), None, True, "bool", "bool")
 
-    if dtype.kind == "f" and dtype.itemsize > 8:
-        # np.longdouble: zarr has no such type; with_layout makes it the stored bits (raw_bytes)
+    if is_long_double(dtype):
+        # np.longdouble, np.clongdouble: zarr has no such type; with_layout makes it the stored bits (raw_bytes)
         return TypePlan(None, np.dtype(f"V{dtype.itemsize}"), None, False, "float-bits", "bytes", converted=True)
 
     if dtype.kind in "iuf":
@@ -200,6 +229,14 @@ def plan_type(dtype: np.dtype, path: str) -> TypePlan:
             "bytes",
         )
     raise UnsupportedFeatureError(f"{path}: HDF5 type {dtype!r} has no zarr v3 data type")
+
+
+def values_bits_plan(dtype: np.dtype, where: str) -> TypePlan:
+    """How h5py's ``np.longdouble`` / ``np.clongdouble`` values made in memory (a ragged
+    array's buffer) are written: their bits, raw_bytes with this platform's layout."""
+    layout = native_for(dtype, where)
+    return TypePlan(raw_bytes_json(dtype.itemsize), np.dtype(f"V{dtype.itemsize}"), None, False, "float-bits", "bytes",
+                    converted=True, float_layout=layout, values_as_bits=True)  # fmt: skip
 
 
 def raw_bytes_json(size: int) -> dict[str, Any]:
@@ -262,6 +299,9 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
                 raw = False  # padding or another byte order inside it: the records are repacked
             fields_out.append((name, field_dtype))
             continue
+        if is_long_double(field_dtype):  # raw bytes, whose byte order _FLOAT_LAYOUT says
+            fields_out.append((name, field_dtype))
+            continue
         if field_dtype.byteorder not in ("=", "|", "<" if np.little_endian else ">"):
             raw = False  # zarr's bytes codec has one byte order for the whole record
         fields_out.append((name, field_dtype))
@@ -270,9 +310,10 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
     native: np.dtype | None = None
     data_type = None  # not raw: decided by materialize once variable widths are known
     array_fields = struct_form(dtype)[1]  # field paths and shapes: the same once repacked
-    if raw:
-        native = struct_form(np.dtype([(n, packed(d)) for n, d in fields_out]))[0]
-        data_type = structured_json(native)
+    if raw:  # long doubles as raw bytes of their size: the record's layout is the stored one
+        native = struct_form(bits_dtype(np.dtype([(n, packed(d)) for n, d in fields_out])))[0]
+        # with long doubles, the type is whole only with their layouts (with_layout)
+        data_type = None if holds_long_double(dtype) else structured_json(native)
     return TypePlan(
         data_type,
         native,
@@ -307,7 +348,7 @@ def _array_member_ok(base: np.dtype, where: str) -> bool:
         if inner.reference_fields or inner.string_fields:
             raise UnsupportedFeatureError(f"{where} is an array of records with variable-length or reference members")
         return inner.raw
-    return base.byteorder in ("=", "|", "<" if np.little_endian else ">")
+    return is_long_double(base) or base.byteorder in ("=", "|", "<" if np.little_endian else ">")
 
 
 def packed(dtype: np.dtype) -> np.dtype:
@@ -333,7 +374,7 @@ def structured_json(dtype: np.dtype) -> dict[str, Any]:
 
 
 def _float_fill(layout: FloatLayout, fill: Any, path: str) -> bytes:
-    found = layout.encode(None if fill is None else np.longdouble(fill))
+    found = layout.element_bits(fill)
     if found is None:
         raise UnsupportedFeatureError(
             f"{path}: its fill value {fill!r} is a long double in a layout this machine's long double does not "
@@ -374,6 +415,10 @@ def fill_value_json(plan: TypePlan, fill: Any, path: str = "") -> Any:
                 if name not in fill.dtype.names:
                     continue
                 value = fill[name]
+                bits = {where[1:]: layout for where, layout in plan.float_fields if where[0] == name}
+                if bits:  # long doubles, or records holding them: their bits in their layouts
+                    where = f"{path}: fill value field {name!r}"
+                    value = to_bits(value, record.dtype.fields[name][0].base, bits, where)
                 if name in plan.string_fields:
                     # a variable-length string field's fill is empty (None) or bytes; the field
                     # is text (U) or, where its values are not UTF-8, bytes (S)

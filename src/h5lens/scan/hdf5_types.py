@@ -18,16 +18,25 @@ Where they are not, referencing the bytes as that dtype reads wrong values, sile
 Floats h5py reads as ``np.longdouble`` (x87's 80-bit extended in 16 bytes, HDF5's
 ``H5T_NATIVE_LDOUBLE``, or any float too wide for float64) have no zarr v3 data type: their
 stored bytes are referenced as ``raw_bytes`` with the float's layout (:mod:`h5lens.long_double`),
-or copied as the stored bits where h5py's elements are wider than the stored ones.
+or copied as the stored bits where h5py's elements are wider than the stored ones. So are
+complex long doubles (a compound of two of them, ``r`` then ``i``, which h5py reads as
+``np.clongdouble``) and compounds with long double members (``raw_bytes`` fields, each with
+its layout). Where the stored bytes are not the elements (a complex pair whose parts lie
+elsewhere in the record, a member narrower than numpy's long double), h5py's values are
+stored as this platform's long doubles, with its layout.
+
+Complex numbers are compounds that h5py recognises by their member names alone: only a pair
+stored where numpy keeps its parts (the real part first, no padding, IEEE floats) is
+referenced as zarr's complex type; any other (the parts swapped, padding between them) is
+decoded by libhdf5.
 
 Types h5py cannot read at all (``H5T_TIME``; integers whose size is no numpy integer's, as
-24-bit ones) are refused by name, and so are long doubles inside compounds and complex long
-doubles (no form yet).
+24-bit ones) are refused by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import h5py
@@ -36,7 +45,7 @@ import numpy as np
 from h5lens.codecs.bitfield import codec_json as bitfield_json
 from h5lens.codecs.spacepad import codec_json as spacepad_json
 from h5lens.errors import UnsupportedFeatureError
-from h5lens.long_double import FloatLayout
+from h5lens.long_double import FloatFields, FloatLayout, holds_long_double, is_long_double, native_for
 
 # IEEE 754 float layouts libhdf5 uses by size: (sign bit, exponent position, exponent size,
 # mantissa position, mantissa size), exponent bias
@@ -54,6 +63,10 @@ class StoredLayout:
     codecs: tuple[dict[str, Any], ...] = ()  # array->array codecs that make them h5py's values
     as_read: bool = True  # False: only libhdf5 can decode them (h5lens stores h5py's values)
     float_layout: FloatLayout | None = None  # floats h5py reads as np.longdouble: their stored bits
+    # float_layout describes h5py's values as this platform holds them, not the stored bytes
+    # (a complex pair whose parts are not where numpy keeps them): h5py's values are stored
+    float_values: bool = False
+    float_fields: FloatFields = ()  # compounds: their long double members' stored layouts
 
 
 AS_READ = StoredLayout()
@@ -68,35 +81,31 @@ def element_dtype(ds: h5py.Dataset, path: str) -> np.dtype:
         dtype = ds.dtype
     except (TypeError, ValueError) as e:
         raise UnsupportedFeatureError(f"{path}: h5py cannot read its element type either ({e})") from None
-    _refuse_wide(dtype, path)
-    if _long_double(dtype):
-        float_layout(_element_type(tid), path)  # refused here, with the path, if it has no layout
+    if holds_long_double(dtype):
+        _long_double_layouts(tid, dtype, path)  # refused here, with the path, if one has no layout
+        if not (is_long_double(dtype.base) and dtype.base.kind == "f"):
+            native_for(dtype.base, path)  # h5py's values may be stored: this platform's layout must be known
     return dtype
 
 
-def _long_double(dtype: np.dtype) -> bool:
-    base = dtype.subdtype[0] if dtype.subdtype is not None else dtype
-    return base.kind == "f" and base.itemsize > 8
-
-
-def _element_type(tid: Any) -> Any:
-    return tid.get_super() if tid.get_class() == h5py.h5t.ARRAY else tid
-
-
-def _refuse_wide(dtype: np.dtype, path: str, field: str | None = None) -> None:
-    """Long doubles where h5lens has no form for them: compound members, complex long doubles."""
-    base = dtype.subdtype[0] if dtype.subdtype is not None else dtype
-    if base.names is not None and base.fields is not None:
-        for name in base.names:
-            _refuse_wide(base.fields[name][0], path, name if field is None else f"{field}.{name}")
-        return
-    wide = (base.kind == "f" and base.itemsize > 8 and field is not None) or (base.kind == "c" and base.itemsize > 16)
-    if wide:
-        where = "" if field is None else f" compound field {field!r}:"
-        raise UnsupportedFeatureError(
-            f"{path}:{where} {base} (an HDF5 long double{' pair' if base.kind == 'c' else ''}) has no form in h5lens "
-            "(long doubles are kept as the elements of a dataset of them, not inside compounds or complex numbers)"
-        )
+def _long_double_layouts(tid: Any, dtype: np.dtype, path: str) -> None:
+    """The layout of each long double in ``tid`` (read by h5py as ``dtype``), which refuses
+    those it cannot describe, naming ``path``."""
+    found = tid.get_class()
+    if found == h5py.h5t.ARRAY:
+        _long_double_layouts(tid.get_super(), dtype.base, path)
+    elif found == h5py.h5t.FLOAT and is_long_double(dtype):
+        float_layout(tid, path)
+    elif found == h5py.h5t.COMPOUND and (dtype.names is not None or is_long_double(dtype)):
+        for i in range(tid.get_nmembers()):
+            name = tid.get_member_name(i).decode("utf-8", "backslashreplace")
+            if dtype.names is None:  # a complex pair's parts
+                member = _part(dtype)
+            elif dtype.fields is not None and name in dtype.fields:
+                member = dtype.fields[name][0]
+            else:
+                continue
+            _long_double_layouts(tid.get_member_type(i), member, f"{path} compound field {name!r}")
 
 
 def float_layout(tid: Any, path: str) -> FloatLayout:
@@ -140,20 +149,61 @@ def stored_layout(tid: Any, dtype: np.dtype) -> StoredLayout:
     if found == h5py.h5t.INTEGER:
         return _integer(tid, dtype)
     if found == h5py.h5t.FLOAT:
-        if dtype.kind == "f" and dtype.itemsize > 8:  # h5py's np.longdouble: the stored bits, described
+        if is_long_double(dtype):  # h5py's np.longdouble: the stored bits, described
             return StoredLayout(float_layout=float_layout(tid, ""))
         return AS_READ if _ieee(tid, dtype) else StoredLayout(as_read=False)
     if found == h5py.h5t.STRING and not tid.is_variable_str():
         return StoredLayout((spacepad_json(),)) if tid.get_strpad() == h5py.h5t.STR_SPACEPAD else AS_READ
     if found == h5py.h5t.ENUM:
         return AS_READ if _integer(tid.get_super(), dtype) == AS_READ else StoredLayout(as_read=False)
+    if found == h5py.h5t.COMPOUND and dtype.kind == "c":  # h5py's complex numbers
+        return _complex(tid, dtype)
     if found == h5py.h5t.COMPOUND and dtype.names is not None:
-        for i in range(tid.get_nmembers()):
-            name = tid.get_member_name(i).decode()
-            member = dtype.fields[name][0] if dtype.fields is not None and name in dtype.fields else None
-            if member is None or stored_layout(tid.get_member_type(i), member) != AS_READ:
-                return StoredLayout(as_read=False)  # a member libhdf5 converts: it decodes the records
+        return _compound(tid, dtype)
     return AS_READ
+
+
+def _complex(tid: Any, dtype: np.dtype) -> StoredLayout:
+    """A compound h5py reads as complex (two floats named as its configuration says): its
+    stored bytes are numpy's only where the real part comes first and the imaginary part
+    right after it, in the layout numpy has for the parts."""
+    half = dtype.itemsize // 2
+    real, imaginary = tid.get_member_type(0), tid.get_member_type(1)
+    numpy_order = tid.get_size() == dtype.itemsize and (tid.get_member_offset(0), tid.get_member_offset(1)) == (0, half)
+    if is_long_double(dtype):
+        parts = float_layout(real, ""), float_layout(imaginary, "")
+        if numpy_order and parts[0] == parts[1] and parts[0].size == half:
+            return StoredLayout(float_layout=replace(parts[0], complex=True))  # the stored pairs, described
+        return StoredLayout(as_read=False, float_layout=native_for(dtype, ""), float_values=True)
+    part = _part(dtype)
+    return AS_READ if numpy_order and _ieee(real, part) and _ieee(imaginary, part) else StoredLayout(as_read=False)
+
+
+def _part(dtype: np.dtype) -> np.dtype:
+    """The float type of a complex type's parts."""
+    return np.dtype(f"f{dtype.itemsize // 2}").newbyteorder(dtype.byteorder)
+
+
+def _compound(tid: Any, dtype: np.dtype) -> StoredLayout:
+    """A compound's members: AS_READ where each is stored as numpy holds it, long double
+    members described (their stored bits, or, in records libhdf5 must convert, this
+    platform's: h5py's values are stored then)."""
+    as_read, fields = True, []
+    for i in range(tid.get_nmembers()):
+        name = tid.get_member_name(i).decode()
+        member = dtype.fields[name][0] if dtype.fields is not None and name in dtype.fields else None
+        if member is None:
+            return StoredLayout(as_read=False)  # a member libhdf5 converts: it decodes the records
+        found = stored_layout(tid.get_member_type(i), member)
+        if found.float_layout is not None:  # long doubles (or arrays of them)
+            fields.append(((name,), found.float_layout))
+            as_read = as_read and not found.float_values and found.float_layout.element_size == member.base.itemsize
+        elif found.float_fields:  # records holding long doubles
+            fields.extend(((name, *where), layout) for where, layout in found.float_fields)
+            as_read = as_read and found.as_read
+        elif found != AS_READ:
+            as_read = False
+    return StoredLayout(as_read=as_read, float_fields=tuple(fields))
 
 
 def _integer(tid: Any, dtype: np.dtype) -> StoredLayout:

@@ -16,6 +16,7 @@ import numpy as np
 
 from h5lens.dtypes_forms import struct_form
 from h5lens.errors import UnsupportedFeatureError
+from h5lens.long_double import bits_dtype
 from h5lens.manifest.documents import chunk_shape_of
 from h5lens.scan.attrs import as_bytes
 from h5lens.scan.dtypes import TypePlan, fields_of, packed, structured_json
@@ -46,7 +47,10 @@ def read_values(
         return out
     if plan.kind == "compound" and not plan.raw:
         return compound_values(np.asarray(ds[selection]), plan, path, resolve)
-    if plan.kind == "float-bits":
+    if plan.kind == "float-bits" and plan.values_as_bits:  # h5py's values, as this platform's bits
+        values = np.asarray(ds[selection])
+        return np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("=")).view(plan.known_dtype())
+    if plan.kind == "float-bits" or plan.float_fields:  # records referenced with their long doubles' stored bits
         return stored_bits(ds, plan, selection, path)
     values = np.asarray(ds[selection])
     if plan.kind == "compound":  # packed, array members as nested records of their bytes
@@ -56,9 +60,10 @@ def read_values(
 
 def stored_bits(ds: h5py.Dataset, plan: TypePlan, selection: Any, path: str) -> np.ndarray:
     """The stored bytes of ``ds[selection]``'s elements, unconverted (floats h5py reads as
-    np.longdouble: libhdf5 reads them into memory of the file's own type, so it converts
-    nothing); ``selection`` is ``()`` or slices over the dataset's shape and its element's."""
-    if plan.float_layout is None:
+    np.longdouble, and records holding them: libhdf5 reads them into memory of the file's own
+    type, so it converts nothing); ``selection`` is ``()`` or slices over the dataset's shape
+    and its element's."""
+    if plan.float_layout is None and not (plan.float_fields and plan.raw):
         raise UnsupportedFeatureError(f"{path}: a long double whose stored layout is not known")
     shape = tuple(ds.shape)
     axes = tuple(selection) + (slice(None),) * (len(shape) + len(plan.extra_shape) - len(tuple(selection)))
@@ -133,7 +138,8 @@ def compound_values(values: np.ndarray, plan: TypePlan, path: str, resolve: Reso
     out = np.empty(values.shape, dtype=np.dtype(fields))
     for name, column in columns.items():
         out[name] = column
-    return out.view(struct_form(out.dtype)[0])  # array members as nested records of their bytes
+    # array members as nested records of their bytes; long doubles as their bits (this platform's)
+    return out.view(struct_form(bits_dtype(out.dtype))[0])
 
 
 def _string_field(column: np.ndarray, where: str) -> np.ndarray:
@@ -168,6 +174,7 @@ def compound_plan(plan: TypePlan, values: np.ndarray) -> TypePlan:
         reference_fields=plan.reference_fields,
         string_fields=plan.string_fields,
         array_fields=plan.array_fields,
+        float_fields=plan.float_fields,
     )
 
 

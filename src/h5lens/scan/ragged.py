@@ -32,9 +32,10 @@ from h5lens.ragged_forms import (
     to_buffer,
 )
 from h5lens.errors import UnsupportedFeatureError
+from h5lens.long_double import is_long_double
 from h5lens.manifest.model import ChunkTable
 from h5lens.scan.arrays import inline_array
-from h5lens.scan.dtypes import plan_type
+from h5lens.scan.dtypes import plan_type, values_bits_plan
 from h5lens.scan.options import ScanOptions
 
 _BUFFER_ENCODING = {"encoding-type": "array", "encoding-version": "0.2.0"}
@@ -56,9 +57,9 @@ def ragged_base(dtype: np.dtype, path: str) -> np.dtype | None:
         )
     if ragged_element(base) is None:
         raise UnsupportedFeatureError(
-            f"{path}: variable-length sequences of {base} have no form in h5lens (sequences of numbers up to "
-            "float64 and complex128, booleans, fixed-length byte strings, variable-length strings, object references "
-            "and compounds of numbers and of fixed-length byte strings are written, as awkward-array groups)"
+            f"{path}: variable-length sequences of {base} have no form in h5lens (sequences of numbers (long doubles "
+            "too), booleans, fixed-length byte strings, variable-length strings, object references and compounds of "
+            "numbers and of fixed-length byte strings are written, as awkward-array groups)"
         )
     return base
 
@@ -161,7 +162,11 @@ def _awkward_group(
                         convention.RAGGED: marker}  # fmt: skip
     made: Made = [(key, {"zarr_format": 3, "node_type": "group", "attributes": group_attributes}, None)]
     for name, buffer in buffers:
-        plan = plan_type(buffer.dtype, f"{path} ({name})")
+        if is_long_double(buffer.dtype):  # zarr has no long double: h5py's values as their bits
+            plan = values_bits_plan(buffer.dtype, f"{path} ({name})")
+            buffer = np.ascontiguousarray(buffer).view(plan.known_dtype())
+        else:
+            plan = plan_type(buffer.dtype, f"{path} ({name})")
         # encoded as anndata encodes an awkward array's buffers (it warns about them otherwise)
         doc, table = inline_array(f"{path}/{name}", plan, buffer, dict(_BUFFER_ENCODING), None, options)
         made.append((f"{key}/{name}" if key else name, doc, table))
