@@ -352,6 +352,26 @@ def test_long_doubles_through_the_xarray_engine(tmp_path):
         assert "_FLOAT_LAYOUT" not in ds["v"].attrs  # the values are np.longdouble here, no longer bits
 
 
+def test_complex_long_doubles_and_records_through_the_xarray_engine(tmp_path):
+    xr = pytest.importorskip("xarray")
+    path = tmp_path / "scales.h5"
+    values = {
+        "c": np.array([1 + 2j, 3 - 4j, 0.5j], np.clongdouble) / 3,
+        "r": np.array([(1, 0.5), (2, 1.5), (3, -2.0)], dtype=[("a", "<i4"), ("x", np.longdouble)]),
+    }
+    with h5py.File(path, "w") as f:
+        x = f.create_dataset("x", data=np.arange(3.0))
+        x.make_scale("x")
+        for name, data in values.items():
+            f[name] = data
+            f[name].dims[0].attach_scale(x)
+    with xr.open_dataset(h5lens.index(path), engine="h5lens") as ds, h5py.File(path) as f:
+        for name in values:
+            assert ds[name].dtype == f[name].dtype, name
+            assert ds[name].values.tobytes() == f[name][()].tobytes(), name
+            assert ds[name][1:].values.tobytes() == f[name][1:].tobytes(), name
+
+
 @pytest.mark.skipif(not X87, reason="h5py writes x87 long doubles only where np.longdouble is one")
 def test_long_double_attributes_come_back_as_h5py_gives_them(tmp_path):
     """Each value's exact hexadecimal text in the JSON (which float.fromhex reads), typed
@@ -705,3 +725,21 @@ def test_sequences_of_long_doubles_are_float128_that_anndata_and_awkward_read(tm
         table = anndata.io.read_elem(group["table"])
         _same_bits(ak.to_numpy(table["x"]), f["table"]["x"], "table.x")
         _same_bits(ak.to_numpy(table[2]["runs"]), f["table"][2]["runs"], "table[2].runs")
+
+
+def test_committed_long_double_types_with_attributes_read_as_h5py_reads_them(tmp_path):
+    """A committed datatype of long doubles (or records holding one) that carries attributes:
+    its dtype and attributes as h5py gives them, and datasets of it read back."""
+    path = tmp_path / "types.h5"
+    with h5py.File(path, "w") as f:
+        f["ld"] = np.dtype(np.longdouble)
+        f["ld"].attrs["units"] = "K"
+        f["rec"] = np.dtype([("a", "<i4"), ("x", np.longdouble)])
+        f["rec"].attrs["n"] = 2
+        f.create_dataset("values", data=np.arange(3, dtype=np.longdouble) / 3, dtype=f["ld"])
+    root = h5lens.open(h5lens.index(path))
+    with h5py.File(path) as f:
+        for name in ("ld", "rec"):
+            assert root[name].dtype == f[name].dtype
+            assert dict(root[name].attrs) == dict(f[name].attrs)
+        assert root["values"][...].tobytes() == f["values"][...].tobytes()

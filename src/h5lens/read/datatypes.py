@@ -28,11 +28,16 @@ class Datatype(Node):
     def dtype(self) -> np.dtype:
         from zarr.core.dtype import get_data_type_from_json
 
-        stored = self._doc["attributes"][convention.DATATYPE]
+        from h5lens.long_double import float_form_in, h5py_dtype
+
+        attributes = self._doc["attributes"]
+        stored = attributes[convention.DATATYPE]
         try:
-            return get_data_type_from_json(stored, zarr_format=3).to_native_dtype()
+            dtype = get_data_type_from_json(stored, zarr_format=3).to_native_dtype()
         except (TypeError, ValueError, KeyError) as e:
             raise ManifestFormatError(f"{self.h5_path}: _DATATYPE {stored!r} is not a zarr v3 data type ({e})") from None
+        form = float_form_in(attributes, self.h5_path)  # long doubles: their stored bits in the data type
+        return dtype if form is None else h5py_dtype(dtype, form)
 
 
 DATASET_KINDS.append((is_datatype, Datatype))

@@ -38,7 +38,7 @@ from xarray.core import indexing
 from xarray.core.variable import Variable
 
 from h5lens import convention
-from h5lens.long_double import FloatLayout, layout_in, to_longdouble
+from h5lens.long_double import FloatFields, FloatLayout, float_form_in, h5py_dtype, to_h5py
 from h5lens.codecs import table
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.read.attribute_types import typed_attributes
@@ -80,19 +80,20 @@ class RegionArrayWrapper(ZarrArrayWrapper):
 
 
 class LongDoubleArrayWrapper(ZarrArrayWrapper):
-    """A zarr array of the stored bits of floats h5py reads as np.longdouble
-    (``_FLOAT_LAYOUT``, :mod:`h5lens.long_double`), read as np.longdouble."""
+    """A zarr array of the stored bits of long doubles (``_FLOAT_LAYOUT``,
+    :mod:`h5lens.long_double`): real ones, complex pairs or record members, read as h5py
+    gives them (np.longdouble, np.clongdouble, records holding them)."""
 
-    __slots__ = ("_layout", "_where")
+    __slots__ = ("_form", "_where")
 
-    def __init__(self, zarr_array: Any, layout: FloatLayout, where: str) -> None:
+    def __init__(self, zarr_array: Any, form: FloatLayout | FloatFields, where: str) -> None:
         super().__init__(zarr_array)
-        self.dtype = np.dtype(np.longdouble)
-        self._layout = layout
+        self.dtype = h5py_dtype(np.dtype(zarr_array.dtype), form)
+        self._form = form
         self._where = where
 
     def _values(self, raw: Any) -> Any:
-        return to_longdouble(raw, self._layout, self._where)
+        return to_h5py(raw, self._form, self._where)
 
     def _getitem(self, key: Any) -> Any:
         return self._values(super()._getitem(key))
@@ -162,11 +163,11 @@ class RegionZarrStore(ZarrStore):
         path = zarr_array.path
         attrs = typed_attributes(store.manifest.attribute_types.get(path), variable.attrs, as_h5py=True)
         data = variable._data
-        layout = layout_in(attrs, path)
+        form = float_form_in(attrs, path)
         text = _is_vlen_text(zarr_array)
-        if layout is not None:  # long doubles' stored bits, read as np.longdouble
+        if form is not None:  # long doubles' stored bits, read as h5py gives them
             attrs = {k: v for k, v in attrs.items() if k != convention.FLOAT_LAYOUT}
-            data = indexing.LazilyIndexedArray(LongDoubleArrayWrapper(zarr_array, layout, "/" + path))
+            data = indexing.LazilyIndexedArray(LongDoubleArrayWrapper(zarr_array, form, "/" + path))
         elif text:
             data = indexing.LazilyIndexedArray(TextArrayWrapper(zarr_array, store, path))
         elif decoder(store, path, text=False) is not None:
@@ -177,7 +178,7 @@ class RegionZarrStore(ZarrStore):
         encoding = h5netcdf_encoding(
             dims=tuple(variable.dims),
             shape=tuple(variable.shape),
-            dtype=str if text else np.dtype(np.longdouble) if layout is not None
+            dtype=str if text else h5py_dtype(np.dtype(zarr_array.dtype), form) if form is not None
             else self._h5py_dtype(name, recorded, _stored_dtype(zarr_array)),
             storage=recorded,
             codecs=document.codecs if document is not None else (),

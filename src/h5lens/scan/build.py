@@ -50,6 +50,7 @@ from h5lens.scan.external import segments as external_segments
 from h5lens.scan.global_heap import HeapCheck
 from h5lens.scan.hdf5 import reader_for
 from h5lens.scan.hdf5_types import element_dtype, stored_layout
+from h5lens.long_double import fields_json, holds_long_double
 from h5lens.scan.header_arrays import HeaderDocuments, TypeTemplate, learn_template
 from h5lens.scan.materialize import (
     ResolvePath,
@@ -351,6 +352,8 @@ def _datatype_document(
         said = f"{record.h5_path}: h5py cannot read this committed datatype either ({e})"
         raise UnsupportedFeatureError(said) from None
     plan = plan_type(dtype, record.h5_path)
+    if holds_long_double(dtype):  # their stored bits, as arrays of the type hold them
+        plan = plan.with_layout(stored_layout(named.id, dtype))
     if plan.data_type is None:  # a compound rewritten from its values: no values here to size it
         raise UnsupportedFeatureError(
             f"{record.h5_path}: a committed datatype with attributes whose type zarr stores only with values "
@@ -358,6 +361,10 @@ def _datatype_document(
         )
     attributes = _attributes(named, record.h5_path, resolve, nan_strings, heaps, types, headers, left_out)
     attributes[convention.DATATYPE] = plan.data_type
+    if plan.float_layout is not None:
+        attributes[convention.FLOAT_LAYOUT] = plan.float_layout.to_json()
+    elif plan.float_fields:
+        attributes[convention.FLOAT_LAYOUT] = fields_json(plan.float_fields)
     return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
 
 
