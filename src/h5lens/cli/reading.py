@@ -75,12 +75,42 @@ def ls(
     from h5lens.describe.nodes import resolve
 
     key = resolve(loaded, path.strip("/"))
+    if key not in loaded.nodes and _ls_attribute(loaded, key):
+        return
     doc = node_of(loaded, manifest, key, path)
     from h5lens.describe import describe_array, list_members
+    from h5lens.describe.cdl import header, is_netcdf
 
-    lines = list_members(loaded, key) if doc.get("node_type") == "group" else describe_array(loaded, key)
+    if doc.get("node_type") != "group":
+        lines = describe_array(loaded, key)
+    elif is_netcdf(loaded):
+        lines = header(loaded, key, _title(manifest))
+    else:
+        lines = list_members(loaded, key)
     for line in lines:
         typer.echo(line)
+
+
+def _ls_attribute(loaded: Loaded, key: str) -> bool:
+    """``ls NODE/NAME`` of an attribute: one line, what it is (nodes win, as for ``cat``)."""
+    from h5lens.describe.attributes import attribute_values, find_attribute, one_line
+
+    found = find_attribute(loaded, key)
+    if found is None:
+        return False
+    node, name = found
+    left_out = loaded.unreadable_at(node, name)
+    where = f"/{node} attribute {name!r}"
+    shown = f"left out: {left_out.line}" if left_out is not None else one_line(attribute_values(loaded, node)[name])
+    typer.echo(f"{where}: {shown}")
+    return True
+
+
+def _title(manifest: str) -> str:
+    """What ``ncdump`` calls a file: its name without directories and extensions
+    (``air.nc.json`` → ``air``)."""
+    name = manifest.rstrip("/").rsplit("/", 1)[-1].split("#", 1)[0]
+    return name.split(".", 1)[0] or name
 
 
 @app.command(cls=Command)
@@ -119,6 +149,8 @@ def cat(
 
         key, selection = split_selection(loaded, path, slice_)
         key = resolve(loaded, key)
+    if key not in loaded.nodes and _cat_attribute(loaded, manifest, key, selection):
+        return
     node_of(loaded, manifest, key, path)
     with reporting(manifest, "reading", anon=anon, stale_hint="index it again, or pass --no-verify to read it anyway"):
         import numpy as np
@@ -141,6 +173,36 @@ def cat(
 
         stats = store_of(group).stats
         typer.echo(f"h5lens: read {stats.bytes} bytes of the sources in {stats.requests} requests", err=True)
+
+
+def _cat_attribute(loaded: Loaded, manifest: str, key: str, selection: Any) -> bool:
+    """Print the attribute ``key`` names (``NODE/NAME``), if it names one; nothing is read
+    from the sources. A node of that path is looked up first: arrays and groups win."""
+    from h5lens.describe.attributes import attribute_values, find_attribute, text
+
+    found = find_attribute(loaded, key)
+    if found is None:
+        return False
+    node, name = found
+    left_out = loaded.unreadable_at(node, name)
+    if left_out is not None:
+        fail(str(left_out.error()))
+    value = attribute_values(loaded, node)[name]
+    if selection is not None:
+        import numpy as np
+
+        where = f"/{key}: an attribute"
+        if not isinstance(value, np.ndarray) or value.ndim == 0:
+            fail(f"{where} with one value: it prints whole, without a selection")
+        try:
+            value = value[tuple(np.asarray(s) if isinstance(s, list) else s for s in selection)]
+        except IndexError as e:
+            fail(f"{where} of shape {value.shape}: {e}")
+    import numpy as np
+
+    with np.printoptions(threshold=200, edgeitems=5):
+        typer.echo(text(value))
+    return True
 
 
 @app.command(cls=Command)
