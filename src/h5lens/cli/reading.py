@@ -207,7 +207,14 @@ def _cat_attribute(loaded: Loaded, manifest: str, key: str, selection: Any) -> b
 
 @app.command(cls=Command)
 def validate(
-    manifest: Manifest,
+    manifests: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="MANIFEST...",
+            help="Manifests (paths or URLs; NAME.json or NAME.h5lens), globs, or directories and prefixes "
+            "(s3://bucket/manifests/), whose manifests are those named as index-many names them.",
+        ),
+    ],
     deep: Annotated[
         bool, typer.Option("--deep", help="Also read and decode every chunk from the sources (slow: reads everything).")
     ] = False,
@@ -218,27 +225,47 @@ def validate(
     source_url: SourceUrl = [],  # noqa: B006
     allow_local: AllowLocal = [],  # noqa: B006
 ) -> None:
-    """Check a manifest against the convention, its chunk tables and its sources.
+    """Check manifests against the convention, their chunk tables and their sources.
 
     Lists each problem and exits 1 if there is any. Each source must be there and
     unchanged since indexing (--no-verify: not looked at); --deep also decodes every
-    chunk from the sources. Objects the manifest lists as left out when indexed
-    (--skip-unreadable) are shown as notes, not problems.
+    chunk from the sources. Objects a manifest lists as left out when indexed
+    (--skip-unreadable) are shown as notes, not problems. Several manifests: one line
+    each and a summary; exit status 2 if any could not be checked, else 1 if any has
+    problems.
     """
     options = storage_options(storage_option, anon, endpoint_url)
     urls = source_urls(source_url)
-    loaded = open_manifest(manifest, options)
-    with reporting(manifest, "validating", anon=anon):
-        import h5lens
+    with reporting(manifests[0], "listing", anon=anon):
+        from h5lens.many.sources import expand_manifests
 
-        problems = h5lens.validate(
-            loaded,
-            storage_options=options or None,
-            deep=deep,
-            verify=verify,
-            source_urls=urls or None,
-            allow_local=allow_local,
-        )
+        found = expand_manifests(manifests, options)
+    settings = {
+        "storage_options": options or None, "deep": deep, "verify": verify, "source_urls": urls or None,
+        "allow_local": allow_local,
+    }  # fmt: skip
+    if len(manifests) == 1 and found == manifests:  # one manifest: its problems, as they are
+        _validate_one(manifests[0], open_manifest(manifests[0], options), settings)
+        return
+    _validate_many(found, options, settings)
+
+
+def _problems(loaded: Loaded, settings: dict[str, Any]) -> list[Any]:
+    import h5lens
+
+    return h5lens.validate(loaded, **settings)
+
+
+def _validated(loaded: Loaded, settings: dict[str, Any]) -> str:
+    unchanged = settings["verify"] and loaded.sources
+    checked = ", every chunk decoded" if settings["deep"] else ", sources unchanged" if unchanged else ""
+    left_out = f", {len(loaded.unreadable)} left out as unreadable: see the notes" if loaded.unreadable else ""
+    return f"valid ({len(loaded.nodes)} nodes, convention {loaded.convention}{checked}{left_out})"
+
+
+def _validate_one(manifest: str, loaded: Loaded, settings: dict[str, Any]) -> None:
+    with reporting(manifest, "validating", anon=bool((settings["storage_options"] or {}).get("anon"))):
+        problems = _problems(loaded, settings)
     for problem in problems:
         typer.echo(f"{problem.path}: {problem.cli_message or problem.message}")
     for entry in loaded.unreadable:  # not problems: the manifest says what it lacks, and why
@@ -246,7 +273,66 @@ def validate(
     if problems:
         typer.echo(f"{manifest}: {len(problems)} problem(s)", err=True)
         raise typer.Exit(1)
-    checked = ", every chunk decoded" if deep else ", sources unchanged" if verify and loaded.sources else ""
-    left_out = f", {len(loaded.unreadable)} left out as unreadable: see the notes" if loaded.unreadable else ""
-    typer.echo(f"{manifest}: valid ({len(loaded.nodes)} nodes, convention {loaded.convention}{checked}{left_out})")
+    typer.echo(f"{manifest}: {_validated(loaded, settings)}")
+
+
+def _validate_many(found: list[str], options: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Each manifest: its problems and notes, one line each and prefixed with its name, then
+    a line saying what it is; then the counts. A manifest that cannot be checked at all (not
+    found, not a manifest, storage) is said in its line and the others go on."""
+    from h5lens.cli.app import message, user_error
+
+    anon = bool(options.get("anon"))
+    with_problems, unchecked = 0, []
+    for manifest in found:
+        from h5lens.errors import SourceNotFoundError
+
+        step = "reading the manifest"
+        said: str | None
+        try:
+            try:
+                loaded = _load(manifest, options)
+            except SourceNotFoundError:
+                said = "manifest not found"
+            else:
+                step = "validating"
+                said = None
+                problems = _problems(loaded, settings)
+        except Exception as e:  # classified below; bugs are re-raised
+            error = user_error(e, manifest, step, anon)
+            if error is None:
+                raise
+            said = message(error, stale_hint="index it again").removeprefix(f"{manifest}: ")
+        if said is not None:
+            unchecked.append(f"{manifest}: {said}")
+            typer.echo(f"{manifest}: error: {said}")
+            continue
+        for problem in problems:
+            typer.echo(f"{manifest}: {problem.path}: {problem.cli_message or problem.message}")
+        for entry in loaded.unreadable:
+            typer.echo(f"{manifest}: note: left out as unreadable when indexed: {entry.line}")
+        if problems:
+            with_problems += 1
+            typer.echo(f"{manifest}: {len(problems)} problem(s)")
+        else:
+            typer.echo(f"{manifest}: {_validated(loaded, settings)}")
+    valid = len(found) - with_problems - len(unchecked)
+    typer.echo(
+        f"{len(found)} manifests: {valid} valid, {with_problems} with problems, {len(unchecked)} could not be checked"
+    )
+    if unchecked:
+        fail(f"{len(unchecked)} of {len(found)} manifests could not be checked (the first: {unchecked[0]})")
+    if with_problems:
+        typer.echo(f"{with_problems} of {len(found)} manifests have problems", err=True)
+        raise typer.Exit(1)
+
+
+def _load(manifest: str, options: dict[str, Any]) -> Loaded:
+    from h5lens.read.options import load_manifest
+
+    if manifest.startswith("icechunk://"):
+        from h5lens.icechunk.containers import quiet_logs
+
+        quiet_logs()
+    return load_manifest(manifest, storage_options=options or None)
 

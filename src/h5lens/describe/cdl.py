@@ -182,7 +182,8 @@ def _group_lines(manifest: Manifest, group: str, dims: _Dimensions, depth: int) 
         lines += _attribute_lines(shown, attribute_values(manifest, key), f"{pad}\t\t")
     for entry in left_out:
         lines.append(f"{pad}\t// {entry.path.rsplit('/', 1)[-1]}: left out as unreadable: {entry.line}")
-    values = attribute_values(manifest, group, hidden=frozenset(n for n in _names(manifest, group) if _hidden_on_group(n)))
+    hidden = frozenset(name for name in _names(manifest, group) if _hidden_on_group(name))
+    values = attribute_values(manifest, group, hidden=hidden)
     if values:
         lines.append("")
         lines.append(f"{pad}// {'global' if not group else 'group'} attributes:")
