@@ -546,3 +546,18 @@ def test_ls_shows_attribute_values(attributes_file):
         many = f["grp"].attrs["many"]  # 500 values: the first and last three
     shown = ", ".join([*map(str, many[:3]), "...", *map(str, many[-3:])])
     assert ok(h5lens_cli("ls", out, "grp/many")).strip() == f"/grp attribute 'many': [{shown}] (float64)"
+
+
+def test_an_attribute_left_out_as_unreadable_is_said(tmp_path):
+    """An attribute h5py cannot read either (an HDF5 time): ls lists it with why, cat of it
+    exits 2 saying why, never "not found"."""
+    import test_skip_unreadable
+
+    path = test_skip_unreadable.write_mixed(tmp_path / "mixed.h5")
+    entry = h5lens.index(path, skip_unreadable=True).unreadable_at("grp", "stamp")
+    assert entry is not None
+    _, _, attributes = ok(h5lens_cli("ls", path, "grp")).partition("\n\n")
+    assert f"  stamp left out: {entry.line}" in attributes.splitlines()
+    assert refused(h5lens_cli("cat", path, "grp/stamp")) == f"h5lens: error: {entry.error()}"
+    with h5py.File(path) as f:
+        assert ok(h5lens_cli("cat", path, "grp/ok")).strip() == str(f["grp"].attrs["ok"])
