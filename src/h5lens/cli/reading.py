@@ -149,7 +149,7 @@ def cat(
 
         key, selection = split_selection(loaded, path, slice_)
         key = resolve(loaded, key)
-    if key not in loaded.nodes and _cat_attribute(loaded, manifest, key, selection):
+    if key not in loaded.nodes and _cat_attribute(loaded, key, selection):
         return
     node_of(loaded, manifest, key, path)
     with reporting(manifest, "reading", anon=anon, stale_hint="index it again, or pass --no-verify to read it anyway"):
@@ -175,9 +175,11 @@ def cat(
         typer.echo(f"h5lens: read {stats.bytes} bytes of the sources in {stats.requests} requests", err=True)
 
 
-def _cat_attribute(loaded: Loaded, manifest: str, key: str, selection: Any) -> bool:
+def _cat_attribute(loaded: Loaded, key: str, selection: Any) -> bool:
     """Print the attribute ``key`` names (``NODE/NAME``), if it names one; nothing is read
     from the sources. A node of that path is looked up first: arrays and groups win."""
+    import numpy as np
+
     from h5lens.describe.attributes import attribute_values, find_attribute, text
 
     found = find_attribute(loaded, key)
@@ -189,8 +191,6 @@ def _cat_attribute(loaded: Loaded, manifest: str, key: str, selection: Any) -> b
         fail(str(left_out.error()))
     value = attribute_values(loaded, node)[name]
     if selection is not None:
-        import numpy as np
-
         where = f"/{key}: an attribute"
         if not isinstance(value, np.ndarray) or value.ndim == 0:
             fail(f"{where} with one value: it prints whole, without a selection")
@@ -198,8 +198,6 @@ def _cat_attribute(loaded: Loaded, manifest: str, key: str, selection: Any) -> b
             value = value[tuple(np.asarray(s) if isinstance(s, list) else s for s in selection)]
         except IndexError as e:
             fail(f"{where} of shape {value.shape}: {e}")
-    import numpy as np
-
     with np.printoptions(threshold=200, edgeitems=5):
         typer.echo(text(value))
     return True
