@@ -166,18 +166,37 @@ def test_cat_group_lists_members(manifest):
     assert f"h5lens ls {manifest} uns" in text
 
 
+def listing(text: str) -> tuple[list[str], list[str]]:
+    """``ls`` of a group: its member rows, and its attribute lines (after a blank line)."""
+    members, _, attributes = text.partition("\n\n")
+    return members.splitlines(), attributes.splitlines()
+
+
 def test_ls_group_and_array(manifest, h5ad):
-    rows = [line.split() for line in ok(h5lens_cli("ls", manifest, "obs")).splitlines()]
+    """A dataframe's members in the dataframe's order (its index, then column-order, as
+    pandas shows them), then its attributes with their values."""
+    from h5lens.describe.attributes import one_line
+
+    member_lines, attribute_lines = listing(ok(h5lens_cli("ls", manifest, "obs")))
+    rows = [line.split() for line in member_lines]
     with h5py.File(h5ad) as f:
-        expected = sorted(n + ("/" if isinstance(f["obs"][n], h5py.Group) else "") for n in f["obs"])
-        kinds = {n: f["obs"][n].attrs["encoding-type"] for n in f["obs"]}
+        obs = f["obs"]
+        order = [obs.attrs["_index"], *obs.attrs["column-order"]]
+        assert order[1:] != sorted(order[1:])  # a test of the order, not of sorting
+        expected = [n + ("/" if isinstance(obs[n], h5py.Group) else "") for n in order]
+        kinds = {n: obs[n].attrs["encoding-type"] for n in obs}
+        attributes = {name: obs.attrs[name] for name in obs.attrs}
     assert [row[0] for row in rows] == expected
+    assert attribute_lines[0] == "attributes of /obs:"
+    width = max(map(len, attributes))
+    assert attribute_lines[1:] == [f"  {name:<{width}} = {one_line(value)}" for name, value in attributes.items()]
+    assert '  column-order     = ["cell_type", "stage", "count", "flag", "note", "score"]' in attribute_lines
     for row in rows:
         name = row[0].rstrip("/")
         assert row[1] == ("group" if row[0].endswith("/") else "array")
         if kinds[name] != "array":
             assert kinds[name] in " ".join(row)
-    root = {line.split()[0]: line for line in ok(h5lens_cli("ls", manifest)).splitlines()}
+    root = {line.split()[0]: line for line in listing(ok(h5lens_cli("ls", manifest)))[0]}
     assert "dataframe" in root["obs/"] and "csr_matrix" in root["X/"]
     array = h5lens_cli("ls", manifest, "obs/score")
     text = ok(array)

@@ -42,6 +42,14 @@ class Command(TyperCommand):
             pieces.append(name if param.required else f"[{name}]")
         return pieces
 
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """typer labels an argument given many times ``<list[str]>``; its name says so
+        already (``SOURCES...``): ``<str>``, as for one, the columns kept aligned."""
+        super().format_help(ctx, formatter)
+        buffer = getattr(formatter, "buffer", None)
+        if isinstance(buffer, list):
+            buffer[:] = [part.replace("<list[str]>", "<str>      ") for part in buffer]
+
 
 app = typer.Typer(
     name="h5lens",

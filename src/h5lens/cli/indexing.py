@@ -250,6 +250,15 @@ def index_many(
     report: Annotated[
         str | None, typer.Option("--report", metavar="FILE", help="Also write one JSON record per file there.")
     ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Index nothing: say which files changed since their manifests were written, which have "
+            "none, which are current, and which manifests' files are gone (exit status 0: all current; "
+            "1: something to index; 3: only manifests whose files are gone).",
+        ),
+    ] = False,
     inline_threshold: InlineThreshold = DEFAULT_INLINE,
     convention: Convention = DEFAULT_CONVENTION,
     slab_bytes: SlabBytes = DEFAULT_SLAB,
@@ -266,7 +275,7 @@ def index_many(
     Each manifest is written atomically to DEST/<name>.json (DEST/<name>.h5lens with
     --format compact). A file whose manifest is current (same size and ETag or content) is
     skipped unless --force. A file that fails is reported and the others go on; the exit
-    status is 2 if any failed.
+    status is 2 if any failed. --check indexes nothing and says what a run would do.
     """
     options = storage_options(storage_option, anon, endpoint_url)
     settings = scan_settings(
@@ -278,10 +287,10 @@ def index_many(
         skip_unreadable=skip_unreadable,
     )
     check_form(form)
-    with reporting(out_dir, "indexing into", anon=anon):
+    with reporting(out_dir, "checking" if check else "indexing into", anon=anon):
         from h5lens.many import index_many as run
 
-        with FileProgressBar() as progress:
+        with FileProgressBar("checking" if check else "indexing") as progress:
             result = run(
                 sources,
                 out_dir,
@@ -291,9 +300,14 @@ def index_many(
                 report=report,
                 storage_options=options or None,
                 format=form,
+                check=check,
                 progress=progress,
                 **settings.index_arguments(),
             )
+    if check:
+        _print_check(result)
+        _check_exit(result, report)
+        return
     _print_summary(result)
     if not result.ok:
         first = next(r.error_cli or r.error for r in result.records if r.error)
@@ -331,6 +345,50 @@ def _print_summary(result: IndexManyResult) -> None:
             for line in record.unreadable:
                 table.add_row(record.source, line)
         console.print(table)
+
+
+# index-many --check: what a run would do, in the exit status
+EXIT_TO_INDEX = 1  # some file changed or has no manifest: a run indexes it
+EXIT_ORPHANED = 3  # nothing to index, but some manifest's file is gone
+
+
+def _print_check(result: IndexManyResult) -> None:
+    """The check as tables on stdout: the counts, then every file that is not current."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=1 << 12)  # a pipe or a file: whole lines
+    totals = Table("current", "changed", "missing", "orphaned", "failed", "wall time")
+    totals.add_row(
+        *(str(n) for n in (result.current, result.changed, result.missing, result.orphaned, result.failed)),
+        f"{result.seconds:.1f} s",
+    )
+    console.print(totals)
+    said = {
+        "changed": lambda r: "; ".join(r.changes) or "changed",
+        "missing": lambda r: f"no manifest at {r.manifest}",
+        "orphaned": lambda r: f"{r.manifest}: its file is gone",
+        "failed": lambda r: r.error_cli or r.error or "",
+    }
+    rows = [(r.source or r.manifest, r.status, said[r.status](r)) for r in result.records if r.status in said]
+    if rows:
+        table = Table("file", "status", "what", title=None)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+
+
+def _check_exit(result: IndexManyResult, report: str | None) -> None:
+    where = f"; every file's record is in {report}" if report else ""
+    if not result.ok:
+        first = next(r.error_cli or r.error for r in result.records if r.error)
+        fail(f"{result.failed} of {len(result.records)} files could not be checked (the first: {first}){where}")
+    if result.changed or result.missing:
+        raise typer.Exit(EXIT_TO_INDEX)
+    if result.orphaned:
+        raise typer.Exit(EXIT_ORPHANED)
 
 
 def _size(n: int) -> str:

@@ -73,9 +73,10 @@ class ScanProgressBar:
 class FileProgressBar:
     """A rich progress bar on stderr, one step per file (nothing when stderr is not a terminal)."""
 
-    def __init__(self) -> None:
+    def __init__(self, verb: str = "indexing") -> None:
         from rich.console import Console
 
+        self.verb = verb  # what is done to each file: "indexing", "checking"
         self.console = Console(stderr=True)
         self.bar: Progress | None = None
         self.task: TaskID | None = None
@@ -91,7 +92,7 @@ class FileProgressBar:
             console=self.console, transient=True,
         )
         self.bar.__enter__()
-        self.task = self.bar.add_task("indexing", total=None)
+        self.task = self.bar.add_task(self.verb, total=None)
         return self
 
     def __call__(self, record: FileRecord, done: int, total: int) -> None:
@@ -102,7 +103,7 @@ class FileProgressBar:
         self.failed += record.status == "failed"
         failed = f", {self.failed} failed" if self.failed else ""
         name = record.source.rsplit("/", 1)[-1]
-        self.bar.update(self.task, completed=done, total=total, description=escape(f"indexing{failed}: {name}"))
+        self.bar.update(self.task, completed=done, total=total, description=escape(f"{self.verb}{failed}: {name}"))
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:

@@ -75,12 +75,42 @@ def ls(
     from h5lens.describe.nodes import resolve
 
     key = resolve(loaded, path.strip("/"))
+    if key not in loaded.nodes and _ls_attribute(loaded, key):
+        return
     doc = node_of(loaded, manifest, key, path)
     from h5lens.describe import describe_array, list_members
+    from h5lens.describe.cdl import header, is_netcdf
 
-    lines = list_members(loaded, key) if doc.get("node_type") == "group" else describe_array(loaded, key)
+    if doc.get("node_type") != "group":
+        lines = describe_array(loaded, key)
+    elif is_netcdf(loaded):
+        lines = header(loaded, key, _title(manifest))
+    else:
+        lines = list_members(loaded, key)
     for line in lines:
         typer.echo(line)
+
+
+def _ls_attribute(loaded: Loaded, key: str) -> bool:
+    """``ls NODE/NAME`` of an attribute: one line, what it is (nodes win, as for ``cat``)."""
+    from h5lens.describe.attributes import attribute_values, find_attribute, one_line
+
+    found = find_attribute(loaded, key)
+    if found is None:
+        return False
+    node, name = found
+    left_out = loaded.unreadable_at(node, name)
+    where = f"/{node} attribute {name!r}"
+    shown = f"left out: {left_out.line}" if left_out is not None else one_line(attribute_values(loaded, node)[name])
+    typer.echo(f"{where}: {shown}")
+    return True
+
+
+def _title(manifest: str) -> str:
+    """What ``ncdump`` calls a file: its name without directories and extensions
+    (``air.nc.json`` → ``air``)."""
+    name = manifest.rstrip("/").rsplit("/", 1)[-1].split("#", 1)[0]
+    return name.split(".", 1)[0] or name
 
 
 @app.command(cls=Command)
@@ -119,6 +149,8 @@ def cat(
 
         key, selection = split_selection(loaded, path, slice_)
         key = resolve(loaded, key)
+    if key not in loaded.nodes and _cat_attribute(loaded, key, selection):
+        return
     node_of(loaded, manifest, key, path)
     with reporting(manifest, "reading", anon=anon, stale_hint="index it again, or pass --no-verify to read it anyway"):
         import numpy as np
@@ -143,9 +175,44 @@ def cat(
         typer.echo(f"h5lens: read {stats.bytes} bytes of the sources in {stats.requests} requests", err=True)
 
 
+def _cat_attribute(loaded: Loaded, key: str, selection: Any) -> bool:
+    """Print the attribute ``key`` names (``NODE/NAME``), if it names one; nothing is read
+    from the sources. A node of that path is looked up first: arrays and groups win."""
+    import numpy as np
+
+    from h5lens.describe.attributes import attribute_values, find_attribute, text
+
+    found = find_attribute(loaded, key)
+    if found is None:
+        return False
+    node, name = found
+    left_out = loaded.unreadable_at(node, name)
+    if left_out is not None:
+        fail(str(left_out.error()))
+    value = attribute_values(loaded, node)[name]
+    if selection is not None:
+        where = f"/{key}: an attribute"
+        if not isinstance(value, np.ndarray) or value.ndim == 0:
+            fail(f"{where} with one value: it prints whole, without a selection")
+        try:
+            value = value[tuple(np.asarray(s) if isinstance(s, list) else s for s in selection)]
+        except IndexError as e:
+            fail(f"{where} of shape {value.shape}: {e}")
+    with np.printoptions(threshold=200, edgeitems=5):
+        typer.echo(text(value))
+    return True
+
+
 @app.command(cls=Command)
 def validate(
-    manifest: Manifest,
+    manifests: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="MANIFEST...",
+            help="Manifests (paths or URLs; NAME.json or NAME.h5lens), globs, or directories and prefixes "
+            "(s3://bucket/manifests/), whose manifests are those named as index-many names them.",
+        ),
+    ],
     deep: Annotated[
         bool, typer.Option("--deep", help="Also read and decode every chunk from the sources (slow: reads everything).")
     ] = False,
@@ -156,27 +223,47 @@ def validate(
     source_url: SourceUrl = [],  # noqa: B006
     allow_local: AllowLocal = [],  # noqa: B006
 ) -> None:
-    """Check a manifest against the convention, its chunk tables and its sources.
+    """Check manifests against the convention, their chunk tables and their sources.
 
     Lists each problem and exits 1 if there is any. Each source must be there and
     unchanged since indexing (--no-verify: not looked at); --deep also decodes every
-    chunk from the sources. Objects the manifest lists as left out when indexed
-    (--skip-unreadable) are shown as notes, not problems.
+    chunk from the sources. Objects a manifest lists as left out when indexed
+    (--skip-unreadable) are shown as notes, not problems. Several manifests: one line
+    each and a summary; exit status 2 if any could not be checked, else 1 if any has
+    problems.
     """
     options = storage_options(storage_option, anon, endpoint_url)
     urls = source_urls(source_url)
-    loaded = open_manifest(manifest, options)
-    with reporting(manifest, "validating", anon=anon):
-        import h5lens
+    with reporting(manifests[0], "listing", anon=anon):
+        from h5lens.many.sources import expand_manifests
 
-        problems = h5lens.validate(
-            loaded,
-            storage_options=options or None,
-            deep=deep,
-            verify=verify,
-            source_urls=urls or None,
-            allow_local=allow_local,
-        )
+        found = expand_manifests(manifests, options)
+    settings = {
+        "storage_options": options or None, "deep": deep, "verify": verify, "source_urls": urls or None,
+        "allow_local": allow_local,
+    }  # fmt: skip
+    if len(manifests) == 1 and found == manifests:  # one manifest: its problems, as they are
+        _validate_one(manifests[0], open_manifest(manifests[0], options), settings)
+        return
+    _validate_many(found, options, settings)
+
+
+def _problems(loaded: Loaded, settings: dict[str, Any]) -> list[Any]:
+    import h5lens
+
+    return h5lens.validate(loaded, **settings)
+
+
+def _validated(loaded: Loaded, settings: dict[str, Any]) -> str:
+    unchanged = settings["verify"] and loaded.sources
+    checked = ", every chunk decoded" if settings["deep"] else ", sources unchanged" if unchanged else ""
+    left_out = f", {len(loaded.unreadable)} left out as unreadable: see the notes" if loaded.unreadable else ""
+    return f"valid ({len(loaded.nodes)} nodes, convention {loaded.convention}{checked}{left_out})"
+
+
+def _validate_one(manifest: str, loaded: Loaded, settings: dict[str, Any]) -> None:
+    with reporting(manifest, "validating", anon=bool((settings["storage_options"] or {}).get("anon"))):
+        problems = _problems(loaded, settings)
     for problem in problems:
         typer.echo(f"{problem.path}: {problem.cli_message or problem.message}")
     for entry in loaded.unreadable:  # not problems: the manifest says what it lacks, and why
@@ -184,7 +271,66 @@ def validate(
     if problems:
         typer.echo(f"{manifest}: {len(problems)} problem(s)", err=True)
         raise typer.Exit(1)
-    checked = ", every chunk decoded" if deep else ", sources unchanged" if verify and loaded.sources else ""
-    left_out = f", {len(loaded.unreadable)} left out as unreadable: see the notes" if loaded.unreadable else ""
-    typer.echo(f"{manifest}: valid ({len(loaded.nodes)} nodes, convention {loaded.convention}{checked}{left_out})")
+    typer.echo(f"{manifest}: {_validated(loaded, settings)}")
+
+
+def _validate_many(found: list[str], options: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Each manifest: its problems and notes, one line each and prefixed with its name, then
+    a line saying what it is; then the counts. A manifest that cannot be checked at all (not
+    found, not a manifest, storage) is said in its line and the others go on."""
+    from h5lens.cli.app import message, user_error
+
+    anon = bool(options.get("anon"))
+    with_problems, unchecked = 0, []
+    for manifest in found:
+        from h5lens.errors import SourceNotFoundError
+
+        step = "reading the manifest"
+        said: str | None
+        try:
+            try:
+                loaded = _load(manifest, options)
+            except SourceNotFoundError:
+                said = "manifest not found"
+            else:
+                step = "validating"
+                said = None
+                problems = _problems(loaded, settings)
+        except Exception as e:  # classified below; bugs are re-raised
+            error = user_error(e, manifest, step, anon)
+            if error is None:
+                raise
+            said = message(error, stale_hint="index it again").removeprefix(f"{manifest}: ")
+        if said is not None:
+            unchecked.append(f"{manifest}: {said}")
+            typer.echo(f"{manifest}: error: {said}")
+            continue
+        for problem in problems:
+            typer.echo(f"{manifest}: {problem.path}: {problem.cli_message or problem.message}")
+        for entry in loaded.unreadable:
+            typer.echo(f"{manifest}: note: left out as unreadable when indexed: {entry.line}")
+        if problems:
+            with_problems += 1
+            typer.echo(f"{manifest}: {len(problems)} problem(s)")
+        else:
+            typer.echo(f"{manifest}: {_validated(loaded, settings)}")
+    valid = len(found) - with_problems - len(unchecked)
+    typer.echo(
+        f"{len(found)} manifests: {valid} valid, {with_problems} with problems, {len(unchecked)} could not be checked"
+    )
+    if unchecked:
+        fail(f"{len(unchecked)} of {len(found)} manifests could not be checked (the first: {unchecked[0]})")
+    if with_problems:
+        typer.echo(f"{with_problems} of {len(found)} manifests have problems", err=True)
+        raise typer.Exit(1)
+
+
+def _load(manifest: str, options: dict[str, Any]) -> Loaded:
+    from h5lens.read.options import load_manifest
+
+    if manifest.startswith("icechunk://"):
+        from h5lens.icechunk.containers import quiet_logs
+
+        quiet_logs()
+    return load_manifest(manifest, storage_options=options or None)
 

@@ -187,11 +187,49 @@ def list_members(manifest: Manifest, path: str) -> list[str]:
         entries.append((link["name"] + "@", "link", f"→ {link_target(link)}"))
     for entry in manifest.unreadable_children(path):
         entries.append((entry.path.rsplit("/", 1)[-1] + "!", "left out", f"unreadable: {entry.line}"))
-    if not entries:
+    lines: list[str] = []
+    if entries:
+        width = max(len(name) for name, _, _ in entries)
+        kinds = max(5, *(len(kind) for _, kind, _ in entries))
+        order = _member_order(manifest, path)
+        entries.sort(key=lambda entry: (order.get(entry[0].rstrip("/@!"), len(order)), entry))
+        lines = [f"{name:<{width}}  {kind:<{kinds}}  {text}" for name, kind, text in entries]
+    return lines + attribute_lines(manifest, path, heading=True)
+
+
+def _member_order(manifest: Manifest, path: str) -> dict[str, int]:
+    """A dataframe's members in the dataframe's order: its index, then ``column-order``
+    (anndata's order, which pandas shows); other members follow, by name."""
+    attributes = manifest.nodes[path].get("attributes", {})
+    if encoding(manifest.nodes[path]) != "dataframe":
+        return {}
+    columns = attributes.get("column-order", [])
+    names = [attributes.get("_index", "_index"), *(columns if isinstance(columns, list) else [])]
+    order: dict[str, int] = {}
+    for name in names:
+        key = member(manifest, path, str(name))
+        if key is not None:
+            order.setdefault(key.rsplit("/", 1)[-1], len(order))
+    return order
+
+
+def attribute_lines(manifest: Manifest, path: str, *, heading: bool = False) -> list[str]:
+    """The attributes of the node at ``path`` with their values, one per line (the
+    convention's reserved ones left to h5lens); those left out as unreadable, and why.
+    ``heading``: after a blank line and ``attributes of /path:`` (a group's listing)."""
+    from h5lens.describe.attributes import attribute_values, one_line
+
+    hidden = _BOOKKEEPING if manifest.nodes[path].get("node_type") == "array" else frozenset()
+    values = attribute_values(manifest, path, hidden=hidden)
+    left_out = [entry for entry in manifest.unreadable if entry.path == path and entry.attribute is not None]
+    if not values and not left_out:
         return []
-    width = max(len(name) for name, _, _ in entries)
-    kinds = max(5, *(len(kind) for _, kind, _ in entries))
-    return [f"{name:<{width}}  {kind:<{kinds}}  {text}" for name, kind, text in sorted(entries)]
+    width = max(len(name) for name in [*values, *(entry.attribute or "" for entry in left_out)])
+    lines = [f"    {name:<{width}} = {one_line(value)}" for name, value in values.items()]
+    lines += [f"    {entry.attribute or '':<{width}} left out: {entry.line}" for entry in left_out]
+    if heading:
+        return ["", f"attributes of {display(path)}:", *(line[2:] for line in lines)]
+    return ["  attributes", *lines]
 
 
 def describe_array(manifest: Manifest, path: str) -> list[str]:
@@ -219,10 +257,4 @@ def describe_array(manifest: Manifest, path: str) -> list[str]:
     kind = encoding(doc)
     if kind is not None:
         lines.append(f"  encoding  {kind} {attributes.get('encoding-version', '')}".rstrip())
-    others = sorted(name for name in attributes if name not in _BOOKKEEPING)
-    if others:
-        lines.append(f"  attributes {', '.join(others)}")
-    for entry in manifest.unreadable:
-        if entry.path == path and entry.attribute is not None:
-            lines.append(f"  left out  {entry.line}")
-    return lines
+    return lines + attribute_lines(manifest, path)

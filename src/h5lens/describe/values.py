@@ -127,8 +127,12 @@ def show(group: Any, manifest: Manifest, path: str, selection: tuple[Item, ...] 
     node = group[path] if path else group
     options = np.get_printoptions()
     if doc.get("node_type") == "array":
+        from h5lens.describe.attributes import packing_note
+
         p = plan(node.shape, selection, threshold=options["threshold"], edgeitems=options["edgeitems"], name=display(path))
-        return to_text(read(node, p), p)
+        note = packing_note(manifest, path, manifest_name)
+        values = to_text(read(node, p), p)
+        return values if note is None else f"{note}\n{values}"
     kind = encoding(doc)
     where = display(path)
     if kind == "dataframe":

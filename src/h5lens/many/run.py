@@ -12,8 +12,20 @@ from typing import TYPE_CHECKING, Any
 
 from h5lens.locations import absolute
 from h5lens.manifest.io import SUFFIXES
-from h5lens.many.sources import Job, plan_jobs, prepare_out_dir
-from h5lens.many.task import FAILED, INDEXED, SKIPPED, FileRecord, IndexSettings, index_one, one_line
+from h5lens.many.sources import Job, list_manifests, plan_jobs, prepare_out_dir
+from h5lens.many.task import (
+    CHANGED,
+    CURRENT,
+    FAILED,
+    INDEXED,
+    MISSING,
+    ORPHANED,
+    SKIPPED,
+    FileRecord,
+    IndexSettings,
+    index_one,
+    one_line,
+)
 from h5lens.scan.options import (
     DEFAULT_CONVENTION,
     DEFAULT_INLINE_THRESHOLD,
@@ -26,13 +38,18 @@ from h5lens.scan.options import (
 if TYPE_CHECKING:
     from distributed import Client
 
+# what runs on a worker for one job: index_one, check_one, check_orphan
+Task = Callable[[Job, IndexSettings], FileRecord | None]
+
 
 @dataclass
 class IndexManyResult:
-    """One record per file, in the order of the sources, and the run's wall time."""
+    """One record per file, in the order of the sources, and the run's wall time. A check
+    (``check``): one record per file, then one per manifest whose file is gone."""
 
     records: list[FileRecord]
     seconds: float
+    check: bool = False
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.records)
@@ -50,9 +67,34 @@ class IndexManyResult:
         return self.count(FAILED)
 
     @property
+    def current(self) -> int:
+        """A check: files whose manifest is current (a run skips them)."""
+        return self.count(CURRENT)
+
+    @property
+    def changed(self) -> int:
+        """A check: files that changed since their manifest was written (a run indexes them again)."""
+        return self.count(CHANGED)
+
+    @property
+    def missing(self) -> int:
+        """A check: files without a manifest (a run indexes them)."""
+        return self.count(MISSING)
+
+    @property
+    def orphaned(self) -> int:
+        """A check: manifests whose file is gone."""
+        return self.count(ORPHANED)
+
+    @property
     def ok(self) -> bool:
         """No file failed."""
         return self.failed == 0
+
+    @property
+    def up_to_date(self) -> bool:
+        """A check: every file has a current manifest, and no manifest lost its file."""
+        return all(r.status == CURRENT for r in self.records)
 
     @property
     def chunks(self) -> int:
@@ -69,9 +111,13 @@ class IndexManyResult:
         return sum(len(r.unreadable) for r in self.records)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.check:
+            counts = {"check": True, "current": self.current, "changed": self.changed, "missing": self.missing,
+                      "orphaned": self.orphaned}  # fmt: skip
+        else:
+            counts = {"indexed": self.indexed, "skipped": self.skipped}
         return {
-            "indexed": self.indexed,
-            "skipped": self.skipped,
+            **counts,
             "failed": self.failed,
             "chunks": self.chunks,
             "bytes": self.bytes,
@@ -97,6 +143,7 @@ def index_many(
     read_block_size: int = DEFAULT_READ_BLOCK_SIZE,
     skip_unreadable: bool = False,
     format: str | None = None,
+    check: bool = False,
     progress: Callable[[FileRecord, int, int], None] | None = None,
 ) -> IndexManyResult:
     """Index every file named by ``sources`` into ``out_dir`` on a dask.distributed cluster.
@@ -114,6 +161,12 @@ def index_many(
     ``progress(record, done, total)`` is called on the client as each file finishes.
     The other options are those of :func:`h5lens.index`; with ``skip_unreadable`` each record
     lists what its manifest left out (:attr:`FileRecord.unreadable`).
+
+    ``check``: index nothing, write nothing (but ``report``); say what a run would do. Each
+    file's record is ``current`` (a run skips it), ``changed`` (its manifest is out of date:
+    ``changes`` says how), ``missing`` (no manifest) or ``failed`` (it could not be told);
+    a manifest below ``out_dir`` whose file is gone is ``orphaned`` (named by SOURCES or not).
+    ``format`` names the manifests looked for, as for a run; the scan options are unused.
     """
     from h5lens.destination import refuse_local_sources
     from h5lens.errors import InvalidOptionError
@@ -126,6 +179,10 @@ def index_many(
         raise InvalidOptionError(f"format must be one of {FORMATS}. Got {format!r}")
     if read_block_size < MIN_READ_BLOCK_SIZE:
         raise InvalidOptionError(f"read_block_size must be at least {MIN_READ_BLOCK_SIZE} bytes. Got {read_block_size}")
+    if check and force:
+        raise InvalidOptionError(
+            "check=True indexes nothing and force=True indexes every file: give one"
+        ).at_cli("--check indexes nothing and --force indexes every file: give one")
     specs = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else [os.fspath(s) for s in sources]
     dest = os.fspath(out_dir)
     options = dict(storage_options or {})
@@ -134,27 +191,38 @@ def index_many(
         from h5lens.destination import check_destination
 
         check_destination(os.fspath(report), storage_options=options or None, force=force, what="a report")
-    prepare_out_dir(dest, options)
+    prepare_out_dir(dest, options, create=not check)
     jobs = plan_jobs(specs, dest, options, suffix=SUFFIXES.get(format or "json", ".json"))
     refuse_local_sources(dest, [absolute(job.source) for job in jobs], many=True)
     settings = IndexSettings(
         options, inline_threshold, convention, slab_bytes, materialize_limit, read_block_size, format, force,
         skip_unreadable,
     )  # fmt: skip
-    records = _run(jobs, settings, scheduler, workers, progress) if jobs else []
-    result = IndexManyResult(records, time.perf_counter() - started)
+    tasks: list[tuple[Task, Job]]
+    if check:
+        from h5lens.many.check import check_one, check_orphan
+
+        named = {absolute(job.manifest) for job in jobs}
+        others = [Job("", absolute(m)) for m in list_manifests(dest, options) if absolute(m) not in named]
+        tasks = [(check_one, job) for job in jobs] + [(check_orphan, job) for job in others]
+    else:
+        tasks = [(index_one, job) for job in jobs]
+    records = _run(tasks, settings, scheduler, workers, progress) if tasks else []
+    result = IndexManyResult(records, time.perf_counter() - started, check=check)
     if report is not None:
         write_report(result, os.fspath(report), options)
     return result
 
 
 def _run(
-    jobs: list[Job],
+    tasks: list[tuple[Task, Job]],
     settings: IndexSettings,
     scheduler: str | Client | None,
     workers: int | None,
     progress: Callable[[FileRecord, int, int], None] | None,
 ) -> list[FileRecord]:
+    """Each task (``function(job, settings)``) on the cluster; the records in task order
+    (a task may return None: nothing to record)."""
     from distributed import as_completed
 
     from h5lens.many.cluster import client_for
@@ -163,26 +231,27 @@ def _run(
         # pure=False: a re-run must index again, not reuse a result the scheduler remembers;
         # retries=0: a file that kills its worker (a crafted file crashing libhdf5) is failed
         # once, not retried on every other worker.
-        futures = [client.submit(index_one, job, settings, pure=False, retries=0) for job in jobs]
+        futures = [client.submit(function, job, settings, pure=False, retries=0) for function, job in tasks]
         position = {f.key: i for i, f in enumerate(futures)}
-        records: list[FileRecord | None] = [None] * len(jobs)
+        records: list[FileRecord | None] = [None] * len(tasks)
         for done, future in enumerate(as_completed(futures, loop=client.loop), start=1):
             i = position[future.key]
-            record = records[i] = _record_of(future, jobs[i])
+            record = records[i] = _record_of(future, tasks[i][1])
             future.release()
-            if progress is not None:
-                progress(record, done, len(jobs))
+            if progress is not None and record is not None:
+                progress(record, done, len(tasks))
     return [r for r in records if r is not None]
 
 
-def _record_of(future: Any, job: Job) -> FileRecord:
+def _record_of(future: Any, job: Job) -> FileRecord | None:
     """The task's record; a task that did not return one (its worker died) is a failure."""
+    name = job.source or job.manifest
     try:
         record = future.result()
     except Exception as e:  # noqa: BLE001 - KilledWorker, a lost connection: this file's failure
-        return FileRecord(job.source, job.manifest, FAILED, one_line(e, job.source))
-    if not isinstance(record, FileRecord):  # pragma: no cover - index_one always returns one
-        return FileRecord(job.source, job.manifest, FAILED, f"{job.source}: no record returned")
+        return FileRecord(job.source, job.manifest, FAILED, one_line(e, name))
+    if record is not None and not isinstance(record, FileRecord):  # pragma: no cover - tasks return one
+        return FileRecord(job.source, job.manifest, FAILED, f"{name}: no record returned")
     return record
 
 

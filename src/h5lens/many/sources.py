@@ -22,6 +22,11 @@ from h5lens.locations import is_remote, same_location
 # only these are taken from it. A glob or an explicit path takes what it names.
 HDF5_SUFFIXES = (".h5ad", ".h5td", ".h5mu", ".nwb", ".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".loom")
 MANIFEST_SUFFIX = ".json"
+# What index-many names a manifest: the file's name and the form's suffix (``a.h5ad.json``,
+# ``a.h5ad.h5lens``). Looking for manifests in a directory or prefix (``validate DIR``,
+# ``index-many --check``) takes these names only: a report or any other JSON beside them
+# is not one.
+MANIFEST_NAMES = tuple(name + form for name in HDF5_SUFFIXES for form in (MANIFEST_SUFFIX, ".h5lens"))
 _MAGIC = ("*", "?", "[")
 
 
@@ -137,14 +142,17 @@ def _inside(url: str, out_dir: str) -> bool:
     return os.path.realpath(url).startswith(root + os.sep)
 
 
-def prepare_out_dir(out_dir: str, storage_options: dict[str, Any] | None = None) -> None:
+def prepare_out_dir(out_dir: str, storage_options: dict[str, Any] | None = None, *, create: bool = True) -> None:
     """Make sure manifests can be written below ``out_dir`` before any file is indexed:
     a local directory is created if missing (a file there is refused); on object storage
-    the bucket must exist (a prefix needs no creating)."""
+    the bucket must exist (a prefix needs no creating). Without ``create`` (a check, which
+    writes nothing) a missing local directory is left missing: it holds no manifest."""
     if not is_remote(out_dir):
         local = out_dir.removeprefix("file://")
         if os.path.exists(local) and not os.path.isdir(local):
             raise InvalidOptionError(f"{out_dir}: a file; --out-dir must be a directory")
+        if not create:
+            return
         try:
             os.makedirs(local, exist_ok=True)
         except OSError as e:
@@ -169,3 +177,93 @@ def ensure_parent(manifest: str) -> None:
     """A local manifest below a sub-directory of DEST (a prefix kept its layout): create it."""
     if not is_remote(manifest):
         os.makedirs(os.path.dirname(manifest), exist_ok=True)
+
+
+# -- manifests: what ``validate`` and ``index-many --check`` look at ------------------------------
+
+
+def list_manifests(prefix: str, storage_options: dict[str, Any] | None = None) -> list[str]:
+    """The manifests below a directory or prefix, local or URL, named as index-many names
+    them (:data:`MANIFEST_NAMES`), sorted; none when it holds none or does not exist."""
+    if not is_remote(prefix):
+        local = prefix.removeprefix("file://")
+        if not os.path.isdir(local):
+            return []
+        return sorted(
+            os.path.join(root, name)
+            for root, _, names in os.walk(local)
+            for name in names
+            if name.lower().endswith(MANIFEST_NAMES)
+        )
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(prefix, skip_instance_cache=True, **(storage_options or {}))
+        base = path.rstrip("/")
+        if not fs.exists(base):
+            return []
+        found = fs.find(base)
+    except Exception as e:  # every backend failure, named with the URL
+        raise storage_error(e, prefix, "listing", anon=anon_requested(storage_options)) from e
+    return sorted(fs.unstrip_protocol(p) for p in found if p.lower().endswith(MANIFEST_NAMES))
+
+
+def expand_manifests(specs: list[str], storage_options: dict[str, Any] | None = None) -> list[str]:
+    """The manifests MANIFEST arguments name, in order (each once): a directory or prefix
+    (a local directory, or a URL ending in ``/`` or naming one) gives those below it
+    (:func:`list_manifests`; refused if none), a glob its matches (a URL's, or a local one
+    the shell left alone), anything else itself (a file, a URL, ``icechunk://``)."""
+    found: dict[str, None] = {}
+    for spec in specs:
+        for manifest in _manifests_of(os.fspath(spec), storage_options):
+            found.setdefault(manifest)
+    return list(found)
+
+
+def _manifests_of(spec: str, options: dict[str, Any] | None) -> list[str]:
+    if spec.startswith("icechunk://"):
+        return [spec]
+    named = spec.lower().endswith((MANIFEST_SUFFIX, ".h5lens"))  # a manifest's name: taken as it is
+    if any(m in spec for m in _MAGIC):
+        matched = sorted(url for url, _ in _matches(spec, options))
+        if not matched:
+            raise InvalidOptionError(f"{spec}: matches no file")
+        return matched
+    if not is_remote(spec):
+        if not os.path.isdir(spec.removeprefix("file://")):
+            return [spec]
+    elif named and not spec.endswith("/"):
+        return [spec]
+    elif not spec.endswith("/") and not _is_prefix(spec, options):
+        return [spec]
+    manifests = list_manifests(spec, options)
+    if not manifests:
+        raise InvalidOptionError(
+            f"{spec}: holds no manifest (names ending in an HDF5 file's name and .json or .h5lens, "
+            "as h5lens index-many writes them: atlas.h5ad.json)"
+        )
+    return manifests
+
+
+def _matches(spec: str, options: dict[str, Any] | None) -> list[tuple[str, str]]:
+    if not is_remote(spec):
+        import glob
+
+        return [(p, p) for p in glob.glob(spec.removeprefix("file://"), recursive=True) if os.path.isfile(p)]
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(spec, skip_instance_cache=True, **(options or {}))
+        return [(fs.unstrip_protocol(p), p) for p in fs.glob(path) if fs.isfile(p)]
+    except Exception as e:  # every backend failure, named with the URL
+        raise storage_error(e, spec, "listing", anon=anon_requested(options)) from e
+
+
+def _is_prefix(url: str, options: dict[str, Any] | None) -> bool:
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(url, skip_instance_cache=True, **(options or {}))
+        return bool(fs.isdir(path))
+    except Exception as e:  # every backend failure, named with the URL
+        raise storage_error(e, url, "listing", anon=anon_requested(options)) from e

@@ -24,6 +24,11 @@ from h5lens.scan.options import (
 INDEXED = "indexed"
 SKIPPED = "skipped"
 FAILED = "failed"
+# a check (index_many(check=True)): what a run would do, nothing indexed
+CURRENT = "current"  # its manifest is current: a run skips it
+CHANGED = "changed"  # the file changed since its manifest was written: a run indexes it again
+MISSING = "missing"  # no manifest: a run indexes it
+ORPHANED = "orphaned"  # a manifest whose file is gone
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class FileRecord:
 
     source: str
     manifest: str
-    status: str  # indexed | skipped | failed
+    status: str  # indexed | skipped | failed; a check: current | changed | missing | orphaned | failed
     error: str | None = None
     error_cli: str | None = None  # the error as the command line says it, where it says it otherwise
     chunks: int = 0  # chunk references (byte ranges of the source) in the manifest
@@ -56,6 +61,9 @@ class FileRecord:
     form: str | None = None  # json | compact, when a manifest was written
     # what the manifest left out as unreadable (skip_unreadable), one line each: the object and why
     unreadable: list[str] = field(default_factory=list)
+    # why the manifest there was not current ("size 10 → 12", "ETag a → b"): what made a run
+    # index the file again, or what a check found changed; empty for a new manifest
+    changes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,12 +74,13 @@ def index_one(job: Job, settings: IndexSettings) -> FileRecord:
     started = time.perf_counter()
     record = FileRecord(job.source, job.manifest, FAILED)
     try:
-        current = None if settings.force else _current_manifest(job, settings.storage_options)
+        current, changes = (None, ()) if settings.force else _current_manifest(job, settings.storage_options)
         if current is not None:
             record.status = SKIPPED
             record.chunks, record.bytes = _referenced(current)
             record.unreadable = [entry.line for entry in current.unreadable]
         else:
+            record.changes = list(changes)
             _index(job, settings, record)
             record.status = INDEXED
     except Exception as e:  # noqa: BLE001 - any failure of this file is its record, not the run's end
@@ -122,35 +131,53 @@ def _referenced(manifest: Any) -> tuple[int, int]:
     return summary["referenced_chunks"], summary["referenced_bytes"]
 
 
-def _current_manifest(job: Job, storage_options: dict[str, Any]) -> Any:
+def _current_manifest(job: Job, storage_options: dict[str, Any]) -> tuple[Any, tuple[str, ...]]:
     """The manifest already at ``job.manifest`` if it describes the source as it is now
-    (same URL, size, and ETag or mtime); None if there is none or it is out of date.
+    (:func:`out_of_date`), else None and why not (nothing: there is no manifest).
 
     A manifest that does not load (damaged, from an older format) is out of date: the
     file is indexed again and the manifest replaced."""
-    from h5lens import identity
-    from h5lens.errors import H5LensError
-    from h5lens.fetch.clients import open_client
-    from h5lens.locations import absolute, resolve
+    from h5lens.errors import H5LensError, SourceNotFoundError
     from h5lens.manifest.model import Manifest
 
     try:
         existing = Manifest.load(job.manifest, storage_options=storage_options or None)
-    except H5LensError:
-        return None
-    if len(existing.sources) != 1 or resolve(existing.sources[0].url, existing.location) != absolute(job.source):
-        return None
+    except SourceNotFoundError:
+        return None, ()
+    except H5LensError as e:
+        return None, (f"the manifest there does not load ({one_line(e, job.manifest)})",)
+    changes = out_of_date(job, existing, storage_options)
+    return (None, changes) if changes else (existing, ())
+
+
+def out_of_date(job: Job, existing: Any, storage_options: dict[str, Any]) -> tuple[str, ...]:
+    """What makes ``existing``, the manifest at ``job.manifest``, out of date for
+    ``job.source`` (nothing: it is current): another source recorded, or the file changed
+    since (size, and ETag or content fingerprint or mtime: :func:`h5lens.identity.compare`),
+    or nothing but the size to tell. The file's own errors raise (a vanished source:
+    :class:`~h5lens.errors.SourceNotFoundError`)."""
+    from h5lens import identity
+    from h5lens.fetch.clients import open_client
+    from h5lens.locations import absolute, resolve
+
+    recorded_urls = [resolve(source.url, existing.location) for source in existing.sources]
+    if recorded_urls != [absolute(job.source)]:
+        return (f"the manifest records {', '.join(recorded_urls) or 'no source'}, not this file",)
     recorded = existing.sources[0]
     client = open_client(job.source, storage_options or None)
-    try:  # a vanished source raises: recorded as failed, as indexing would
+    try:
         found = client.stat(fingerprint=identity.wants_fingerprint(recorded))
     finally:
         client.close()
-    if recorded.size is None or found.get("size") != recorded.size:
-        return None
     comparison = identity.compare(recorded, found)
-    # size alone says too little: a rewrite of the same length would pass
-    return existing if comparison.unchanged and comparison.identified else None
+    if comparison.changes:
+        return comparison.changes
+    if recorded.size is None or found.get("size") is None:
+        return ("the size is not known on both sides: nothing to compare",)
+    if not comparison.identified:
+        # size alone says too little: a rewrite of the same length would pass
+        return ("the manifest records the size alone (no ETag, fingerprint or mtime): it cannot tell",)
+    return ()
 
 
 def one_line(error: BaseException, url: str, *, cli: bool = False) -> str:
