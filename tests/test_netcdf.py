@@ -558,3 +558,20 @@ def test_manifests_validate(writer, manifests):
     for threshold in THRESHOLDS:
         problems = h5lens.validate(manifests(writer, threshold), deep=True)
         assert [str(p) for p in problems] == []
+
+
+def test_fill_values_through_navigation_as_h5py_reads_them(tmp_path):
+    """The netCDF profile writes a float ``_FillValue`` in xarray's zarr form (base64);
+    navigation gives it back as the number h5py reads, of the variable's type."""
+    import netCDF4
+
+    path = tmp_path / "fill.nc"
+    with netCDF4.Dataset(path, "w") as nc:
+        nc.createDimension("x", 3)
+        for name, kind, fill in (("f4", "f4", -999.0), ("f8", "f8", 1e30), ("i2", "i2", -1)):
+            nc.createVariable(name, kind, ("x",), fill_value=fill)[:] = [1, 2, 3]
+    root = h5lens.open(h5lens.index(path))
+    with h5py.File(path) as f:
+        for name in ("f4", "f8", "i2"):
+            got, want = root[name].attrs["_FillValue"], f[name].attrs["_FillValue"]
+            assert np.asarray(got).dtype == want.dtype and np.asarray(got).reshape(-1).tolist() == want.tolist(), name

@@ -10,10 +10,7 @@ decodes (the base64 of a little-endian double). :func:`attribute_values` undoes 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +18,7 @@ import numpy as np
 
 from h5lens import convention
 from h5lens.manifest.model import Manifest
-from h5lens.read.attribute_types import typed
+from h5lens.read.attribute_types import netcdf_fill_value, typed
 
 # CF's packing attributes (xarray's CFScaleOffsetCoder and CFMaskCoder read them)
 PACKING = ("scale_factor", "add_offset")
@@ -63,20 +60,6 @@ def _decode(value: Any, proposal: bool) -> Any:
     if proposal and isinstance(value, str) and value in convention.NON_FINITE_TEXT:
         return convention.NON_FINITE_TEXT[value]
     return value
-
-
-def _netcdf_fill(value: Any, array_type: Any) -> Any:
-    """A float ``_FillValue`` the netCDF profile wrote as xarray's zarr reader decodes it
-    (the base64 of a little-endian double), as the array's float type; else ``value``."""
-    if not isinstance(value, str) or array_type not in ("float16", "float32", "float64"):
-        return value
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        return value
-    if len(raw) != 8:
-        return value
-    return np.dtype(array_type).type(struct.unpack("<d", raw)[0])
 
 
 def _as_h5py(value: Any) -> Any:
@@ -128,7 +111,7 @@ def attribute_values(manifest: Manifest, path: str, *, hidden: frozenset[str] = 
             continue
         value = _decode(stored, proposal)
         if name == "_FillValue":
-            value = _netcdf_fill(value, array_type)
+            value = netcdf_fill_value(value, array_type)
         if isinstance(value, np.generic):
             values[name] = value
         elif name in types:

@@ -13,6 +13,9 @@ see the JSON values.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +24,20 @@ import numpy as np
 from h5lens.dtypes_forms import parse_record_type, parse_vlen_type
 from h5lens.errors import UnsupportedFeatureError
 from h5lens.long_double import from_hex
+
+
+def netcdf_fill_value(value: Any, array_type: Any) -> Any:
+    """A float ``_FillValue`` the netCDF profile wrote as xarray's zarr reader decodes it
+    (the base64 of a little-endian double), as the array's float type; else ``value``."""
+    if not isinstance(value, str) or array_type not in ("float16", "float32", "float64"):
+        return value
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return value
+    if len(raw) != 8:
+        return value
+    return np.dtype(array_type).type(struct.unpack("<d", raw)[0])
 
 
 def typed(value: Any, type_name: str) -> Any:

@@ -47,7 +47,7 @@ from h5lens.keys import escape_key, unescape_key
 from h5lens.long_double import float_form_in, h5py_dtype, to_h5py
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import Manifest
-from h5lens.read.attribute_types import typed
+from h5lens.read.attribute_types import netcdf_fill_value, typed
 from h5lens.read.check import read_checked
 from h5lens.read.linked_files import Indexer, external_url, load_external
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
@@ -255,7 +255,8 @@ class Node:
     def attrs(self) -> Attributes:
         """User attributes; references resolve to nodes when read."""
         raw = {k: v for k, v in self._doc.get("attributes", {}).items() if k not in RESERVED_ATTRIBUTES}
-        return Attributes(self._file, raw, self._file.manifest.attribute_types.get(self._key), self._key)
+        types = self._file.manifest.attribute_types.get(self._key)
+        return Attributes(self._file, raw, types, self._key, self._doc.get("data_type"))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Node) and other._file is self._file and other.path == self.path
@@ -270,16 +271,22 @@ class Node:
 class Attributes(Mapping[str, Any]):
     """A node's attributes, read-only; ``_REFERENCE`` values resolve on access."""
 
-    def __init__(self, file: _File, raw: dict[str, Any], types: Mapping[str, str] | None = None, key: str = "") -> None:
+    def __init__(
+        self, file: _File, raw: dict[str, Any], types: Mapping[str, str] | None = None, key: str = "",
+        data_type: Any = None,
+    ) -> None:  # fmt: skip
         self._file = file
         self.raw = raw
         self._types = types or {}
         self._key = key  # the node's
+        self._data_type = data_type  # an array's: a netCDF float _FillValue's type
 
     def __getitem__(self, name: str) -> Any:
         if name not in self.raw:  # indexed with skip_unreadable: not here, and why
             self._file.manifest.refuse_unreadable(self._key, name)
         value = self._decode(self.raw[name])
+        if name == "_FillValue":  # the netCDF profile's form for xarray's zarr reader (base64)
+            value = netcdf_fill_value(value, self._data_type)
         found = self._types.get(name)
         return value if found is None else typed(value, found)  # the HDF5 type JSON lost
 
