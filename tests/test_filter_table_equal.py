@@ -24,6 +24,7 @@ from zarr.storage import MemoryStore
 import h5lens
 from h5lens.codecs import register
 from h5lens.codecs.table import FILTERS, IntoDecoder
+from h5lens.manifest.model import INLINE
 from h5lens.read.bulk import array_codec
 from h5lens.scan.codecs import read_pipeline, translate_pipeline
 
@@ -172,9 +173,18 @@ def _check(tmp_path_factory: pytest.TempPathFactory, name: str, dtype: str, data
     assume(pipeline is not None)  # no codec for this configuration (ZFP on a one-value chunk): copied, not referenced
     doc = {**manifest.nodes["x"], "codecs": [manifest.nodes["x"]["codecs"][0], *pipeline]}
     label = f"{name} {dtype} {h5_options} chunks {chunks} of {values.shape}"
+    names = [codec["name"] for codec in pipeline]
+    as_stored = int(np.prod(chunks)) * np.dtype(dtype).itemsize + (4 if "numcodecs.fletcher32" in names else 0)
+    source = manifest.chunks["x"].source
     for info, raw in stored:
         if info.filter_mask:
             continue  # stored without some filter: h5lens re-encodes such chunks (tests/test_filter_pipelines.py)
+        if {"h5lens.lzf", "h5lens.zfp"} & set(names) and len(raw) == as_stored:
+            # a stream as long as the data, which these codecs read as the data: h5lens never
+            # references such a chunk (it is decoded by libhdf5 and encoded again)
+            grid = tuple(o // c for o, c in zip(info.chunk_offset, chunks, strict=True))
+            assert source[grid] == INLINE, f"an LZF/ZFP chunk of ambiguous length is referenced: {label}"
+            continue
         ours, theirs, into = _decode_both("x", doc, raw, np.dtype(dtype))
         where = tuple(slice(o, min(o + c, n)) for o, c, n in zip(info.chunk_offset, chunks, values.shape, strict=True))
         inside = tuple(slice(0, s.stop - s.start) for s in where)
