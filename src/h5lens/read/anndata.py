@@ -1,14 +1,15 @@
 """Open a manifest as AnnData / TreeData, eagerly or lazily.
 
-anndata reads most manifests as they are (``anndata.read_zarr``). An eager read here goes
-through anndata's public ``read_dispatched`` with h5lens's callback (:class:`_EagerReads`):
-arrays of numbers and text and sparse matrices read whole through h5lens's read plan
-(faster than zarr's per-chunk pipeline, with no hook into zarr), and what anndata cannot
-read resolved by h5lens: ``dict`` 0.2.0 (escaped keys, unescaped strictly), ``accessor``
-elements (parsed by ``anndata.acc`` into the reference they stand for), the convention's
-proposal-form scalars (``_SCALAR`` arrays of shape (1,)). String columns get the dtype
-``read_h5ad`` gives them (anndata's zarr path leaves them as numpy strings). Lazy reads:
-:mod:`h5lens.read.anndata_lazy`. Nothing is registered in anndata.
+anndata reads most manifests as they are (``anndata.read_zarr``). An eager read here is
+h5lens's own walk of the manifest (:mod:`h5lens.read.anndata_eager`: no event-loop round
+trip per node), with anndata's public ``read_dispatched`` for the encodings h5lens leaves
+to it: arrays of numbers and text and sparse matrices read whole through h5lens's read
+plan (faster than zarr's per-chunk pipeline, with no hook into zarr), and what anndata
+cannot read resolved by h5lens: ``dict`` 0.2.0 (escaped keys, unescaped strictly),
+``accessor`` elements (parsed by ``anndata.acc`` into the reference they stand for), the
+convention's proposal-form scalars (``_SCALAR`` arrays of shape (1,)). String columns get
+the dtype ``read_h5ad`` gives them (anndata's zarr path leaves them as numpy strings).
+Lazy reads: :mod:`h5lens.read.anndata_lazy`. Nothing is registered in anndata.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import zarr
 from h5lens import convention
 from h5lens.errors import H5LensError, ManifestFormatError
 from h5lens.manifest.model import Manifest
-from h5lens.read.anndata_adapter import OwnEncodings, read_legacy_raw, require, scalar_value
+from h5lens.read.anndata_adapter import require
+from h5lens.read.anndata_eager import EagerReader
 from h5lens.read.anndata_lazy import prefetch_for_lazy, read_lazy
-from h5lens.read.open import open_group, store_of
+from h5lens.read.open import open_group, root_group, store_of
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
 from h5lens.read.shared import origin_of, shared_store
 
@@ -32,66 +34,6 @@ if TYPE_CHECKING:
     import anndata
 
     from h5lens.store import ManifestStore
-
-class _EagerReads:
-    """The ``read_dispatched`` callback of an eager read: elements read as ``read_h5ad``
-    reads them from the file, numbers and text in bulk through h5lens's read plan, and the
-    encodings anndata cannot read (:mod:`h5lens.read.anndata_adapter`) by h5lens."""
-
-    def __init__(self, store: ManifestStore) -> None:
-        self.own = OwnEncodings(store.manifest, self.read)
-
-    def read(self, elem: Any) -> Any:
-        from anndata.experimental import read_dispatched
-
-        return read_dispatched(elem, self.callback)
-
-    def callback(self, read_func: Callable[[Any], Any], elem_name: str, elem: Any, iospec: Any) -> Any:
-        kind = iospec.encoding_type
-        fast = _read_whole_element(elem, kind)
-        if fast is not None:
-            return fast
-        if isinstance(elem, zarr.Group) and kind in ("anndata", "raw", "dict") and self.own.holds_one(elem):
-            return self.own.read_container(elem, kind)
-        if isinstance(elem, zarr.Array) and elem.attrs.get(convention.SCALAR) is True and elem.shape == (1,):
-            if kind in ("string", "numeric-scalar"):
-                return scalar_value(elem)
-        if kind == "string-array" and isinstance(elem, zarr.Array):
-            # h5py hands anndata object arrays of str (pandas infers its string dtype from them)
-            strings: Any = elem[()]  # an array of str (numpy's StringDType or objects)
-            return strings.astype(object)
-        return read_func(elem)
-
-
-def _read_whole_element(elem: Any, kind: str) -> Any:
-    """Dense arrays and sparse matrices read in one batch of merged requests (see read.whole)."""
-    from h5lens.read.whole import read_whole
-    from h5lens.store import ManifestStore
-
-    if not isinstance(elem.store, ManifestStore):
-        return None
-    if kind in ("array", "string-array") and isinstance(elem, zarr.Array):
-        # text as h5py hands it to anndata: object arrays of str
-        return read_whole(elem.store, elem.path, text=kind == "string-array")
-    if kind in ("csr_matrix", "csc_matrix") and isinstance(elem, zarr.Group):
-        parts = [read_whole(elem.store, f"{elem.path}/{name}") for name in ("data", "indices", "indptr")]
-        if any(p is None for p in parts):
-            return None
-        import anndata
-        import scipy.sparse as sp
-
-        arrays = anndata.settings.use_sparse_array_on_read
-        if kind == "csr_matrix":
-            matrix = sp.csr_array if arrays else sp.csr_matrix
-        else:
-            matrix = sp.csc_array if arrays else sp.csc_matrix
-        return matrix(tuple(parts), shape=_sparse_shape(elem))
-    return None
-
-
-def _sparse_shape(elem: zarr.Group | zarr.Array) -> tuple[int, ...]:
-    # anndata's csr/csc encoding records the matrix shape as a list of ints
-    return tuple(cast("list[int]", elem.attrs["shape"]))
 
 
 def _check_root(group: zarr.Group, allowed: tuple[str, ...]) -> str:
@@ -173,10 +115,9 @@ def read_anndata(
 
 
 def _read_eager(group: zarr.Group) -> Any:
-    """The AnnData of ``group`` read whole, as ``read_h5ad`` reads the file."""
-    reads = _EagerReads(store_of(group))
-    adata = reads.read(group)
-    return read_legacy_raw(group, adata, reads.read)
+    """The AnnData of ``group`` read whole, as ``read_h5ad`` reads the file, by h5lens's
+    own walk of the manifest (:mod:`h5lens.read.anndata_eager`)."""
+    return EagerReader(store_of(group)).read_root()
 
 
 @contextlib.contextmanager
@@ -223,13 +164,10 @@ def _as_anndata_root(group: zarr.Group) -> zarr.Group:
     root["attributes"] = {**root.get("attributes", {}), "encoding-type": "anndata", "encoding-version": "0.1.0"}
     nodes[""] = root
     view = replace(manifest, nodes=nodes, chunks=chunks, recorded=None)
-    return zarr.open_group(
-        ManifestStore(
-            view, source_options=store.source_options, source_urls=store.source_urls, allow_local=store.allow_local
-        ),
-        mode="r",
-        zarr_format=3,
+    part = ManifestStore(
+        view, source_options=store.source_options, source_urls=store.source_urls, allow_local=store.allow_local
     )
+    return root_group(part)
 
 
 def read_treedata(
