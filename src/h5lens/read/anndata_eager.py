@@ -8,10 +8,11 @@ So h5lens walks the tree itself, from the documents, on the calling thread
 (:class:`EagerReader`):
 
 * the containers of anndata's on-disk format (``anndata`` and ``raw``, ``dict``,
-  ``dataframe`` 0.2.0, ``categorical``, nullable integers and booleans) are built from
-  their members as anndata's own readers build them (``anndata._io.specs.methods``:
-  ``read_anndata``, ``read_mapping``, ``read_dataframe``, ``read_categorical``,
-  ``_read_nullable``), each member read by path;
+  ``dataframe`` 0.2.0, ``categorical``, nullable integers, booleans and strings) are
+  built from their members as anndata's own readers build them
+  (``anndata._io.specs.methods``: ``read_anndata``, ``read_mapping``, ``read_dataframe``,
+  ``read_categorical``, ``_read_nullable``, ``_read_nullable_string``), each member read
+  by path;
 * arrays of numbers and text and sparse matrices are read whole through h5lens's read
   plan (:mod:`h5lens.read.whole`), scalar text from its inline chunk;
 * everything else (record arrays, awkward arrays, old encodings, arrays h5lens does not
@@ -169,12 +170,29 @@ class EagerReader:
         kind = pd.arrays.IntegerArray if attributes["encoding-type"] == "nullable-integer" else pd.arrays.BooleanArray
         return kind(values, mask=mask)
 
+    def _nullable_string(self, path: str, attributes: Attributes) -> Any:
+        # anndata's _read_nullable_string (what anndata writes a pandas string column as)
+        import pandas as pd
+
+        paths = self._members(path, ["values", "mask"])
+        if paths is None:
+            return NOT_MINE
+        values, mask = (self.read(p) for p in paths)
+        dtype = pd.StringDtype(na_value=np.nan if attributes.get("na-value", "NA") == "NaN" else pd.NA)
+        found = pd.array(values.astype(np.dtypes.StringDType(na_object=dtype.na_value)), dtype=dtype)
+        found[mask] = pd.NA
+        return found
+
     def _array(self, path: str, attributes: Attributes) -> Any:
         from h5lens.read.whole import read_whole
 
         # text as h5py hands it to anndata: object arrays of str
         found = read_whole(self.store, path, text=attributes["encoding-type"] == "string-array")
-        return NOT_MINE if found is None else found
+        if found is None:
+            return NOT_MINE
+        # a region read is a view of its chunks laid side by side (edges cropped): h5py gives
+        # a C-contiguous array of its own, which later computations expect
+        return found if found.flags.c_contiguous else np.ascontiguousarray(found)
 
     def _sparse(self, path: str, attributes: Attributes) -> Any:
         # anndata's read_sparse: (data, indices, indptr) and the shape attribute
@@ -280,6 +298,7 @@ _READERS: dict[tuple[str, str | None, str | None], Callable[[EagerReader, str, A
     ("group", "categorical", "0.2.0"): EagerReader._categorical,
     ("group", "nullable-integer", "0.1.0"): EagerReader._nullable,
     ("group", "nullable-boolean", "0.1.0"): EagerReader._nullable,
+    ("group", "nullable-string-array", "0.1.0"): EagerReader._nullable_string,
     ("group", "csr_matrix", "0.1.0"): EagerReader._sparse,
     ("group", "csc_matrix", "0.1.0"): EagerReader._sparse,
     ("array", "array", "0.2.0"): EagerReader._array,
