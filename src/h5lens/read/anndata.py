@@ -15,6 +15,7 @@ Lazy reads: :mod:`h5lens.read.anndata_lazy`. Nothing is registered in anndata.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Unpack, cast
 
@@ -28,7 +29,7 @@ from h5lens.read.anndata_eager import EagerReader
 from h5lens.read.anndata_lazy import prefetch_for_lazy, read_lazy
 from h5lens.read.open import open_group, root_group, store_of
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
-from h5lens.read.shared import origin_of, shared_store
+from h5lens.read.shared import SharedManifestStore, origin_of, shared_store
 
 if TYPE_CHECKING:
     import anndata
@@ -83,20 +84,45 @@ def read_anndata(
         require("dask", "h5lens.read_anndata(lazy=True)")
         require("xarray", "h5lens.read_anndata(lazy=True)")
     if isinstance(manifest, (list, tuple)):
+        from h5lens.read.blocks import DEFAULT_BLOCK_BYTES
         from h5lens.read.collection import read_collection
 
+        # a collection is computed, not sliced row by row: lazy blocks sized for a cluster
+        blocks = (block_bytes or DEFAULT_BLOCK_BYTES) if lazy else None
         return read_collection(
             manifest,
-            read_anndata,
-            lazy=lazy,
+            lambda one: _open_anndata(one, opening, lazy=lazy),
+            lambda opened: opened.read(blocks),
             join=join,
             label=label,
             keys=keys,
             index_unique=index_unique,
-            block_bytes=block_bytes,
-            options=opening,
         )
-    root = _open_root(cast("PathOrManifest", manifest), ("anndata", "treedata"), opening)
+    return _open_anndata(cast("PathOrManifest", manifest), opening, lazy=lazy).read(block_bytes)
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """An AnnData manifest opened, its source checked and its bytes on their way: what is
+    left is reading it (:meth:`read`), on the calling thread."""
+
+    group: zarr.Group
+    lazy_store: SharedManifestStore | None  # lazy reads: the store dask tasks read through
+
+    def read(self, block_bytes: int | None) -> Any:
+        if self.lazy_store is not None:
+            return read_lazy(self.lazy_store, block_bytes)
+        with _naming_bad_chunks(self.group):
+            return _read_eager(self.group)
+
+
+def _open_anndata(manifest: PathOrManifest, opening: OpenOptions, *, lazy: bool) -> _Opened:
+    """Open an AnnData manifest for reading: the manifest loaded, its sources verified, and
+    what the read will take asked for at once (remote sources: merged requests, in flight
+    while the caller goes on), instead of one round trip per element as the reader walks
+    the tree. The waits of an open are its round trips, so a collection opens its members
+    side by side (:mod:`h5lens.read.collection`)."""
+    root = _open_root(manifest, ("anndata", "treedata"), opening)
     # The AnnData part of a TreeData file (before any read, so that one store fetches).
     group = _as_anndata_root(root)
     if lazy:
@@ -106,12 +132,10 @@ def read_anndata(
         origin = origin_of(store_of(root), opening) if from_file else None
         store = shared_store(group, origin)
         prefetch_for_lazy(store)
-        return read_lazy(store, block_bytes)
-    # An eager read touches every chunk: ask for all of them at once (merged requests),
-    # instead of one round trip per element as the reader walks the tree.
+        return _Opened(group, store)
+    # An eager read touches every chunk
     store_of(group).prefetch_all()
-    with _naming_bad_chunks(group):
-        return _read_eager(group)
+    return _Opened(group, None)
 
 
 def _read_eager(group: zarr.Group) -> Any:
