@@ -82,3 +82,43 @@ def test_eager_arrays_are_contiguous_as_h5py_gives_them(tmp_path):
         assert got.obsm[key].flags.c_contiguous == array.flags.c_contiguous
         assert got.obsm[key].dtype == array.dtype
         np.testing.assert_array_equal(got.obsm[key], array)
+
+
+def test_a_collection_opens_its_members_side_by_side_and_keeps_their_order():
+    """Each member's open waits for all the others to be opening (a barrier): opened one
+    after another, the first would wait alone and the barrier break."""
+    import threading
+
+    from h5lens.read.collection import open_all
+
+    names = [f"m{i}" for i in range(6)]
+    barrier = threading.Barrier(len(names), timeout=30)
+
+    def open_one(name):
+        barrier.wait()
+        return name.upper()
+
+    assert open_all(names, open_one) == [name.upper() for name in names]
+
+
+def test_a_collection_raises_the_first_failure_in_order():
+    from h5lens.read.collection import open_all
+
+    def open_one(name):
+        if name in ("b", "d"):
+            raise h5lens.H5LensError(f"cannot open {name}")
+        return name
+
+    with pytest.raises(h5lens.H5LensError, match="cannot open b"):
+        open_all(["a", "b", "c", "d"], open_one)
+
+
+def test_a_list_of_manifests_equals_anndata_concat(tmp_path):
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"f{i}.h5ad"
+        _written(path)
+        paths.append(path)
+    expected = ad.concat([ad.read_h5ad(p) for p in paths], index_unique="-")
+    got = h5lens.read_anndata([h5lens.index(p) for p in paths], index_unique="-")
+    assert_equal(got, expected)
