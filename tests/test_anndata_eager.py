@@ -122,3 +122,16 @@ def test_a_list_of_manifests_equals_anndata_concat(tmp_path):
     expected = ad.concat([ad.read_h5ad(p) for p in paths], index_unique="-")
     got = h5lens.read_anndata([h5lens.index(p) for p in paths], index_unique="-")
     assert_equal(got, expected)
+
+
+def test_with_h5lens_decoding_off_zarr_reads_every_value(tmp_path):
+    """``fast_reads(False)``: the walk still owns the lookups, zarr decodes every chunk."""
+    path = tmp_path / "file.h5ad"
+    _written(path)
+    store = h5lens.open_store(h5lens.index(path))
+    counted = _CountingStore(store)
+    with h5lens.fast_reads(False):
+        got = EagerReader(store).read_root()
+    assert_equal(got, ad.read_h5ad(path))
+    chunks = {key.rsplit("/c", 1)[0] for key in counted.keys if not key.endswith("zarr.json")}
+    assert {"X/data", "obs/count", "obsm/X_pca", "uns/title", "uns/scale"} <= chunks

@@ -14,7 +14,8 @@ So h5lens walks the tree itself, from the documents, on the calling thread
   ``read_categorical``, ``_read_nullable``, ``_read_nullable_string``), each member read
   by path;
 * arrays of numbers and text and sparse matrices are read whole through h5lens's read
-  plan (:mod:`h5lens.read.whole`), scalar text from its inline chunk;
+  plan (:mod:`h5lens.read.whole`), scalars from their inline chunk (while
+  ``h5lens.fast_reads(False)`` holds, zarr reads these: h5lens decodes nothing);
 * everything else (record arrays, awkward arrays, old encodings, arrays h5lens does not
   decode) is opened as the zarr node zarr would open, built from its document on the
   calling thread, and read by anndata's public ``read_dispatched`` with this module's
@@ -36,6 +37,7 @@ from h5lens import convention
 from h5lens.keys import unescape_key
 from h5lens.read.anndata_adapter import ANNDATA_ELEMENTS, OwnEncodings, own_encoding, read_legacy_raw, scalar_value
 from h5lens.read.consolidated import node_at
+from h5lens.read.plan import decoding
 
 if TYPE_CHECKING:
     from h5lens.store import ManifestStore
@@ -209,12 +211,12 @@ class EagerReader:
 
     def _string(self, path: str, attributes: Attributes) -> Any:
         # anndata's read_zarr_string (str of the value) for the text h5lens decodes
-        found = inline_text_scalar(self.store, path)
+        found = inline_text_scalar(self.store, path) if decoding.on else None
         return NOT_MINE if found is None else found
 
     def _number(self, path: str, attributes: Attributes) -> Any:
         # anndata's read_scalar (``elem[()].item()``) for the numbers h5lens decodes
-        found = inline_number_scalar(self.store, path)
+        found = inline_number_scalar(self.store, path) if decoding.on else None
         return NOT_MINE if found is None else found.item()
 
     def _null(self, path: str, attributes: Attributes) -> Any:
