@@ -135,3 +135,18 @@ def test_with_h5lens_decoding_off_zarr_reads_every_value(tmp_path):
     assert_equal(got, ad.read_h5ad(path))
     chunks = {key.rsplit("/c", 1)[0] for key in counted.keys if not key.endswith("zarr.json")}
     assert {"X/data", "obs/count", "obsm/X_pca", "uns/title", "uns/scale"} <= chunks
+
+
+def test_a_lazy_collection_cuts_dense_obsm_into_blocks_of_whole_rows(tmp_path):
+    """Stored in (625, 3) chunks, obsm would be 16 tiny tasks per file: a list reads it in
+    row blocks of about ``block_bytes`` (one per small file), values unchanged."""
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"f{i}.h5ad"
+        _written(path)
+        paths.append(path)
+    lazy = h5lens.read_anndata([h5lens.index(p) for p in paths], lazy=True)
+    pca = lazy.obsm["X_pca"]
+    assert pca.numblocks == (3, 1)
+    expected = ad.concat([ad.read_h5ad(p) for p in paths]).obsm["X_pca"]
+    np.testing.assert_array_equal(pca.compute(), expected)

@@ -75,8 +75,9 @@ def read_anndata(
     ``block_bytes`` (lazy): the dask blocks of sparse ``X`` and layers hold about this many
     bytes (64 MiB by default), along the axis they are stored by (rows of csr, columns of
     csc), never fewer than anndata's default block (1000); a slice reads only the rows it
-    asks for, whatever the block size. Dense ones are cut into row blocks of about this
-    many bytes if given (whole stored chunks), else into their stored chunks.
+    asks for, whatever the block size. Dense arrays of numbers (``X``, layers, ``obsm``,
+    ``varm``, ``uns``) are cut into row blocks of about this many bytes if given (whole
+    stored chunks; a list of manifests gives it), else into their stored chunks.
     """
     require("anndata", "h5lens.read_anndata")
     opening = OpenOptions.of(options, given)
