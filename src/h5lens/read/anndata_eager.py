@@ -85,9 +85,8 @@ class EagerReader:
     def callback(self, read_func: Callable[[Any], Any], elem_name: str, elem: Any, iospec: Any) -> Any:
         """anndata's ``read_dispatched`` callback: a member anndata found is read by h5lens
         where it owns the encoding; otherwise as h5lens adapts anndata's readers."""
-        node_type = "group" if isinstance(elem, zarr.Group) else "array"
-        if isinstance(elem.store, type(self.store)) and elem.store is self.store:
-            found = self._own(elem.path, node_type, dict(elem.attrs))
+        if elem.store is self.store:  # a member of this manifest: h5lens reads it by path
+            found = self._own(elem.path, "group" if isinstance(elem, zarr.Group) else "array", dict(elem.attrs))
             if found is not NOT_MINE:
                 return found
         if isinstance(elem, zarr.Group) and iospec.encoding_type in ("anndata", "raw", "dict") and self.own.holds_one(elem):
