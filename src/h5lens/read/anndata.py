@@ -15,8 +15,8 @@ Lazy reads: :mod:`h5lens.read.anndata_lazy`. Nothing is registered in anndata.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
-from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Unpack, cast
 
 import zarr
