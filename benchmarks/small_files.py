@@ -9,11 +9,12 @@ contender once per round, the order rotated each round), medians of ``--repeats`
           ``verify=False`` and of a ``Manifest`` already loaded; and where the fixed cost
           of an open goes: ``Manifest.load``, the store and the verification of its source,
           the root group, the read itself.
-2. local  ``--files`` small h5ad files written by anndata (sparse csr X, gzip, obs with a
-          categorical and a number column, obsm) as one AnnData: ``anndata.concat`` of
-          ``read_h5ad`` of each against ``read_anndata(list)`` eagerly, and lazily
-          (``read_anndata(list, lazy=True)``, then ``to_memory()``: the same AnnData in memory;
-          opening alone printed apart).
+2. local  ``--files`` small h5ad files written by anndata (sparse csr X, gzip, obs with two
+          categoricals and a number column, a text var column, obsm, a string in uns) as
+          one AnnData: ``anndata.concat`` of ``read_h5ad`` of each against
+          ``read_anndata(list)`` eagerly, and lazily (``read_anndata(list, lazy=True)``,
+          then ``to_memory()``: the same AnnData in memory; opening alone printed apart),
+          with anndata's own lazy reader of the files (``read_lazy`` of h5py files) beside.
 3. s3     the same files in moto's S3 on 127.0.0.1 (``h5lens.testing.s3``), read through
           a counting proxy (``--latency-ms`` per request, 0 by default): each file
           downloaded to a temporary directory and read by ``read_h5ad``, concatenated,
