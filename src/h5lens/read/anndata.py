@@ -1,20 +1,22 @@
 """Open a manifest as AnnData / TreeData, eagerly or lazily.
 
-anndata reads most manifests as they are (``anndata.read_zarr``). An eager read here goes
-through anndata's public ``read_dispatched`` with h5lens's callback (:class:`_EagerReads`):
-arrays of numbers and text and sparse matrices read whole through h5lens's read plan
-(faster than zarr's per-chunk pipeline, with no hook into zarr), and what anndata cannot
-read resolved by h5lens: ``dict`` 0.2.0 (escaped keys, unescaped strictly), ``accessor``
-elements (parsed by ``anndata.acc`` into the reference they stand for), the convention's
-proposal-form scalars (``_SCALAR`` arrays of shape (1,)). String columns get the dtype
-``read_h5ad`` gives them (anndata's zarr path leaves them as numpy strings). Lazy reads:
-:mod:`h5lens.read.anndata_lazy`. Nothing is registered in anndata.
+anndata reads most manifests as they are (``anndata.read_zarr``). An eager read here is
+h5lens's own walk of the manifest (:mod:`h5lens.read.anndata_eager`: no event-loop round
+trip per node), with anndata's public ``read_dispatched`` for the encodings h5lens leaves
+to it: arrays of numbers and text and sparse matrices read whole through h5lens's read
+plan (faster than zarr's per-chunk pipeline, with no hook into zarr), and what anndata
+cannot read resolved by h5lens: ``dict`` 0.2.0 (escaped keys, unescaped strictly),
+``accessor`` elements (parsed by ``anndata.acc`` into the reference they stand for), the
+convention's proposal-form scalars (``_SCALAR`` arrays of shape (1,)). String columns get
+the dtype ``read_h5ad`` gives them (anndata's zarr path leaves them as numpy strings).
+Lazy reads: :mod:`h5lens.read.anndata_lazy`. Nothing is registered in anndata.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Unpack, cast
 
 import zarr
@@ -22,76 +24,17 @@ import zarr
 from h5lens import convention
 from h5lens.errors import H5LensError, ManifestFormatError
 from h5lens.manifest.model import Manifest
-from h5lens.read.anndata_adapter import OwnEncodings, read_legacy_raw, require, scalar_value
+from h5lens.read.anndata_adapter import require
+from h5lens.read.anndata_eager import EagerReader
 from h5lens.read.anndata_lazy import prefetch_for_lazy, read_lazy
-from h5lens.read.open import open_group, store_of
+from h5lens.read.open import open_group, root_group, store_of
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
-from h5lens.read.shared import origin_of, shared_store
+from h5lens.read.shared import SharedManifestStore, origin_of, shared_store
 
 if TYPE_CHECKING:
     import anndata
 
     from h5lens.store import ManifestStore
-
-class _EagerReads:
-    """The ``read_dispatched`` callback of an eager read: elements read as ``read_h5ad``
-    reads them from the file, numbers and text in bulk through h5lens's read plan, and the
-    encodings anndata cannot read (:mod:`h5lens.read.anndata_adapter`) by h5lens."""
-
-    def __init__(self, store: ManifestStore) -> None:
-        self.own = OwnEncodings(store.manifest, self.read)
-
-    def read(self, elem: Any) -> Any:
-        from anndata.experimental import read_dispatched
-
-        return read_dispatched(elem, self.callback)
-
-    def callback(self, read_func: Callable[[Any], Any], elem_name: str, elem: Any, iospec: Any) -> Any:
-        kind = iospec.encoding_type
-        fast = _read_whole_element(elem, kind)
-        if fast is not None:
-            return fast
-        if isinstance(elem, zarr.Group) and kind in ("anndata", "raw", "dict") and self.own.holds_one(elem):
-            return self.own.read_container(elem, kind)
-        if isinstance(elem, zarr.Array) and elem.attrs.get(convention.SCALAR) is True and elem.shape == (1,):
-            if kind in ("string", "numeric-scalar"):
-                return scalar_value(elem)
-        if kind == "string-array" and isinstance(elem, zarr.Array):
-            # h5py hands anndata object arrays of str (pandas infers its string dtype from them)
-            strings: Any = elem[()]  # an array of str (numpy's StringDType or objects)
-            return strings.astype(object)
-        return read_func(elem)
-
-
-def _read_whole_element(elem: Any, kind: str) -> Any:
-    """Dense arrays and sparse matrices read in one batch of merged requests (see read.whole)."""
-    from h5lens.read.whole import read_whole
-    from h5lens.store import ManifestStore
-
-    if not isinstance(elem.store, ManifestStore):
-        return None
-    if kind in ("array", "string-array") and isinstance(elem, zarr.Array):
-        # text as h5py hands it to anndata: object arrays of str
-        return read_whole(elem.store, elem.path, text=kind == "string-array")
-    if kind in ("csr_matrix", "csc_matrix") and isinstance(elem, zarr.Group):
-        parts = [read_whole(elem.store, f"{elem.path}/{name}") for name in ("data", "indices", "indptr")]
-        if any(p is None for p in parts):
-            return None
-        import anndata
-        import scipy.sparse as sp
-
-        arrays = anndata.settings.use_sparse_array_on_read
-        if kind == "csr_matrix":
-            matrix = sp.csr_array if arrays else sp.csr_matrix
-        else:
-            matrix = sp.csc_array if arrays else sp.csc_matrix
-        return matrix(tuple(parts), shape=_sparse_shape(elem))
-    return None
-
-
-def _sparse_shape(elem: zarr.Group | zarr.Array) -> tuple[int, ...]:
-    # anndata's csr/csc encoding records the matrix shape as a list of ints
-    return tuple(cast("list[int]", elem.attrs["shape"]))
 
 
 def _check_root(group: zarr.Group, allowed: tuple[str, ...]) -> str:
@@ -132,8 +75,9 @@ def read_anndata(
     ``block_bytes`` (lazy): the dask blocks of sparse ``X`` and layers hold about this many
     bytes (64 MiB by default), along the axis they are stored by (rows of csr, columns of
     csc), never fewer than anndata's default block (1000); a slice reads only the rows it
-    asks for, whatever the block size. Dense ones are cut into row blocks of about this
-    many bytes if given (whole stored chunks), else into their stored chunks.
+    asks for, whatever the block size. Dense arrays of numbers (``X``, layers, ``obsm``,
+    ``varm``, ``uns``) are cut into row blocks of about this many bytes if given (whole
+    stored chunks; a list of manifests gives it), else into their stored chunks.
     """
     require("anndata", "h5lens.read_anndata")
     opening = OpenOptions.of(options, given)
@@ -141,20 +85,45 @@ def read_anndata(
         require("dask", "h5lens.read_anndata(lazy=True)")
         require("xarray", "h5lens.read_anndata(lazy=True)")
     if isinstance(manifest, (list, tuple)):
+        from h5lens.read.blocks import DEFAULT_BLOCK_BYTES
         from h5lens.read.collection import read_collection
 
+        # a collection is computed, not sliced row by row: lazy blocks sized for a cluster
+        blocks = (block_bytes or DEFAULT_BLOCK_BYTES) if lazy else None
         return read_collection(
             manifest,
-            read_anndata,
-            lazy=lazy,
+            lambda one: _open_anndata(one, opening, lazy=lazy),
+            lambda opened: opened.read(blocks),
             join=join,
             label=label,
             keys=keys,
             index_unique=index_unique,
-            block_bytes=block_bytes,
-            options=opening,
         )
-    root = _open_root(cast("PathOrManifest", manifest), ("anndata", "treedata"), opening)
+    return _open_anndata(cast("PathOrManifest", manifest), opening, lazy=lazy).read(block_bytes)
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """An AnnData manifest opened, its source checked and its bytes on their way: what is
+    left is reading it (:meth:`read`), on the calling thread."""
+
+    group: zarr.Group
+    lazy_store: SharedManifestStore | None  # lazy reads: the store dask tasks read through
+
+    def read(self, block_bytes: int | None) -> Any:
+        if self.lazy_store is not None:
+            return read_lazy(self.lazy_store, block_bytes)
+        with _naming_bad_chunks(self.group):
+            return _read_eager(self.group)
+
+
+def _open_anndata(manifest: PathOrManifest, opening: OpenOptions, *, lazy: bool) -> _Opened:
+    """Open an AnnData manifest for reading: the manifest loaded, its sources verified, and
+    what the read will take asked for at once (remote sources: merged requests, in flight
+    while the caller goes on), instead of one round trip per element as the reader walks
+    the tree. The waits of an open are its round trips, so a collection opens its members
+    side by side (:mod:`h5lens.read.collection`)."""
+    root = _open_root(manifest, ("anndata", "treedata"), opening)
     # The AnnData part of a TreeData file (before any read, so that one store fetches).
     group = _as_anndata_root(root)
     if lazy:
@@ -164,19 +133,16 @@ def read_anndata(
         origin = origin_of(store_of(root), opening) if from_file else None
         store = shared_store(group, origin)
         prefetch_for_lazy(store)
-        return read_lazy(store, block_bytes)
-    # An eager read touches every chunk: ask for all of them at once (merged requests),
-    # instead of one round trip per element as the reader walks the tree.
+        return _Opened(group, store)
+    # An eager read touches every chunk
     store_of(group).prefetch_all()
-    with _naming_bad_chunks(group):
-        return _read_eager(group)
+    return _Opened(group, None)
 
 
 def _read_eager(group: zarr.Group) -> Any:
-    """The AnnData of ``group`` read whole, as ``read_h5ad`` reads the file."""
-    reads = _EagerReads(store_of(group))
-    adata = reads.read(group)
-    return read_legacy_raw(group, adata, reads.read)
+    """The AnnData of ``group`` read whole, as ``read_h5ad`` reads the file, by h5lens's
+    own walk of the manifest (:mod:`h5lens.read.anndata_eager`)."""
+    return EagerReader(store_of(group)).read_root()
 
 
 @contextlib.contextmanager
@@ -223,13 +189,10 @@ def _as_anndata_root(group: zarr.Group) -> zarr.Group:
     root["attributes"] = {**root.get("attributes", {}), "encoding-type": "anndata", "encoding-version": "0.1.0"}
     nodes[""] = root
     view = replace(manifest, nodes=nodes, chunks=chunks, recorded=None)
-    return zarr.open_group(
-        ManifestStore(
-            view, source_options=store.source_options, source_urls=store.source_urls, allow_local=store.allow_local
-        ),
-        mode="r",
-        zarr_format=3,
+    part = ManifestStore(
+        view, source_options=store.source_options, source_urls=store.source_urls, allow_local=store.allow_local
     )
+    return root_group(part)
 
 
 def read_treedata(

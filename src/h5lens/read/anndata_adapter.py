@@ -15,7 +15,7 @@ reads both encodings itself, which is correct either way.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -118,19 +118,19 @@ class OwnEncodings:
         return self.read_member(elem)
 
 
-def read_legacy_raw(group: zarr.Group, adata: Any, read: Callable[[Any], Any]) -> Any:
+def read_legacy_raw(root_members: Collection[str], adata: Any, read: Callable[[str], Any]) -> Any:
     """Top-level ``raw.X`` / ``raw.var`` / ``raw.varm`` (anndata < 0.7), as anndata's
     ``read_h5ad`` takes them: gathered into ``adata.raw``, or refused beside a ``raw``
-    group. The h5ad profile moves them into a ``raw`` group; a manifest from elsewhere may
-    not."""
-    legacy = [name for name in group if name.startswith("raw.")]
-    if not legacy or ("raw" not in group and "raw.X" not in legacy):  # read_h5ad's two branches
+    group. ``root_members`` are the names at the root, ``read`` reads one of them. The h5ad
+    profile moves them into a ``raw`` group; a manifest from elsewhere may not."""
+    legacy = [name for name in root_members if name.startswith("raw.")]
+    if not legacy or ("raw" not in root_members and "raw.X" not in legacy):  # read_h5ad's two branches
         return adata
     import anndata
 
     if adata.raw is not None:
         raise ValueError("Store has both legacy and current raw formats.")  # anndata's words
-    parts = {key: read(group[f"raw.{key}"]) for key in ("X", "var", "varm") if f"raw.{key}" in group}
+    parts = {key: read(f"raw.{key}") for key in ("X", "var", "varm") if f"raw.{key}" in root_members}
     raw = anndata.AnnData(**parts)
     raw.obs_names = adata.obs_names
     adata.raw = raw

@@ -61,7 +61,7 @@ def read_lazy(store: ManifestStore, block_bytes: int | None) -> Any:
     layers = store.manifest.children("layers") if "layers" in store.manifest.nodes else []
     sparse = [path for path in ("X", *(f"layers/{name}" for name in layers)) if is_sparse_matrix(store, path)]
     walk = consolidated_root(store, hide=sparse)
-    return _lazy_blocks(_LazyReads(store).read(walk), walk, sparse, block_bytes)
+    return _lazy_blocks(_LazyReads(store, block_bytes).read(walk), walk, sparse, block_bytes)
 
 
 class _LazyReads:
@@ -73,8 +73,9 @@ class _LazyReads:
 
     LAZY = frozenset({"csr_matrix", "csc_matrix", "array", "string-array", "dataframe", "categorical"})
 
-    def __init__(self, store: ManifestStore) -> None:
+    def __init__(self, store: ManifestStore, block_bytes: int | None = None) -> None:
         self.store = store
+        self.block_bytes = block_bytes
         self.own = OwnEncodings(store.manifest, self.read)
 
     def read(self, elem: Any) -> Any:
@@ -92,7 +93,7 @@ class _LazyReads:
             return anndata.AnnData(**{name: self.own.read(member) for name, member in members(elem)})
         if kind in self.LAZY or "nullable" in kind:
             if kind == "array" and isinstance(elem, zarr.Array) and decoder(self.store, elem.path, text=False) is not None:
-                return lazy_dense(self.store, elem.path)
+                return lazy_dense(self.store, elem.path, self._row_blocks(elem))
             if kind == "dataframe" and (elem_name[:4] in {"/obs", "/var"} or elem_name[:8] in {"/raw/obs", "/raw/var"}):
                 return read_elem_lazy(elem, use_range_index=False)
             return read_elem_lazy(elem)
@@ -101,6 +102,15 @@ class _LazyReads:
         if kind == "dict":
             return {name: self.own.read(member) for name, member in members(elem)}
         return read_func(elem)
+
+
+    def _row_blocks(self, elem: zarr.Array) -> tuple[int, ...] | None:
+        """Blocks of whole rows holding about ``block_bytes`` (whole stored chunks), if it is
+        given; else None (the stored chunks, as anndata cuts it). A collection's ``obsm`` in
+        its stored chunks would make a task per chunk of every file: thousands of tiny ones."""
+        if self.block_bytes is None or elem.ndim == 0:
+            return None
+        return (dense_row_block(elem, self.store, self.block_bytes), *elem.shape[1:])
 
 
 def _lazy_blocks(adata: Any, walk: zarr.Group, sparse: list[str], block_bytes: int | None) -> Any:

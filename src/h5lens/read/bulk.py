@@ -16,6 +16,8 @@ exactly as zarr would decode it, or not at all.
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -184,9 +186,19 @@ _SHUFFLES = ("numcodecs.shuffle", "h5lens.shuffle")
 
 
 def _fill(fill_value: Any, dtype: np.dtype) -> Any:
+    try:
+        return _fill_of(json.dumps(fill_value, allow_nan=True), dtype)
+    except TypeError:  # not JSON (a document built in memory): converted as it is
+        from zarr.core.dtype import get_data_type_from_native_dtype
+
+        return get_data_type_from_native_dtype(dtype).from_json_scalar(fill_value, zarr_format=3)
+
+
+@functools.lru_cache(maxsize=1024)  # zarr's dtype registry takes ~90 µs a lookup: once per (fill, dtype)
+def _fill_of(fill_json: str, dtype: np.dtype) -> Any:
     from zarr.core.dtype import get_data_type_from_native_dtype
 
-    return get_data_type_from_native_dtype(dtype).from_json_scalar(fill_value, zarr_format=3)
+    return get_data_type_from_native_dtype(dtype).from_json_scalar(json.loads(fill_json), zarr_format=3)
 
 
 @dataclass(frozen=True)

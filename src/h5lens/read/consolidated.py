@@ -74,6 +74,21 @@ def members(group: zarr.Group) -> list[tuple[str, zarr.Array | zarr.Group]]:
     return out
 
 
+def node_at(store: ManifestStore, path: str) -> zarr.Array | zarr.Group:
+    """The node at ``path`` as ``zarr.open_group(store)[path]`` gives it (a group without
+    consolidated metadata: its members are looked up through the store), built on the calling
+    thread from its document, with no trip to zarr's event loop and no store read."""
+    from zarr.core.group import GroupMetadata
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+    from zarr.storage import StorePath
+
+    document = json.loads(store.metadata[metadata_key(path)])
+    where = StorePath(store, path)
+    if document.get("node_type") == "group":
+        return zarr.Group(AsyncGroup(metadata=GroupMetadata.from_dict(document), store_path=where))
+    return zarr.Array(zarr.AsyncArray(metadata=ArrayV3Metadata.from_dict(document), store_path=where))
+
+
 def array_metadata(store: ManifestStore, path: str) -> ArrayV3Metadata:
     """zarr's metadata of the array at ``path``, parsed from its document (no store read)."""
     from zarr.core.metadata.v3 import ArrayV3Metadata
@@ -85,4 +100,4 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == root or path.startswith(root + "/") for root in roots)
 
 
-__all__ = ["array_metadata", "consolidated_root", "members"]
+__all__ = ["array_metadata", "consolidated_root", "members", "node_at"]

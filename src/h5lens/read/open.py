@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Unpack
+from typing import Unpack, cast
 
 import zarr
 
@@ -10,7 +10,16 @@ from h5lens.errors import ManifestFormatError
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest, load_manifest
 from h5lens.store import ManifestStore
 
-__all__ = ["OpenKwargs", "OpenOptions", "PathOrManifest", "load_manifest", "open_group", "open_store", "store_of"]
+__all__ = [
+    "OpenKwargs",
+    "OpenOptions",
+    "PathOrManifest",
+    "load_manifest",
+    "open_group",
+    "open_store",
+    "root_group",
+    "store_of",
+]
 
 
 def open_store(
@@ -39,14 +48,21 @@ def open_group(
     that sources are unchanged since indexing. The options are those of
     :func:`open_store`.
     """
-    store = open_store(manifest, options=options, **given)
+    return root_group(open_store(manifest, options=options, **given))
+
+
+def root_group(store: ManifestStore) -> zarr.Group:
+    """The root group of ``store``, as ``zarr.open_group(store, mode="r")`` opens it, built
+    from its document on the calling thread (no trip to zarr's event loop)."""
+    from h5lens.read.consolidated import node_at
+
     root = store.manifest.nodes.get("")
     where = store.manifest.location or "manifest"
     if root is None:
         raise ManifestFormatError(f"{where}: no root group (the key zarr.json is missing)")
     if root.get("node_type") != "group":
         raise ManifestFormatError(f"{where}: the root is an array; open it with zarr.open_array(h5lens.open_store(...))")
-    return zarr.open_group(store, mode="r", zarr_format=3)
+    return cast("zarr.Group", node_at(store, ""))  # a group: its document says so (above)
 
 
 def store_of(group: zarr.Group) -> ManifestStore:
