@@ -19,10 +19,11 @@ import h5lens
 
 READER_MODULES = [
     "h5lens.store",
-    "h5lens.regions",
+    "h5lens.engine.reader",
+    "h5lens.engine.source",
     "h5lens.read.open",
     "h5lens.read.consolidated",
-    "h5lens.read.text",
+    "h5lens.engine.text",
     "h5lens.read.navigate",
     "h5lens.read.anndata",
     "h5lens.read.whole",

@@ -31,7 +31,7 @@ def test_reads_of_one_turn_each_get_their_values(tmp_path, count):
     wanted = [("a" if i % 2 else "b", int(rng.integers(0, 250_000)), int(rng.integers(1, 20_000))) for i in range(count)]
 
     async def many():
-        return await asyncio.gather(*(store.read_region_async(name, [(s, s + n)]) for name, s, n in wanted))
+        return await asyncio.gather(*(store.engine.read_region_async(name, [(s, s + n)]) for name, s, n in wanted))
 
     got = sync(many())
     with h5py.File(path) as f:
@@ -50,8 +50,8 @@ def test_a_chunk_that_fails_fails_only_its_own_read(tmp_path):
     store = h5lens.open_store(manifest)
 
     async def many():
-        reads = [store.read_region_async("a", [(50 * 4_000, 51 * 4_000)])]
-        reads += [store.read_region_async("b", [(i * 3_000, (i + 10) * 3_000)]) for i in range(0, 90, 10)]
+        reads = [store.engine.read_region_async("a", [(50 * 4_000, 51 * 4_000)])]
+        reads += [store.engine.read_region_async("b", [(i * 3_000, (i + 10) * 3_000)]) for i in range(0, 90, 10)]
         return await asyncio.gather(*reads, return_exceptions=True)
 
     first, *rest = sync(many())

@@ -250,17 +250,17 @@ def test_small_local_regions_are_read_on_the_calling_thread(arrays, s3, monkeypa
     read; a region of more stored bytes than that, or of a remote source, does."""
     import threading
 
-    from h5lens.store import ManifestStore
+    from h5lens.engine.reader import ReadEngine
 
     path, manifest = arrays
     threads: list[str] = []
-    original = ManifestStore.read_region_async
+    original = ReadEngine.read_region_async
 
     async def counted(self, array_path, bounds):
         threads.append(threading.current_thread().name)
         return await original(self, array_path, bounds)
 
-    monkeypatch.setattr(ManifestStore, "read_region_async", counted)
+    monkeypatch.setattr(ReadEngine, "read_region_async", counted)
     with fast_reads():
         group = h5lens.open_group(manifest)
         for name in ("gzip_shuffle/two", "lzf/three", "sparse", "unwritten", "one_chunk"):
@@ -303,7 +303,7 @@ def test_text_regions_read_as_h5py_and_zarr_read_them(tmp_path):
 
 def _text_regions_read_as_zarr_reads(manifest, expected, dtypes, plain):
     group = h5lens.open_group(manifest)
-    assert group.store.region_codec("one") is not None
+    assert group.store.engine.region_codec("one") is not None
     for name, want in expected.items():
         for kind, selection in [*_selections(want.shape), ("basic", (slice(3, 5),) * want.ndim)]:
             got = group[name][selection] if kind == "basic" else _read(group[name], kind, selection)
@@ -362,7 +362,7 @@ def test_under_a_zarr_the_hooks_were_not_written_for_they_stay_out_and_say_so(ar
 def test_fast_reads_false_means_h5lens_decodes_nothing(arrays, monkeypatch):
     """Off means off: h5lens's own routes read through zarr too (no read plan runs), and
     give the same values; leaving the block brings h5lens's decoding back."""
-    from h5lens.read import plan as read_plan
+    from h5lens.engine import plan as read_plan
 
     path, manifest = arrays
     ran: list[str] = []

@@ -143,11 +143,11 @@ def test_loader_runs_written_into_the_callers_buffer(loader_source, longest):
     stops = starts + rng.integers(longest // 5, longest, 256)
     expected = np.concatenate([data[a:b] for a, b in zip(starts, stops, strict=True)])
     buffer = np.zeros(expected.size, dtype=expected.dtype.newbyteorder("="))
-    got = sync(store.read_runs_async("gzip", starts, stops, out=buffer))
+    got = sync(store.engine.read_runs_async("gzip", starts, stops, out=buffer))
     assert got is buffer
     np.testing.assert_array_equal(buffer, expected)
     other = np.zeros(expected.size, dtype=np.float64 if expected.dtype.kind != "f" or expected.itemsize != 8 else np.float32)
-    got = sync(store.read_runs_async("gzip", starts, stops, out=other))
+    got = sync(store.engine.read_runs_async("gzip", starts, stops, out=other))
     assert got is not other and not other.any()
     np.testing.assert_array_equal(got, expected)
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from h5lens import hooks
-from h5lens.read.plan import decoding
+from h5lens.engine.plan import decoding
 
 
 @dataclass(frozen=True)

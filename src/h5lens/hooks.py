@@ -2,7 +2,7 @@
 when the user asks (:func:`h5lens.fast_reads`).
 
 h5lens's own entry points (``read_anndata``, ``engine="h5lens"``, navigation,
-``store.read_region``) read through h5lens's read plan (:mod:`h5lens.read.plan`) and need
+``store.read_region``) read through h5lens's read plan (:mod:`h5lens.engine.plan`) and need
 nothing of this. Readers that go through zarr's API (``anndata.read_zarr``, hdmf-zarr,
 xarray's zarr engine) meet zarr's public extension point, the codec pipeline
 (:mod:`h5lens.pipeline`), only after zarr has done per-read work that costs more than small
@@ -156,13 +156,13 @@ def _regions(original: Any) -> Any:
         if not fields:  # zarr passes [] for none
             region = _region(store_path.store, store_path.path, metadata, config, chunk_grid, indexer, prototype)
             if region is not None:
-                values = await store_path.store.read_region_async(store_path.path, region)
+                values = await store_path.store.engine.read_region_async(store_path.path, region)
                 if values is not None:
                     return _as_selected(values, metadata, indexer, out)
             runs = _joint_runs(store_path.store, store_path.path, metadata, config, chunk_grid, indexer, prototype)
             if runs is not None:
                 target = out.as_numpy_array() if out is not None else None  # a preload's buffer: no copy
-                values = await store_path.store.read_runs_async(store_path.path, *runs, out=target)
+                values = await store_path.store.engine.read_runs_async(store_path.path, *runs, out=target)
                 if values is not None:
                     return _as_selected(values, metadata, indexer, out)
         return await original(
@@ -179,7 +179,7 @@ def _region(store: Any, path: str, metadata: Any, config: Any, chunk_grid: Any, 
     from zarr.core.buffer import cpu
     from zarr.core.indexing import BasicIndexer, IntDimIndexer, OrthogonalIndexer, SliceDimIndexer
 
-    from h5lens.read.plan import decoder, region_of
+    from h5lens.engine.plan import decoder, region_of
     from h5lens.store import ManifestStore
 
     if not isinstance(store, ManifestStore) or prototype.nd_buffer is not cpu.NDBuffer:
@@ -188,7 +188,7 @@ def _region(store: Any, path: str, metadata: Any, config: Any, chunk_grid: Any, 
         return None
     if type(indexer) not in (BasicIndexer, OrthogonalIndexer):
         return None
-    codec = decoder(store, path)
+    codec = decoder(store.engine, path)
     if codec is None or codec.chunk_shape != tuple(chunk_grid.chunk_shape) or codec.shape != tuple(metadata.shape):
         return None
     key: list[Any] = []
@@ -208,14 +208,14 @@ def _joint_runs(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The runs ``[start, stop)`` of a 1-d array that annbatch's ``MultiBasicIndexer`` (one
     indexer for a whole preload: its slices' values one after the other) selects, where
-    h5lens reads them as runs (:meth:`~h5lens.regions.RegionReads.read_runs_async`: each
+    h5lens reads them as runs (:meth:`~h5lens.engine.reader.ReadEngine.read_runs_async`: each
     stored chunk fetched and decoded once, each run copied whole, rather than zarr's list of
     every chunk of every slice); None for any other indexer. Refuses (naming the array) the
     indexer over an array whose chunks cut the columns, which it would place wrongly."""
     from zarr.core.buffer import cpu
     from zarr.core.indexing import BasicIndexer, SliceDimIndexer
 
-    from h5lens.read.plan import decoder
+    from h5lens.engine.plan import decoder
     from h5lens.read.whole_rows import cuts_columns, refusal
     from h5lens.store import ManifestStore
 
@@ -228,7 +228,7 @@ def _joint_runs(
         raise refusal(path, metadata.shape, chunk_grid.chunk_shape)
     if len(metadata.shape) != 1 or config.order != "C" or config.read_missing_chunks is False:
         return None
-    codec = decoder(store, path, text=False)
+    codec = decoder(store.engine, path, text=False)
     if codec is None or codec.chunk_shape != tuple(chunk_grid.chunk_shape) or codec.shape != tuple(metadata.shape):
         return None
     starts, stops = [], []
@@ -312,18 +312,20 @@ def _read_here(array: Any, indexer_class: type, selection: Any) -> Any:
     """The selection's values read on this thread, or None (zarr's method reads it)."""
     from zarr.core.buffer import default_buffer_prototype
 
+    from h5lens.store import ManifestStore
+
     async_array = array.async_array
     store_path = async_array.store_path
     chunk_grid = async_array._chunk_grid
     metadata = async_array.metadata
     prototype = default_buffer_prototype()
-    if not hasattr(store_path.store, "read_region_now"):
+    if not isinstance(store_path.store, ManifestStore):
         return None
     indexer = indexer_class(selection, array.shape, chunk_grid)  # as zarr's method builds it
     region = _region(store_path.store, store_path.path, metadata, async_array.config, chunk_grid, indexer, prototype)
     if region is None:
         return None
-    values = store_path.store.read_region_now(store_path.path, region)
+    values = store_path.store.engine.read_region_now(store_path.path, region)
     return None if values is None else _as_selected(values, metadata, indexer, None)
 
 

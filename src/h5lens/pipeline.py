@@ -5,7 +5,7 @@ setting, its public extension point for pipelines of other projects (zarrs-pytho
 one). While :func:`h5lens.fast_reads` is on, that setting names this pipeline: for an
 array of an h5lens :class:`~h5lens.store.ManifestStore` whose numbers h5lens decodes (the
 filter table's codecs: the arrays HDF5 files hold), the chunks zarr lists for a selection
-are read as one plan (:func:`h5lens.read.plan.chunks_plan`): fetched at once (merged, in
+are read as one plan (:func:`h5lens.engine.plan.chunks_plan`): fetched at once (merged, in
 parallel), decoded in bulk, written in place; so are the shards of a view in whole rows
 (:func:`h5lens.whole_rows`), as the stored chunks they are made of. A selection whose parts
 zarr places outside the output (annbatch's indexer over chunks that cut the columns) is
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from zarr.core.metadata import ArrayMetadata
     from zarr.core.metadata.v3 import RectilinearChunkGridMetadata, RegularChunkGridMetadata
 
+    from h5lens.engine.bulk import Selection
+    from h5lens.engine.plan import ReadPlan
     from h5lens.read.whole_rows import WholeRowsStore
     from h5lens.store import ManifestStore
 
@@ -147,8 +149,7 @@ class H5LensCodecPipeline(CodecPipeline):
         out: NDBuffer,
         drop_axes: tuple[int, ...] = (),
     ) -> tuple[GetResult, ...]:
-        from h5lens.read.bulk import Selection
-        from h5lens.read.plan import chunks_plan
+        from h5lens.engine.bulk import Selection
         from h5lens.read.whole_rows import WholeRowsStore
 
         batch = list(batch_info)
@@ -160,10 +161,10 @@ class H5LensCodecPipeline(CodecPipeline):
             raise _refusal(self.store, outside, target.shape)
         selection = Selection([item[2] for item in batch], [item[3] for item in batch], drop_axes, [item[4] for item in batch])
         keys = [item[0].path for item in cast("list[Any]", batch)]  # zarr hands StorePaths: a key each
-        plan = chunks_plan(self.store, keys, selection, target)
+        plan = _keys_plan(self.store, keys, selection, target)
         if plan is None:
             return tuple(await self.inner.read(batch, out, drop_axes))
-        present = await plan.run(self.store)
+        present = await plan.run(self.store.engine)
         return tuple({"status": "present" if p else "missing"} for p in present)
 
     async def _read_view(
@@ -171,14 +172,13 @@ class H5LensCodecPipeline(CodecPipeline):
     ) -> tuple[GetResult, ...]:
         """A view's shards read as the stored chunks they are made of, in one plan of the
         base store; through zarr's sharding codec (the wrapped pipeline) where h5lens declines."""
-        from h5lens.read.plan import chunks_plan
         from h5lens.read.whole_rows import stored_parts
 
         parts = stored_parts(view, batch, drop_axes)
-        plan = None if parts is None else chunks_plan(view.base, parts[0], parts[1], out.as_numpy_array())
+        plan = None if parts is None else _keys_plan(view.base, parts[0], parts[1], out.as_numpy_array())
         if parts is None or plan is None:
             return tuple(await self.inner.read(batch, out, drop_axes))
-        found_parts: list[bool] = await plan.run(view.base)
+        found_parts: list[bool] = await plan.run(view.base.engine)
         present = [False] * len(batch)
         for items, found in zip(parts[2], found_parts, strict=True):
             for item in items:
@@ -215,6 +215,19 @@ def _refusal(store: ManifestStore, item: tuple[Any, ...], shape: tuple[int, ...]
         f"/{path}: zarr placed part of chunk {key!r} at {item[3]}, outside an output of shape {shape}; "
         "nothing was read (the selection's indexer is at fault)"
     )
+
+
+def _keys_plan(store: ManifestStore, keys: list[str], selection: Selection, out: Any) -> ReadPlan | None:
+    """The read plan of the chunk keys zarr lists for a selection: all chunks of one array
+    whose numbers h5lens decodes; None for anything else."""
+    from h5lens.engine.plan import chunks_plan
+
+    located = store.grammar.chunk(keys[0]) if keys else None
+    if located is None:
+        return None
+    path = located[0]
+    flats = store.grammar.flat_indices(path, keys, store.manifest.chunks[path].grid_shape)
+    return None if flats is None else chunks_plan(store.engine, path, flats, selection, out)
 
 
 # zarr finds a pipeline named by codec_pipeline.path in its registry: registered here, when this

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import math
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,10 +35,9 @@ from h5lens.manifest.documents import chunk_shape_of
 from h5lens.manifest.model import MISSING, Manifest
 from h5lens.manifest.refs_json import dumps_document
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key, metadata_path
-from h5lens.read.bulk import ArrayCodec
-from h5lens.read.decoded_cache import DecodedChunks
-from h5lens.read.text import TextCodec
-from h5lens.regions import RegionReads
+from h5lens.engine.decoded_cache import DecodedChunks
+from h5lens.engine.reader import ReadEngine
+from h5lens.manifest.tables import ChunkTable
 
 __all__ = ["ManifestStore", "ReadStats"]
 
@@ -58,7 +57,7 @@ class _NoWritableCopyError(NotImplementedError, ValueError):
     h5lens raised for it before."""
 
 
-class ManifestStore(RegionReads, Store):
+class ManifestStore(Store):
     """Serve a :class:`~h5lens.manifest.model.Manifest` as a read-only zarr v3 store.
 
     ``source_options`` are the fsspec storage options used to read the source
@@ -97,8 +96,7 @@ class ManifestStore(RegionReads, Store):
         self._grammar: KeyGrammar | None = None
         self._vlen_items: dict[str, int] | None = None
         self._tree: dict[str, list[str]] | None = None
-        self._codecs: dict[str, ArrayCodec | None] = {}
-        self._text_codecs: dict[str, TextCodec | None] = {}
+        self._engine: ReadEngine | None = None
 
     # -- identity and pickling -------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -124,15 +122,14 @@ class ManifestStore(RegionReads, Store):
         state["_grammar"] = None
         state["_vlen_items"] = None
         state["_tree"] = None
-        state["_codecs"] = {}
-        state["_text_codecs"] = {}
+        state["_engine"] = None  # built again on first use, with the process's own caches
         state["_decoded"] = None  # each process keeps its own
         return state
 
     @property
     def decoded_chunks(self) -> DecodedChunks | None:
         """The decoded chunks kept for later reads (``decoded_cache_bytes``; None when off):
-        see :mod:`h5lens.read.decoded_cache`."""
+        see :mod:`h5lens.engine.decoded_cache`."""
         if self.decoded_cache_bytes and self._decoded is None:
             self._decoded = DecodedChunks(self.decoded_cache_bytes)
         return self._decoded
@@ -170,6 +167,42 @@ class ManifestStore(RegionReads, Store):
             urls = [self.source_url(i) for i in range(len(self.manifest.sources))]
             self._reads = SourceReads(urls, self.manifest.chunks, self.source_options)
         return self._reads
+
+    # -- the read engine (h5lens.engine) and what it reads through -------------------
+    @property
+    def engine(self) -> ReadEngine:
+        """The read engine over this store's arrays (built on first use): regions, runs and
+        many chunks at once, each through one read plan."""
+        if self._engine is None:
+            self._engine = ReadEngine(self)
+        return self._engine
+
+    @property
+    def documents(self) -> Mapping[str, dict[str, Any]]:
+        return self.manifest.nodes
+
+    @property
+    def tables(self) -> Mapping[str, ChunkTable]:
+        return self.manifest.chunks
+
+    @property
+    def chunk_bytes(self) -> SourceReads:
+        return self.reads
+
+    def chunk_key_at(self, path: str, flat: int) -> str:
+        return chunk_key(path, self._grid_index(path, flat), self.grammar.arrays[path][0])
+
+    def read_region(self, path: str, bounds: Sequence[tuple[int, int]]) -> np.ndarray | None:
+        """The values of array ``path`` in ``[start, stop)`` per axis, read as one plan
+        (:meth:`h5lens.engine.reader.ReadEngine.read_region`); None if h5lens does not
+        decode the array itself (read it through zarr)."""
+        return self.engine.read_region(path, bounds)
+
+    def read_runs(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray | None:
+        """The values of runs ``[starts[i], stops[i])`` of 1-d array ``path``, one after the
+        other (:meth:`h5lens.engine.reader.ReadEngine.read_runs`); None if h5lens does not
+        decode the array itself."""
+        return self.engine.read_runs(path, starts, stops)
 
     @property
     def stats(self) -> ReadStats:

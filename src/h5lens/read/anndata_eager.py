@@ -37,7 +37,7 @@ from h5lens import convention
 from h5lens.keys import unescape_key
 from h5lens.read.anndata_adapter import ANNDATA_ELEMENTS, OwnEncodings, own_encoding, read_legacy_raw, scalar_value
 from h5lens.read.consolidated import node_at
-from h5lens.read.plan import decoding
+from h5lens.engine.plan import decoding
 
 if TYPE_CHECKING:
     from h5lens.store import ManifestStore

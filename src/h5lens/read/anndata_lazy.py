@@ -22,7 +22,7 @@ from h5lens.read.blocks import DEFAULT_BLOCK_BYTES, dense_row_block, is_sparse_m
 from h5lens.read.consolidated import consolidated_root, members
 from h5lens.read.lazy_dense import lazy_dense
 from h5lens.read.open import store_of
-from h5lens.read.plan import decoder
+from h5lens.engine.plan import decoder
 
 if TYPE_CHECKING:
     from h5lens.store import ManifestStore
@@ -92,7 +92,7 @@ class _LazyReads:
 
             return anndata.AnnData(**{name: self.own.read(member) for name, member in members(elem)})
         if kind in self.LAZY or "nullable" in kind:
-            if kind == "array" and isinstance(elem, zarr.Array) and decoder(self.store, elem.path, text=False) is not None:
+            if kind == "array" and isinstance(elem, zarr.Array) and decoder(self.store.engine, elem.path, text=False) is not None:
                 return lazy_dense(self.store, elem.path, self._row_blocks(elem))
             if kind == "dataframe" and (elem_name[:4] in {"/obs", "/var"} or elem_name[:8] in {"/raw/obs", "/raw/var"}):
                 return read_elem_lazy(elem, use_range_index=False)
@@ -132,7 +132,7 @@ def _lazy_blocks(adata: Any, walk: zarr.Group, sparse: list[str], block_bytes: i
         elem = walk[key]
         if isinstance(elem, zarr.Array) and elem.attrs.get("encoding-type") == "array" and elem.ndim == 2:
             rows = dense_row_block(elem, store, block_bytes)
-            if decoder(store, key, text=False) is not None:
+            if decoder(store.engine, key, text=False) is not None:
                 return lazy_dense(store, key, (rows, elem.shape[1]))
             from anndata.experimental import read_elem_lazy
 

@@ -44,13 +44,13 @@ def read_region_of(array: zarr.Array, selection: Any) -> np.ndarray | None:
     """``np.asarray(array[selection])`` read by h5lens's read plan
     (:meth:`h5lens.store.ManifestStore.read_region`), with the dtype zarr gives, for a basic
     selection of an array of an h5lens store whose chunks h5lens decodes; None otherwise."""
-    from h5lens.read.plan import decoder, region_of
+    from h5lens.engine.plan import decoder, region_of
     from h5lens.store import ManifestStore
 
     store = array.store
     if not isinstance(store, ManifestStore):
         return None
-    codec = decoder(store, array.path)
+    codec = decoder(store.engine, array.path)
     if codec is None:
         return None
     found = region_of(selection, codec.shape, codec.chunk_shape)

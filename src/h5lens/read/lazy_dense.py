@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from h5lens.read.plan import decoder, region_of
+from h5lens.engine.plan import decoder, region_of
 
 if TYPE_CHECKING:
     from h5lens.store import ManifestStore
 
 
 class DenseSource:
-    """The numbers of array ``path`` of ``store`` (one :func:`~h5lens.read.plan.decoder`
+    """The numbers of array ``path`` of ``store`` (one :func:`~h5lens.engine.plan.decoder`
     decodes), sliced as numpy slices them."""
 
     def __init__(self, store: ManifestStore, path: str) -> None:
-        codec = decoder(store, path, text=False)
+        codec = decoder(store.engine, path, text=False)
         if codec is None:
             raise ValueError(f"/{path}: not an array of numbers h5lens decodes")
         self.store = store

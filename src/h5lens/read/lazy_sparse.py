@@ -106,7 +106,7 @@ class LazySparse:
 
         async def both() -> list[np.ndarray | None]:
             return await asyncio.gather(
-                *(self.store.read_runs_async(f"{self._prefix}{name}", starts, stops) for name in ("indices", "data"))
+                *(self.store.engine.read_runs_async(f"{self._prefix}{name}", starts, stops) for name in ("indices", "data"))
             )
 
         indices, data = sync(both())

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import zarr
     from zarr.core.buffer import Buffer, BufferPrototype
 
-    from h5lens.read.bulk import Selection
+    from h5lens.engine.bulk import Selection
     from h5lens.store import ManifestStore
 
 EMPTY = np.uint64(2**64 - 1)  # the sharding spec's offset and length of an absent inner chunk
@@ -236,7 +236,7 @@ class WholeRowsStore(Store):
         return np.asarray(sorted(flats), dtype=np.int64)
 
     async def _read(self, flats: np.ndarray) -> dict[int, bytes | memoryview]:
-        return await self.base.read_many_async(self.path, flats) if flats.size else {}
+        return await self.base.engine.read_many_async(self.path, flats) if flats.size else {}
 
     def _serve(self, band: int, start: int, stop: int, payloads: dict[int, bytes | memoryview]) -> bytes | memoryview:
         """Bytes ``[start, stop)`` of a band's shard: parts of its stored chunks, then of its index."""
@@ -320,7 +320,7 @@ def stored_parts(
     of one preload, each an item) become one part per stored chunk, whose rows are an index
     array: each chunk is decoded once, not once per block, and the columns are cut at the
     stored chunks' edges once per band."""
-    from h5lens.read.bulk import Selection
+    from h5lens.engine.bulk import Selection
 
     if drop_axes:
         return None

@@ -42,7 +42,7 @@ from h5lens.long_double import FloatFields, FloatLayout, float_form_in, h5py_dty
 from h5lens.codecs import table
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.read.attribute_types import typed_attributes
-from h5lens.read.plan import decoder, region_of
+from h5lens.engine.plan import decoder, region_of
 from h5lens.store import ManifestStore
 
 # The group attributes the netCDF profile records HDF5 storage in (h5lens.scan.netcdf.STORAGE,
@@ -170,7 +170,7 @@ class RegionZarrStore(ZarrStore):
             data = indexing.LazilyIndexedArray(LongDoubleArrayWrapper(zarr_array, form, "/" + path))
         elif text:
             data = indexing.LazilyIndexedArray(TextArrayWrapper(zarr_array, store, path))
-        elif decoder(store, path, text=False) is not None:
+        elif decoder(store.engine, path, text=False) is not None:
             data = indexing.LazilyIndexedArray(RegionArrayWrapper(zarr_array, store, path))
         document = ArrayDocument.of(store.manifest.nodes[path])
         recorded = self._storage().get("variables", {}).get(name)
@@ -178,7 +178,7 @@ class RegionZarrStore(ZarrStore):
         encoding = h5netcdf_encoding(
             dims=tuple(variable.dims),
             shape=tuple(variable.shape),
-            dtype=str if text else h5py_dtype(np.dtype(zarr_array.dtype), form) if form is not None
+            dtype=str if text else h5py_dtype(_stored_dtype(zarr_array), form) if form is not None
             else self._h5py_dtype(name, recorded, _stored_dtype(zarr_array)),
             storage=recorded,
             codecs=document.codecs if document is not None else (),

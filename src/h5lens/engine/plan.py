@@ -13,7 +13,7 @@ h5lens's codec pipeline (:mod:`h5lens.pipeline`). A plan is
 3. decoded by the array's codec (:func:`decoder`: numbers through the filter table,
    text through ``vlen-utf8``), the one place that decides whether h5lens decodes an array;
 4. laid out by the plan's layout (a region, runs one after the other, or zarr's
-   per-chunk selections), :mod:`h5lens.read.bulk`.
+   per-chunk selections), :mod:`h5lens.engine.bulk`.
 
 It runs two ways, the same steps either way: :meth:`ReadPlan.now` on the calling thread,
 for chunks that are inline or in local files and few enough bytes to decode without a
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from h5lens.errors import H5LensError
-from h5lens.read.bulk import (
+from h5lens.engine.bulk import (
     ArrayCodec,
     Selection,
     assemble,
@@ -42,12 +42,12 @@ from h5lens.read.bulk import (
     runs_out,
     scatter,
 )
-from h5lens.read.decoded_cache import Decoded
-from h5lens.read.offload import decodes_here, off_loop
-from h5lens.read.text import TextCodec
+from h5lens.engine.decoded_cache import Decoded
+from h5lens.engine.offload import decodes_here, off_loop
+from h5lens.engine.text import TextCodec
 
 if TYPE_CHECKING:
-    from h5lens.regions import RegionReads
+    from h5lens.engine.reader import ReadEngine
 
 Codec = ArrayCodec | TextCodec
 Payloads = dict[int, bytes | memoryview]
@@ -62,13 +62,13 @@ class _Decoding:
 decoding = _Decoding()
 
 
-def decoder(store: RegionReads, path: str, *, text: bool = True) -> Codec | None:
-    """How h5lens decodes the chunks of array ``path`` of ``store``; None when it does not
+def decoder(engine: ReadEngine, path: str, *, text: bool = True) -> Codec | None:
+    """How h5lens decodes the chunks of array ``path`` of ``engine``'s source; None when it does not
     (zarr's own codec pipeline reads that array), and for every array while
     ``h5lens.fast_reads(False)`` holds (``decoding.on`` is False). ``text=False``: numbers only."""
     if not decoding.on:
         return None
-    return store.region_codec(path) if text else store.array_codec(path)
+    return engine.region_codec(path) if text else engine.array_codec(path)
 
 
 @dataclass(frozen=True)
@@ -81,34 +81,30 @@ class ReadPlan:
     flats: np.ndarray
     layout: Callable[[Payloads], Any]
 
-    def stored_bytes(self, store: RegionReads) -> int:
+    def stored_bytes(self, engine: ReadEngine) -> int:
         """The stored bytes the plan reads (from the chunk table, nothing fetched)."""
-        table = store.manifest.chunks[self.path]
+        table = engine.source.tables[self.path]
         return int(table.length.reshape(-1)[self.flats].sum()) if self.flats.size else 0
 
-    def now(self, store: RegionReads) -> Any:
+    def now(self, engine: ReadEngine) -> Any:
         """The plan run on the calling thread, if its chunks are inline or local and few
-        enough bytes (:func:`~h5lens.read.bulk.decodes_here`); None otherwise (run it with
+        enough bytes (:func:`~h5lens.engine.bulk.decodes_here`); None otherwise (run it with
         :meth:`run`)."""
-        if not decodes_here(self.stored_bytes(store)):
+        if not decodes_here(self.stored_bytes(engine)):
             return None
-        kept, missing = self._kept(store)
-        try:
-            payloads = store.reads.read_many_now(self.path, missing)
-        except H5LensError as e:
-            store.name_failed_chunk(self.path, e)
-            raise
+        kept, missing = self._kept()
+        payloads = engine.read_many_now(self.path, missing)
         return None if payloads is None else self.layout({**payloads, **kept})
 
-    async def run(self, store: RegionReads) -> Any:
+    async def run(self, engine: ReadEngine) -> Any:
         """The plan run on the event loop: fetched at once, decoded with the other reads of
-        the same turn, off the loop if they are long (:mod:`h5lens.read.offload`)."""
-        kept, missing = self._kept(store)
-        payloads = await store.read_many_async(self.path, missing) if missing.size else {}
+        the same turn, off the loop if they are long (:mod:`h5lens.engine.offload`)."""
+        kept, missing = self._kept()
+        payloads = await engine.read_many_async(self.path, missing) if missing.size else {}
         payloads.update(kept)
         return await off_loop(payloads, self.layout, payloads)
 
-    def _kept(self, store: RegionReads) -> tuple[dict[int, Decoded], np.ndarray]:
+    def _kept(self) -> tuple[dict[int, Decoded], np.ndarray]:
         """The chunks the store keeps decoded (``decoded_cache_bytes``) and the others."""
         cache = getattr(self.codec, "cache", None)
         if cache is None or not self.flats.size:
@@ -119,16 +115,16 @@ class ReadPlan:
         return kept, np.asarray([f for f in self.flats.tolist() if f not in kept], dtype=np.int64)
 
 
-def region_plan(store: RegionReads, path: str, bounds: Sequence[tuple[int, int]]) -> ReadPlan | np.ndarray | None:
+def region_plan(engine: ReadEngine, path: str, bounds: Sequence[tuple[int, int]]) -> ReadPlan | np.ndarray | None:
     """The plan of the region ``[start, stop)`` per axis (within the shape) of array
     ``path``; its values at once if it holds none; None if h5lens does not decode it."""
-    codec = decoder(store, path)
+    codec = decoder(engine, path)
     if codec is None:
         return None
     if any(stop <= start for start, stop in bounds):
         return np.empty(tuple(max(0, stop - start) for start, stop in bounds), dtype=codec.dtype)
-    lo, flats = region_chunks(codec, store.manifest.chunks[path].grid_shape, bounds)
-    describe = store.describer(path)
+    lo, flats = region_chunks(codec, engine.source.tables[path].grid_shape, bounds)
+    describe = engine.describer(path)
 
     def layout(payloads: Payloads) -> np.ndarray:
         return assemble(codec, bounds, lo, flats, payloads, describe)
@@ -137,18 +133,18 @@ def region_plan(store: RegionReads, path: str, bounds: Sequence[tuple[int, int]]
 
 
 def runs_plan(
-    store: RegionReads, path: str, starts: np.ndarray, stops: np.ndarray, out: np.ndarray | None = None
+    engine: ReadEngine, path: str, starts: np.ndarray, stops: np.ndarray, out: np.ndarray | None = None
 ) -> ReadPlan | None:
     """The plan of runs ``[starts[i], stops[i])`` of 1-d array ``path``, one after the
-    other (into ``out`` where :func:`~h5lens.read.bulk.runs_out` takes it); None if h5lens
+    other (into ``out`` where :func:`~h5lens.engine.bulk.runs_out` takes it); None if h5lens
     does not decode its numbers."""
-    codec = decoder(store, path, text=False)
+    codec = decoder(engine, path, text=False)
     if not isinstance(codec, ArrayCodec) or len(codec.shape) != 1:
         return None
     starts = np.asarray(starts, dtype=np.int64)
     stops = np.asarray(stops, dtype=np.int64)
     flats = run_chunks(codec.chunk_shape[0], starts, stops)
-    describe = store.describer(path)
+    describe = engine.describer(path)
     target = runs_out(codec, starts, stops, out)
 
     def layout(payloads: Payloads) -> np.ndarray:
@@ -157,21 +153,14 @@ def runs_plan(
     return ReadPlan(path, codec, flats, layout)
 
 
-def chunks_plan(store: RegionReads, keys: list[str], selection: Selection, out: np.ndarray) -> ReadPlan | None:
-    """The plan of the chunks zarr lists for a selection (its pipeline's ``read``): each
-    chunk's part written into ``out`` (the layout returns, per chunk, whether it was
-    present); None unless they are all chunks of one array whose numbers h5lens decodes."""
-    located = store.grammar.chunk(keys[0]) if keys else None
-    if located is None:
-        return None
-    path = located[0]
-    codec = decoder(store, path, text=False)
+def chunks_plan(engine: ReadEngine, path: str, flats: np.ndarray, selection: Selection, out: np.ndarray) -> ReadPlan | None:
+    """The plan of the chunks ``flats`` of array ``path`` that zarr lists for a selection (its
+    pipeline's ``read``): each chunk's part written into ``out`` (the layout returns, per
+    chunk, whether it was present); None unless h5lens decodes the array's numbers."""
+    codec = decoder(engine, path, text=False)
     if not isinstance(codec, ArrayCodec):
         return None
-    flats = store.grammar.flat_indices(path, keys, store.manifest.chunks[path].grid_shape)
-    if flats is None:
-        return None
-    describe = store.describer(path)
+    describe = engine.describer(path)
 
     def layout(payloads: Payloads) -> list[bool]:
         return scatter(codec, flats, payloads, selection, out, describe)

@@ -32,8 +32,8 @@ from h5lens import convention
 from h5lens.codecs.table import Decoder, IntoDecoder, decoder
 from h5lens.errors import SourceReadError
 from h5lens.manifest.documents import ArrayDocument
-from h5lens.read.decoded_cache import Decoded, DecodedChunks
-from h5lens.read.text import TextCodec
+from h5lens.engine.decoded_cache import Decoded, DecodedChunks
+from h5lens.engine.text import TextCodec
 
 # Runs of at least this many values on average are copied run by run (gather_runs)
 _SLICED_RUN = 64
@@ -78,7 +78,7 @@ class ArrayCodec:
     decoders: tuple[Decoder, ...]
     fill: Any
     unshuffle: int = 0
-    # the store's decoded chunks (h5lens.read.decoded_cache), when it keeps them
+    # the store's decoded chunks (h5lens.engine.decoded_cache), when it keeps them
     cache: DecodedChunks | None = field(default=None, compare=False)
 
     @cached_property

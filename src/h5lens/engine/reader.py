@@ -1,83 +1,61 @@
-"""Bulk reads of a manifest's arrays: regions, runs and many chunks at once.
+"""The read engine of one chunk source: regions, runs and many chunks of its arrays at once.
 
-What h5lens's readers (the xarray engine, navigation, AnnData, lazy arrays) and its codec
-pipeline ask a :class:`~h5lens.store.ManifestStore` for, beside zarr's Store contract:
-each a read plan (:mod:`h5lens.read.plan`) run on the calling thread where that pays and
-on the event loop otherwise. A failed read names the chunk key and the bytes the manifest
-gave it.
+What h5lens's readers (the xarray engine, navigation, AnnData, lazy arrays), its codec
+pipeline and its hooks ask of an array beside zarr's Store contract: each a read plan
+(:mod:`h5lens.engine.plan`) run on the calling thread where that pays and on the event loop
+otherwise. A failed read names the chunk key and the bytes the manifest gave it.
+:class:`~h5lens.store.ManifestStore` *has* one (``store.engine``), built on first use.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from h5lens.engine.bulk import ArrayCodec, array_codec
+from h5lens.engine.plan import region_plan, runs_plan
+from h5lens.engine.source import ChunkSource, Payloads
+from h5lens.engine.text import TextCodec, text_codec
 from h5lens.errors import H5LensError
-from h5lens.manifest.zarr_keys import chunk_key
-from h5lens.read.bulk import ArrayCodec, array_codec
-from h5lens.read.decoded_cache import DecodedChunks
-from h5lens.read.plan import region_plan, runs_plan
-from h5lens.read.text import TextCodec, text_codec
-
-if TYPE_CHECKING:
-    from h5lens.fetch.sources import SourceReads
-    from h5lens.manifest.model import Manifest
-    from h5lens.manifest.zarr_keys import KeyGrammar
 
 
-class RegionReads:
-    """The bulk reads of :class:`~h5lens.store.ManifestStore`, which provides the manifest,
-    its key grammar, its source reads and its chunk descriptions (the stubs below)."""
+class ReadEngine:
+    """Reads the arrays of ``source`` through read plans; how each array's chunks decode
+    is decided once per array and kept."""
 
-    manifest: Manifest
-    _codecs: dict[str, ArrayCodec | None]
-    _text_codecs: dict[str, TextCodec | None]
+    def __init__(self, source: ChunkSource) -> None:
+        self.source = source
+        self._codecs: dict[str, ArrayCodec | None] = {}
+        self._text_codecs: dict[str, TextCodec | None] = {}
 
-    @property
-    def grammar(self) -> KeyGrammar:
-        raise NotImplementedError
-
-    @property
-    def reads(self) -> SourceReads:
-        raise NotImplementedError
-
-    def describe_flat_chunk(self, path: str, flat: int) -> str:
-        raise NotImplementedError
-
-    def _grid_index(self, path: str, flat: int) -> tuple[int, ...]:
-        raise NotImplementedError
-
+    # -- how an array decodes ----------------------------------------------------------
     def array_codec(self, path: str) -> ArrayCodec | None:
-        """How array ``path``'s chunks decode, when h5lens decodes them itself (cached)."""
+        """How array ``path``'s numbers decode, when h5lens decodes them itself (cached)."""
         if path not in self._codecs:
-            doc = self.manifest.nodes.get(path)
-            codec = None if doc is None or path not in self.manifest.chunks else array_codec(path, doc)
-            kept = self.decoded_chunks
+            doc = self.source.documents.get(path)
+            codec = None if doc is None or path not in self.source.tables else array_codec(path, doc)
+            kept = self.source.decoded_chunks
             self._codecs[path] = codec if codec is None or kept is None else dataclasses.replace(codec, cache=kept)
         return self._codecs[path]
 
-    @property
-    def decoded_chunks(self) -> DecodedChunks | None:
-        """The decoded chunks this store keeps (``decoded_cache_bytes``), if it keeps any."""
-        return None
-
     def region_codec(self, path: str) -> ArrayCodec | TextCodec | None:
         """How array ``path``'s chunks decode in a region read: its :meth:`array_codec`, or
-        for a text array its :class:`~h5lens.read.text.TextCodec` (cached)."""
+        for a text array its :class:`~h5lens.engine.text.TextCodec` (cached)."""
         found = self.array_codec(path)
         if found is not None:
             return found
         if path not in self._text_codecs:
-            doc = self.manifest.nodes.get(path)
-            self._text_codecs[path] = None if doc is None or path not in self.manifest.chunks else text_codec(path, doc)
+            doc = self.source.documents.get(path)
+            self._text_codecs[path] = None if doc is None or path not in self.source.tables else text_codec(path, doc)
         return self._text_codecs[path]
 
+    # -- regions and runs -----------------------------------------------------------------
     def read_region(self, path: str, bounds: Sequence[tuple[int, int]]) -> np.ndarray | None:
         """The values of array ``path`` in ``[start, stop)`` per axis (within its shape), read
-        in bulk (:func:`h5lens.read.plan.region_plan`): on the calling thread when its chunks
+        in bulk (:func:`h5lens.engine.plan.region_plan`): on the calling thread when its chunks
         are inline or local and few bytes, else on the event loop. None if h5lens does not
         decode this array itself (read it through zarr)."""
         plan = region_plan(self, path, bounds)
@@ -104,7 +82,7 @@ class RegionReads:
     def read_runs(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray | None:
         """The values of runs ``[starts[i], stops[i])`` of 1-d array ``path`` (within its
         length), one after the other, every chunk they touch read at once
-        (:func:`h5lens.read.plan.runs_plan`); None if h5lens does not decode this array
+        (:func:`h5lens.engine.plan.runs_plan`); None if h5lens does not decode this array
         itself (read it through zarr)."""
         plan = runs_plan(self, path, starts, stops)
         if plan is None:
@@ -120,11 +98,20 @@ class RegionReads:
         plan = runs_plan(self, path, starts, stops, out)
         return None if plan is None else await plan.run(self)
 
-    async def read_many_async(self, path: str, flats: np.ndarray) -> dict[int, bytes | memoryview]:
+    # -- stored bytes -------------------------------------------------------------------
+    async def read_many_async(self, path: str, flats: np.ndarray) -> Payloads:
         """The stored bytes of the present chunks among ``flats`` of array ``path``; a failed
         read names the chunk key and the bytes the manifest gave it."""
         try:
-            return await self.reads.read_many(path, flats)
+            return await self.source.chunk_bytes.read_many(path, flats)
+        except H5LensError as e:
+            self.name_failed_chunk(path, e)
+            raise
+
+    def read_many_now(self, path: str, flats: np.ndarray) -> Payloads | None:
+        """:meth:`read_many_async` on the calling thread; None where that needs the loop."""
+        try:
+            return self.source.chunk_bytes.read_many_now(path, flats)
         except H5LensError as e:
             self.name_failed_chunk(path, e)
             raise
@@ -133,7 +120,7 @@ class RegionReads:
         """Names a chunk of array ``path`` by its flat index, for messages."""
 
         def describe(flat: int) -> str:
-            return self.describe_flat_chunk(path, flat)
+            return self.source.describe_flat_chunk(path, flat)
 
         return describe
 
@@ -142,7 +129,7 @@ class RegionReads:
         found = getattr(error, "chunk", None)
         if found is not None:
             flat, offset, length = found
-            key = chunk_key(path, self._grid_index(path, flat), self.grammar.arrays[path][0])
+            key = self.source.chunk_key_at(path, flat)
             error.add_note(f"while reading chunk {key!r} (/{path}, bytes {offset}-{offset + length})")
 
 
@@ -152,4 +139,4 @@ def _sync(coroutine: Any) -> Any:
     return sync(coroutine)
 
 
-__all__ = ["RegionReads"]
+__all__ = ["ReadEngine"]

@@ -3,7 +3,7 @@
 HDF5 variable-length strings become such arrays, their chunks inline in the manifest: an
 AnnData's obs and var names, its categories, its text columns. zarr reads each through its
 per-chunk pipeline and event loop; as a :class:`TextCodec` a region of one is assembled as
-a region of numbers is (:func:`h5lens.read.bulk.assemble`), each chunk decoded by
+a region of numbers is (:func:`h5lens.engine.bulk.assemble`), each chunk decoded by
 numcodecs' ``VLenUTF8`` as zarr's ``vlen-utf8`` codec decodes it, into ``object`` values
 (zarr's ``string`` type converts them to its own).
 """
