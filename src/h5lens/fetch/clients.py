@@ -38,7 +38,7 @@ import numpy as np
 from h5lens.backend_errors import PROBE_CONNECT_TIMEOUT, storage_error
 from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError, first_line
 from h5lens.fetch import retry
-from h5lens.fetch.fsspec_client import FSSPEC_CONCURRENCY, FsspecClient
+from h5lens.fetch.fsspec_client import FsspecClient
 from h5lens.fetch.mapped import MAP_FROM, FileMap, maps_wanted
 from h5lens.fetch.obstore_options import obstore_config
 from h5lens.fetch.ranges import FirstRequest, RangeIgnoredError, past_end
