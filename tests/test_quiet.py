@@ -195,3 +195,24 @@ def test_requests_sent_at_once_share_one_session(s3, files, monkeypatch, unraisa
         assert b"".join(parts) == f.read(160)
     assert len(_open_sessions()) == before
     assert not unraisable, [u.exc_value for u in unraisable]
+
+
+def test_a_client_collected_unclosed_is_closed_by_the_exit(s3, files, unraisable):
+    """A client nobody closed closes itself when collected, on its loop, without waiting (it
+    may be collected on that loop); a program that ends right after (the command line,
+    dropping its store) must still see that closing finish before zarr stops the loop: the
+    exit hook waits for it. The loop is kept busy here, as a loaded machine keeps it."""
+    import time
+
+    from zarr.core.sync import _get_loop, sync
+
+    from h5lens.fetch import fsspec_client
+
+    before = {id(session) for session in _open_sessions()}
+    client = fsspec_client.FsspecClient(f"{files['prefix']}/src/sample.h5ad", s3.storage_options())
+    assert sync(client.get(0, 8)) == b"\x89HDF\r\n\x1a\n"
+    _get_loop().call_soon_threadsafe(time.sleep, 0.3)  # the loop busy: the closing waits its turn
+    del client  # collected: its closing is scheduled, not awaited
+    fsspec_client._close_live_clients()  # what the exit runs, before zarr's own cleanup
+    assert not [session for session in _open_sessions() if id(session) not in before]
+    assert not unraisable, [u.exc_value for u in unraisable]

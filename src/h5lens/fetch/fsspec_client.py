@@ -6,13 +6,15 @@ the HTTP session that filesystem's ``set_session`` made, closed by :meth:`Fsspec
 on the loop that made it (a session of a loop the client is no longer used on is closed when
 it moves on). Its blocking calls (``get_sync``, ``stat``) run on zarr's event loop, through
 the same filesystem and session: no second, blocking filesystem with a session of its own.
-Clients nobody closed are closed at exit while zarr's loop still runs.
+Clients nobody closed are closed at exit while zarr's loop still runs, and so are the
+closings of clients collected unclosed that were still under way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
@@ -194,6 +196,9 @@ class FsspecClient:
                 future.result(timeout=2)
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
+        elif not future.done():  # finished at exit at the latest, before zarr stops its loop
+            _CLOSING.add(future)
+            future.add_done_callback(_CLOSING.discard)
 
     def __del__(self) -> None:
         # A client dropped without close(): its session still belongs to a live loop.
@@ -248,6 +253,9 @@ def _own_retries_only(fs: Any) -> None:
 # time the garbage collector would get to them, the loop is gone). Weak: a client closed
 # or collected leaves it.
 _LIVE: weakref.WeakSet[FsspecClient] = weakref.WeakSet()
+# Closings not waited for (a client collected, or moved to another loop): a program that
+# ends at once would have zarr stop its loop in the middle of one, leaving its session open.
+_CLOSING: set[concurrent.futures.Future[Any]] = set()
 _AT_EXIT = threading.Lock()
 _at_exit_registered = False
 
@@ -272,6 +280,7 @@ def _close_live_clients() -> None:
             client.close()
         except Exception:  # noqa: BLE001 - best effort at exit
             pass
+    concurrent.futures.wait(list(_CLOSING), timeout=2)
 
 
 # One aiobotocore session per event loop for the s3 clients made on it: each new session
