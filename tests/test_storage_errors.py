@@ -242,3 +242,30 @@ def test_an_action_is_said_with_its_object():
     assert str(storage_error(NoCredentialsError(), "s3://b/k", "reading the manifest")).startswith(
         "s3://b/k: no credentials while reading the manifest (Unable to locate credentials)"
     )
+
+
+def test_a_report_record_says_its_error_in_both_wordings(s3, uploaded, monkeypatch):
+    """index_many's record of a failed file: ``error`` in Python's words, ``error_cli`` in the
+    command line's (where they differ), both naming the file; the report's fields are the
+    ones docs/collections.md shows."""
+    import json
+    import re
+    from pathlib import Path
+
+    from h5lens.many.sources import Job
+    from h5lens.many.task import IndexSettings, index_one
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    job = Job(uploaded, f"s3://bucket/{uuid.uuid4().hex}/x.h5.json")
+    record = index_one(job, IndexSettings(storage_options={"endpoint_url": s3.endpoint_url}))
+    assert record.status == "failed"
+    assert record.error.startswith(f"{uploaded}: no credentials") and "storage_options={'anon': True}" in record.error
+    assert record.error_cli is not None and record.error_cli.startswith(f"{uploaded}: no credentials")
+    assert "--anon" in record.error_cli and "storage_options" not in record.error_cli
+    page = (Path(__file__).parents[1] / "docs" / "collections.md").read_text()
+    shown = json.loads(re.search(r"--report FILE.*?```json\n(.*?)```", page, re.S).group(1))
+    assert all(list(shown_record) == list(record.to_dict()) for shown_record in shown["files"])
