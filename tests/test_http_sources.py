@@ -168,3 +168,31 @@ def _env() -> dict[str, str]:
     import os
 
     return dict(os.environ)
+
+
+# ---------------------------------------------------------------- servers that are not there
+
+
+@pytest.mark.parametrize("kind", ["auto", "fsspec", "obstore"])
+def test_a_host_that_does_not_answer_is_not_a_missing_file(server, kind, tmp_path, monkeypatch):
+    """fsspec's HTTP filesystem says FileNotFoundError for a host it cannot connect to: h5lens
+    says the endpoint cannot be reached (a StorageError, after the probe's attempts), and
+    keeps "no such file" for a server that answers 404. obstore alone (forced) says why in
+    its own words (its failures carry no type that says "no connection")."""
+    from h5lens.backend_errors import PROBE_ATTEMPTS
+    from h5lens.testing.s3 import free_port
+
+    monkeypatch.setenv(CLIENT_ENV, kind)
+    down = f"http://127.0.0.1:{free_port()}/x.h5ad"
+    said = f"{down}: cannot reach the storage endpoint" if kind != "obstore" else f"{down}: "
+    for attempt in (lambda: h5lens.index(down), lambda: h5lens.Manifest.load(down)):
+        with pytest.raises(h5lens.StorageError) as info:
+            attempt()
+        assert type(info.value) is h5lens.StorageError, info.value  # not SourceNotFoundError, not SourceReadError
+        assert str(info.value).startswith(said), info.value
+        if kind != "obstore":  # the attempts fsspec made (obstore's first: the probe policy's, too)
+            assert str(info.value).endswith(f"after {PROBE_ATTEMPTS} attempts"), info.value
+    line = run_cli("index", down, "-o", tmp_path / "x.json").error_line()
+    assert line.startswith(said), line
+    with pytest.raises(h5lens.SourceNotFoundError, match="no such file"):
+        h5lens.index(server.url("missing.h5"))

@@ -553,3 +553,27 @@ def test_a_bad_range_among_a_batch_is_the_one_named(s3, scattered):
             store.read_runs("x", starts, stops)
     notes = " ".join(getattr(info.value, "__notes__", []))
     assert "'x/c/108'" in notes, notes
+
+
+def test_a_missing_object_is_said_by_obstore_itself(s3, s3_proxy):
+    """obstore (>= 0.12) raises the builtin FileNotFoundError for a missing object: that is
+    the object's absence, said at once, not an obstore failure to go on through fsspec (whose
+    session each of index-many's workers left open, looking for a manifest not written yet).
+    One listing tells a missing bucket from a missing object (obstore's error does not)."""
+    from h5lens.fetch.clients import ObstoreClient, open_client
+
+    options = s3.storage_options(s3_proxy.endpoint_url)
+    for url, said in (
+        (f"s3://{_key('missing.json')}", "no such file or object"),
+        (f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/missing.json", "no such bucket"),
+    ):
+        client = open_client(url, options)
+        assert isinstance(client, ObstoreClient)
+        s3_proxy.stats.reset()
+        try:
+            with pytest.raises(h5lens.SourceNotFoundError, match=said) as info:
+                client.get_sync(0, 100, exact=False)
+            assert client.name == "obstore" and str(info.value).startswith(url)
+            assert s3_proxy.stats.gets == 2, s3_proxy.stats  # the GET, and the listing
+        finally:
+            client.close()

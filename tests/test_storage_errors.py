@@ -146,3 +146,126 @@ def test_missing_object_in_an_existing_bucket_is_not_a_missing_bucket(s3):
     assert "no such bucket" not in str(info.value)
     with pytest.raises(h5lens.SourceNotFoundError, match="no such bucket"):
         h5lens.Manifest.from_json("s3://no-such-bucket/nope.json", storage_options=s3.storage_options())
+
+
+# -- an endpoint that does not answer: a StorageError within the probe's bounds -----------------
+
+
+@pytest.mark.parametrize("kind", ["auto", "fsspec"])
+def test_an_endpoint_nobody_listens_on_is_a_storage_error_within_the_probe(s3, uploaded, kind, monkeypatch):
+    """The file to index, a manifest, a manifest's sources: each names its URL, says the
+    endpoint cannot be reached, and gives up after PROBE_ATTEMPTS attempts (not the retry
+    policy's 8, whose backoff took 7-9 s): a StorageError, not a SourceReadError (nothing was
+    read: the endpoint is what to check)."""
+    from h5lens.backend_errors import PROBE_ATTEMPTS
+    from h5lens.fetch.clients import CLIENT_ENV
+
+    monkeypatch.setenv(CLIENT_ENV, kind)
+    down = {"key": "k", "secret": "s", "endpoint_url": f"http://127.0.0.1:{free_port()}"}
+    manifest = h5lens.index(uploaded, storage_options=s3.storage_options(), inline_threshold=0)
+    manifest_url = f"s3://bucket/{uuid.uuid4().hex}/m.json"
+    attempts = {
+        uploaded: lambda: h5lens.index(uploaded, storage_options=down),
+        manifest_url: lambda: h5lens.Manifest.load(manifest_url, storage_options=down),
+        f"{uploaded} ": lambda: h5lens.open_group(manifest, storage_options=down, verify=False)["x"][...],
+    }
+    for url, attempt in attempts.items():
+        with pytest.raises(h5lens.StorageError) as info:
+            attempt()
+        said = str(info.value)
+        assert type(info.value) is h5lens.StorageError, said
+        assert said.startswith(f"{url.strip()}: cannot reach the storage endpoint"), said
+        assert len(said.splitlines()) == 1, said
+        assert said.endswith(f"after {PROBE_ATTEMPTS} attempts"), said
+
+
+def test_a_first_request_is_bounded_and_later_ones_get_the_whole_policy(s3, uploaded):
+    """What bounds a first request: PROBE_ATTEMPTS attempts and a 5 s connect timeout,
+    through obstore (its first request to an object), fsspec (a request it cannot connect
+    for) and botocore (probe_options); what a user sets wins; once the object has
+    answered, obstore's requests get the retry policy's attempts."""
+    from h5lens.backend_errors import PROBE_ATTEMPTS, PROBE_CONNECT_TIMEOUT, probe_options
+    from h5lens.fetch import retry
+    from h5lens.fetch.clients import ObstoreClient, open_client
+    from h5lens.fetch.fsspec_client import fsspec_options
+
+    client = open_client(uploaded, s3.storage_options())
+    assert isinstance(client, ObstoreClient)
+    try:
+        first = client._store()
+        assert first.retry_config["max_retries"] == PROBE_ATTEMPTS - 1
+        assert first.client_options["connect_timeout"] == f"{PROBE_CONNECT_TIMEOUT}s"
+        assert client.get_sync(0, 8) == b"\x89HDF\r\n\x1a\n"
+        assert client._store().retry_config["max_retries"] == retry.policy().attempts - 1
+    finally:
+        client.close()
+    assert retry.policy().unanswered_attempts == PROBE_ATTEMPTS
+    assert fsspec_options("s3://b/k", None)["config_kwargs"]["connect_timeout"] == PROBE_CONNECT_TIMEOUT
+    assert fsspec_options("https://h/k", None)["client_kwargs"]["timeout"].sock_connect == PROBE_CONNECT_TIMEOUT
+    assert probe_options("s3://b/k", None)["config_kwargs"]["retries"]["total_max_attempts"] == PROBE_ATTEMPTS
+    mine = {"config_kwargs": {"connect_timeout": 30, "retries": {"total_max_attempts": 5}}}
+    assert probe_options("s3://b/k", mine)["config_kwargs"] == {**mine["config_kwargs"], "read_timeout": 20}
+    assert fsspec_options("s3://b/k", mine)["config_kwargs"]["connect_timeout"] == 30
+
+
+def test_reading_a_manifest_without_credentials_names_it(s3, monkeypatch):
+    """The message names the manifest and says what was being read: "… while reading bytes
+    0-1048576 of it (…)", never "… of (…)" with the object missing after "of"."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    url = f"s3://bucket/{uuid.uuid4().hex}/m.json"
+    with pytest.raises(h5lens.AccessDeniedError) as info:
+        h5lens.Manifest.load(url, storage_options={"endpoint_url": s3.endpoint_url})
+    said = str(info.value)
+    assert said.startswith(f"{url}: no credentials while reading bytes 0-") and " of it (" in said, said
+    assert " of (" not in said and info.value.cli_message is not None and "--anon" in info.value.cli_message
+
+
+def test_an_action_is_said_with_its_object():
+    """storage_error's phrases: the URL first, and "it" where the action needs an object."""
+    from botocore.exceptions import NoCredentialsError
+
+    hint = " (Permission denied); check the credentials and what they allow"
+    said = {
+        action: str(storage_error(PermissionError(13, "Permission denied"), "s3://b/k", action))
+        for action in ("checking", "reading bytes 0-8 of", "checking the destination", "writing to")
+    }
+    assert said == {
+        "checking": f"s3://b/k: access denied while checking it{hint}",
+        "reading bytes 0-8 of": f"s3://b/k: access denied while reading bytes 0-8 of it{hint}",
+        "checking the destination": f"s3://b/k: access denied while checking the destination{hint}",
+        "writing to": f"s3://b/k: access denied while writing to it{hint}",
+    }
+    assert str(storage_error(NoCredentialsError(), "s3://b/k", "reading the manifest")).startswith(
+        "s3://b/k: no credentials while reading the manifest (Unable to locate credentials)"
+    )
+
+
+def test_a_report_record_says_its_error_in_both_wordings(s3, uploaded, monkeypatch):
+    """index_many's record of a failed file: ``error`` in Python's words, ``error_cli`` in the
+    command line's (where they differ), both naming the file; the report's fields are the
+    ones docs/collections.md shows."""
+    import json
+    import re
+    from pathlib import Path
+
+    from h5lens.many.sources import Job
+    from h5lens.many.task import IndexSettings, index_one
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    job = Job(uploaded, f"s3://bucket/{uuid.uuid4().hex}/x.h5.json")
+    record = index_one(job, IndexSettings(storage_options={"endpoint_url": s3.endpoint_url}))
+    assert record.status == "failed"
+    assert record.error.startswith(f"{uploaded}: no credentials") and "storage_options={'anon': True}" in record.error
+    assert record.error_cli is not None and record.error_cli.startswith(f"{uploaded}: no credentials")
+    assert "--anon" in record.error_cli and "storage_options" not in record.error_cli
+    page = (Path(__file__).parents[1] / "docs" / "collections.md").read_text()
+    shown = json.loads(re.search(r"--report FILE.*?```json\n(.*?)```", page, re.S).group(1))
+    assert all(list(shown_record) == list(record.to_dict()) for shown_record in shown["files"])

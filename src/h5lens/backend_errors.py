@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import socket
 from typing import Any
 
 from h5lens.errors import (
@@ -103,6 +104,17 @@ def _aiohttp_connection_errors() -> tuple[type[BaseException], ...]:
     return (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 
+def _aiohttp_connect_errors() -> tuple[type[BaseException], ...]:
+    """aiohttp's failures to connect at all: refused, no route, a name that does not resolve,
+    no connection within the connect timeout."""
+    try:
+        import aiohttp
+    except ImportError:
+        return ()
+    timeout = getattr(aiohttp, "ConnectionTimeoutError", None)  # aiohttp >= 3.10
+    return (aiohttp.ClientConnectorError,) if timeout is None else (aiohttp.ClientConnectorError, timeout)
+
+
 def _is(error: BaseException, *names: str) -> bool:
     classes = tuple(c for c in (_botocore(n) for n in names) if c is not None)
     return bool(classes) and isinstance(error, classes)
@@ -127,18 +139,53 @@ def is_transient(error: BaseException) -> bool:
     return False
 
 
+def unreachable(error: BaseException) -> bool:
+    """Whether ``error`` (or a cause) says that no connection to the endpoint could be made:
+    refused, no route, a host name that does not resolve, no connection within the connect
+    timeout. The endpoint never answered: nothing was read, and what the caller can do is
+    check the endpoint (or wait for it), not the data."""
+    return _connect_failure(error) is not None
+
+
+def _connect_failure(error: BaseException) -> BaseException | None:
+    for item in error_chain(error):
+        if _is(item, "EndpointConnectionError", "ConnectTimeoutError"):
+            return item
+        if isinstance(item, (ConnectionRefusedError, socket.gaierror, *_aiohttp_connect_errors())):
+            return item
+    return None
+
+
+def with_object(action: str) -> str:
+    """``action`` as said after "while": "checking" becomes "checking it", "reading bytes 0-9
+    of" becomes "reading bytes 0-9 of it" (the message names the URL first: "it" is that
+    object); an action that names its object ("checking the destination") stays as it is."""
+    words = action.split()
+    return action if len(words) > 1 and words[-1] not in _PREPOSITIONS else f"{action} it"
+
+
+_PREPOSITIONS = frozenset({"of", "to", "into", "from", "with", "at", "in", "on"})
+
+
 def storage_error(error: BaseException, url: str, action: str = "reading", *, anon: bool = False) -> H5LensError:
-    """The h5lens error for ``error``, raised while ``action`` ``url``; the message is one line."""
+    """The h5lens error for ``error``, raised while ``action`` ``url`` (see :func:`with_object`);
+    the message is one line and starts with ``url``."""
     if isinstance(error, H5LensError):
         return error
     detail = _reason(error)
     status = http_status(error)
+    doing = with_object(action)
     for item in error_chain(error):
         if _is(item, "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
-            said = f"{url}: no credentials while {action} ({detail}); configure credentials, or pass"
+            said = f"{url}: no credentials while {doing} ({detail}); configure credentials, or pass"
             return AccessDeniedError(f"{said} storage_options={{'anon': True}} for public data").at_cli(
                 f"{said} --anon for public data"
             )
+    # before "not found": fsspec's HTTP filesystem says FileNotFoundError for a host it
+    # cannot connect to (the connection error is its cause)
+    failed_to_connect = _connect_failure(error)
+    if failed_to_connect is not None:
+        return StorageError(f"{url}: cannot reach the storage endpoint ({_reason(failed_to_connect)})")
     if isinstance(error, FileNotFoundError) or status == 404:
         what = "bucket" if error_code(error) == "NoSuchBucket" else "file or object"
         return SourceNotFoundError(f"{url}: no such {what} ({detail})")
@@ -148,19 +195,14 @@ def storage_error(error: BaseException, url: str, action: str = "reading", *, an
             if anon
             else "; check the credentials and what they allow"
         )
-        return AccessDeniedError(f"{url}: access denied while {action} it ({detail}){hint}")
+        return AccessDeniedError(f"{url}: access denied while {doing} ({detail}){hint}")
     if isinstance(error, ImportError):
         return StorageError(f"{url}: the storage backend for this URL is not installed ({detail})")
     if isinstance(error, ValueError) and "protocol" in detail.lower():  # fsspec: "Protocol not known"
         return InvalidOptionError(f"{url}: {detail}")
-    for item in error_chain(error):
-        if _is(item, "EndpointConnectionError", "ConnectTimeoutError") or isinstance(
-            item, (ConnectionError, *_aiohttp_connection_errors())
-        ):
-            return StorageError(f"{url}: cannot reach the storage endpoint ({detail})")
     if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
-        return StorageError(f"{url}: timed out while {action} it")
-    return StorageError(f"{url}: {action} failed ({type(error).__name__}: {detail})")
+        return StorageError(f"{url}: timed out while {doing}")
+    return StorageError(f"{url}: {doing} failed ({type(error).__name__}: {detail})")
 
 
 def _reason(error: BaseException) -> str:
@@ -169,23 +211,29 @@ def _reason(error: BaseException) -> str:
     return first_line(error)
 
 
-# The first request to a store (is the source there, can the destination be written) fails
-# within seconds, naming the cause, whatever the reason: botocore's defaults (a 60 s connect
-# timeout, five attempts) kept a user waiting 25 s to learn that an endpoint is down.
-PROBE_CONNECT_TIMEOUT = 5  # seconds
+# The first request to a store (is the source there, can the destination be written, the
+# first read of a manifest or a source) fails within seconds, naming the cause, whatever the
+# reason: botocore's defaults (a 60 s connect timeout, five attempts) kept a user waiting 25 s
+# to learn that an endpoint is down, and h5lens's own policy (8 attempts) 7-9 s.
+PROBE_CONNECT_TIMEOUT = 5  # seconds; obstore's default too
 PROBE_READ_TIMEOUT = 20
+# Attempts at a request to an endpoint that has not answered yet: of a probe (whatever the
+# failure), and of any request while the endpoint cannot be connected to
+# (:func:`unreachable`; :attr:`h5lens.fetch.retry.RetryPolicy.unanswered_attempts`).
 PROBE_ATTEMPTS = 2
 
 
 def probe_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
     """``storage_options`` for a first request to ``url``: bounded connect and read timeouts
-    and attempts (s3 through botocore), unless the caller configured them."""
+    and attempts (s3 through botocore: :data:`PROBE_ATTEMPTS` in all), unless the caller
+    configured them."""
     options = dict(storage_options or {})
     if url.split("://", 1)[0].lower() in ("s3", "s3a"):
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("connect_timeout", PROBE_CONNECT_TIMEOUT)
         config.setdefault("read_timeout", PROBE_READ_TIMEOUT)
-        config.setdefault("retries", {"max_attempts": PROBE_ATTEMPTS, "mode": "standard"})
+        # botocore's max_attempts counts retries after the first; total_max_attempts, all
+        config.setdefault("retries", {"total_max_attempts": PROBE_ATTEMPTS, "mode": "standard"})
         options["config_kwargs"] = config
     return options
 

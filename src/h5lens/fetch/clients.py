@@ -26,23 +26,22 @@ HTTP servers that ignore ``Range`` are found once (:mod:`h5lens.fetch.ranges`).
 from __future__ import annotations
 
 import asyncio
-import atexit
 import logging
 import os
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from h5lens.backend_errors import anon_requested, http_status, is_transient, storage_error
+from h5lens.backend_errors import PROBE_CONNECT_TIMEOUT, storage_error
 from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError, first_line
 from h5lens.fetch import retry
+from h5lens.fetch.fsspec_client import FsspecClient
 from h5lens.fetch.mapped import MAP_FROM, FileMap, maps_wanted
 from h5lens.fetch.obstore_options import obstore_config
-from h5lens.fetch.ranges import FirstRequest, RangeIgnoredError
+from h5lens.fetch.ranges import FirstRequest, RangeIgnoredError, past_end
 from h5lens.locations import is_remote
 
 logger = logging.getLogger("h5lens.fetch")
@@ -56,7 +55,6 @@ CLIENT_ENV = "H5LENS_CLIENT"
 OBSTORE_CONCURRENCY = 256
 # Ranges one obstore call fetches (get_ranges sends at most 10 requests in parallel).
 BATCH = 10
-FSSPEC_CONCURRENCY = 64  # s3fs spends ~1 ms of CPU per request: more in flight does not help
 
 def forced_client() -> str:
     """``auto``, ``obstore`` or ``fsspec`` (``H5LENS_CLIENT``; ``H5LENS_SCAN_CLIENT``, its
@@ -171,6 +169,8 @@ def _shared_store(config: dict[str, Any], policy: retry.RetryPolicy) -> Any:
     from obstore.store import HTTPStore, S3Store
 
     settings = {**config["config"], "retry_config": policy.obstore_config()}
+    # obstore's own default, said here: the bound h5lens documents for a first request
+    settings["client_options"] = {"connect_timeout": f"{PROBE_CONNECT_TIMEOUT}s", **settings.get("client_options", {})}
     if config["kind"] == "s3":
         store = S3Store(config["bucket"], **settings)
     else:
@@ -182,9 +182,10 @@ def _shared_store(config: dict[str, Any], policy: retry.RetryPolicy) -> Any:
     return store
 
 
-# The probe (the first request to a source: index's stat) gives up sooner: an endpoint
-# that is down is reported in about a second, not after a whole backoff.
-PROBE_POLICY = retry.RetryPolicy(attempts=4, first_backoff=0.1, max_backoff=0.4, deadline=20.0)
+# The probe (the first request to a source: index's stat) and the requests before an
+# object's first answer give up sooner: an endpoint that is down is reported in about a
+# second, not after a whole backoff (:data:`h5lens.fetch.retry.PROBE`).
+PROBE_POLICY = retry.PROBE
 # The ranges of a batched call that failed are asked for again one by one, once each: the
 # call's requests have had the policy's attempts; this only finds which range failed.
 ALONE_POLICY = retry.RetryPolicy(attempts=1)
@@ -193,7 +194,8 @@ ALONE_POLICY = retry.RetryPolicy(attempts=1)
 class ObstoreClient:
     """Ranged GETs of one object through obstore (see the module docstring); falls back to
     an :class:`FsspecClient` when its first request fails for another reason than the
-    object's absence or a server that ignores ``Range``."""
+    object's absence or a server that ignores ``Range``. Until the object's first answer,
+    requests go through the probe policy (where fsspec can take over: not when forced)."""
 
     local = False
     concurrency = OBSTORE_CONCURRENCY
@@ -203,15 +205,23 @@ class ObstoreClient:
         self.storage_options = dict(storage_options or {})
         self.config = config
         self._fallback: FsspecClient | None = None
-        self._confirmed = forced_client() == "obstore"  # forced: no falling back
+        self._forced = forced_client() == "obstore"  # forced: no falling back
+        self._answered = False  # whether a request has succeeded through obstore
         self._first = FirstRequest(url)
 
     @property
     def name(self) -> str:
         return "fsspec" if self._fallback is not None else "obstore"
 
+    @property
+    def _confirmed(self) -> bool:
+        """Whether obstore is this client's for good (it answered, or it was forced): no
+        falling back to fsspec, and the retry policy's full patience."""
+        return self._answered or self._forced
+
     def _store(self, probe: bool = False) -> Any:
-        return _shared_store(self.config, PROBE_POLICY if probe else retry.policy())
+        first_contact = (probe or not self._answered) and not self._forced
+        return _shared_store(self.config, PROBE_POLICY if first_contact else retry.policy())
 
     async def get(self, offset: int, length: int) -> bytes | memoryview:
         if self._fallback is not None:
@@ -227,7 +237,7 @@ class ObstoreClient:
             data = await obstore.get_range_async(store or self._store(), self.config["path"], start=offset, length=length)
         except Exception as e:  # noqa: BLE001 - obstore's errors, named below
             return await self._failed(e, offset, length)
-        self._confirmed = True
+        self._answered = True
         return self._checked(memoryview(data), offset, length)
 
     def batches(self) -> bool:
@@ -281,7 +291,7 @@ class ObstoreClient:
             if self._falls_back(e):
                 return self._fall_back(e).get_sync(offset, length, exact=exact)
             raise self._error(e, offset, length, explain=True) from e
-        self._confirmed = True
+        self._answered = True
         return self._checked(memoryview(data), offset, length, exact)
 
     def _checked(self, data: memoryview, offset: int, length: int, exact: bool = True) -> memoryview:
@@ -297,7 +307,7 @@ class ObstoreClient:
     def _falls_back(self, error: BaseException) -> bool:
         import obstore.exceptions as oe
 
-        return not self._confirmed and not isinstance(error, (oe.NotFoundError, oe.NotSupportedError, H5LensError))
+        return not self._confirmed and not isinstance(error, (FileNotFoundError, oe.NotSupportedError, H5LensError))
 
     def _fall_back(self, error: BaseException) -> FsspecClient:
         logger.info("%s: obstore failed on a first request (%s); reading through fsspec", self.url, first_line(error))
@@ -312,8 +322,8 @@ class ObstoreClient:
         detail = first_line(error)
         if isinstance(error, H5LensError):
             return error
-        if isinstance(error, oe.NotFoundError):
-            return SourceNotFoundError(f"{self.url}: no such file or object while reading {where} ({detail})")
+        if isinstance(error, FileNotFoundError):  # obstore >= 0.12 raises the builtin for a missing object
+            return self._missing(detail, f" while reading {where}")
         if isinstance(error, (oe.PermissionDeniedError, oe.UnauthenticatedError)):
             return AccessDeniedError(f"{self.url}: access denied while reading {where} ({detail})")
         if isinstance(error, oe.NotSupportedError):
@@ -322,13 +332,18 @@ class ObstoreClient:
                 "so chunks cannot be read one by one; download the file and index or read the local copy"
             )
         if explain:  # a request the server refused: past the end of the object? (one HEAD says)
-            try:
-                size = self.stat(probe=True)["size"]
+            import obstore
+
+            try:  # through the probe policy, forced or not: only an explanation
+                size = int(obstore.head(_shared_store(self.config, PROBE_POLICY), self.config["path"])["size"])
             except Exception:  # noqa: BLE001 - the HEAD is only an explanation
                 size = None
             if isinstance(size, int) and offset + length > size:
                 return past_end(self.url, offset, length, f"the object ({size} bytes)")
-        return SourceReadError(f"{self.url}: reading {where} failed ({detail})")
+        # obstore's errors say nothing typed about the connection: an object that never
+        # answered is a failure of its storage (check the endpoint), one that did, of these bytes
+        failed = SourceReadError if self._answered else StorageError
+        return failed(f"{self.url}: reading {where} failed ({detail})")
 
     def stat(self, *, fingerprint: bool = False, probe: bool = False) -> dict[str, Any]:
         """Size and ETag (object storage identifies versions by ETag: no fingerprint); an
@@ -344,7 +359,7 @@ class ObstoreClient:
             if self._falls_back(e):
                 return self._fall_back(e).stat(probe=probe)
             raise self._stat_error(e) from e
-        self._confirmed = True
+        self._answered = True
         etag = meta.get("e_tag")
         found: dict[str, Any] = {"size": int(meta["size"]), "etag": etag.strip('"') if isinstance(etag, str) else None}
         if found["etag"] is None and meta.get("last_modified") is not None:
@@ -355,25 +370,33 @@ class ObstoreClient:
         import obstore.exceptions as oe
 
         detail = first_line(error)
-        if isinstance(error, oe.NotFoundError):
-            if self.config["kind"] == "s3" and self._is_prefix():
-                from h5lens.errors import NotHDF5Error
-
-                return NotHDF5Error(f"{self.url}: a directory (a prefix of other objects), not a file")
-            return SourceNotFoundError(f"{self.url}: no such file or object ({detail})")
+        if isinstance(error, FileNotFoundError):
+            return self._missing(detail, directory=True)
         if isinstance(error, (oe.PermissionDeniedError, oe.UnauthenticatedError)):
             return AccessDeniedError(f"{self.url}: access denied while checking it ({detail})")
         return StorageError(f"{self.url}: checking it failed ({detail})")
 
-    def _is_prefix(self) -> bool:
-        """Whether the missing object's key is a prefix of others (a "directory")."""
-        import obstore
+    def _missing(self, detail: str, doing: str = "", *, directory: bool = False) -> H5LensError:
+        """The error for an object obstore did not find. On S3, one listing of its key says
+        more (obstore's error does not say which of object and bucket is missing): a bucket
+        that does not list (denied apart) is not there; with ``directory``, a key that other
+        objects' keys start with is a directory, not a file."""
+        if self.config["kind"] == "s3":
+            import obstore
+            import obstore.exceptions as oe
 
-        try:
-            listed = obstore.list_with_delimiter(self._store(probe=True), self.config["path"])
-        except Exception:  # noqa: BLE001 - only an explanation
-            return False
-        return bool(listed.get("common_prefixes") or listed.get("objects"))
+            try:
+                listed = obstore.list_with_delimiter(_shared_store(self.config, PROBE_POLICY), self.config["path"])
+            except (oe.PermissionDeniedError, oe.UnauthenticatedError):
+                pass  # not allowed to list: which is missing, nobody says
+            except Exception:  # noqa: BLE001 - the GET just reached the server: the bucket is missing
+                return SourceNotFoundError(f"{self.url}: no such bucket ({detail})")
+            else:
+                if directory and (listed.get("common_prefixes") or listed.get("objects")):
+                    from h5lens.errors import NotHDF5Error
+
+                    return NotHDF5Error(f"{self.url}: a directory (a prefix of other objects), not a file")
+        return SourceNotFoundError(f"{self.url}: no such file or object{doing} ({detail})")
 
     def close(self) -> None:
         if self._fallback is not None:
@@ -382,218 +405,6 @@ class ObstoreClient:
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_fallback": None}
-
-
-# -- fsspec -----------------------------------------------------------------------------
-class FsspecClient:
-    """Ranged reads through an async fsspec filesystem (s3, http, gcs ...), retried by the
-    retry policy when the failure is transient (by exception type and HTTP status). The
-    client owns its filesystem and HTTP session, and closes them in :meth:`close`."""
-
-    local = False
-    concurrency = FSSPEC_CONCURRENCY
-    name = "fsspec"
-
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
-        self.url = url
-        self.storage_options = _fsspec_options(url, storage_options)
-        self._fs: Any = None
-        self._path: str | None = None
-        self._client: Any = None  # the HTTP session set_session made: ours to close
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._first = FirstRequest(url)
-        self._sync: dict[bool, tuple[Any, str]] = {}  # blocking filesystems (stat), probe or not
-
-    def _sync_filesystem(self, probe: bool = False) -> tuple[Any, str]:
-        import fsspec
-
-        from h5lens.backend_errors import probe_options
-
-        made = self._sync.get(probe)
-        if made is not None:
-            return made
-        options = probe_options(self.url, self.storage_options) if probe else self.storage_options
-        try:
-            # h5lens's own instance (not fsspec's shared one): its retries are set below
-            fs, path = fsspec.core.url_to_fs(self.url, **{**options, "skip_instance_cache": True})
-        except Exception as e:  # noqa: BLE001 - a missing backend, an unknown protocol
-            raise storage_error(e, self.url, "opening") from e
-        _own_retries_only(fs)
-        self._sync[probe] = (fs, path)
-        return fs, path
-
-    async def _filesystem(self) -> tuple[Any, str]:
-        # An async filesystem's session belongs to the event loop that made it.
-        loop = asyncio.get_running_loop()
-        if self._fs is None or self._loop is not loop:
-            import fsspec
-
-            try:
-                cls = fsspec.get_filesystem_class(self.url.split("://", 1)[0])
-                if getattr(cls, "async_impl", False):
-                    options = {**self.storage_options, "asynchronous": True, "skip_instance_cache": True}
-                    if self.url.startswith(("s3://", "s3a://")) and not {"session", "profile"} & set(options):
-                        options["session"] = _aiobotocore_session(loop)
-                    self._fs, self._path = fsspec.core.url_to_fs(self.url, **options)
-                    _own_retries_only(self._fs)
-                    if hasattr(self._fs, "set_session"):
-                        self._client = await self._fs.set_session()
-                else:
-                    self._fs, self._path = self._sync_filesystem()
-            except Exception as e:  # noqa: BLE001
-                raise storage_error(e, self.url, "opening", anon=anon_requested(self.storage_options)) from e
-            self._loop = loop
-            _LIVE.add(self)
-        assert self._path is not None  # set together with self._fs
-        return self._fs, self._path
-
-    async def get(self, offset: int, length: int, *, exact: bool = True) -> bytes:
-        return await self._first.run(lambda: self._get(offset, length, exact))
-
-    async def _get(self, offset: int, length: int, exact: bool) -> bytes:
-        fs, path = await self._filesystem()
-
-        async def attempt() -> bytes:
-            if getattr(fs, "asynchronous", False):
-                return await fs._cat_file(path, start=offset, end=offset + length)
-            return await asyncio.to_thread(fs.cat_file, path, start=offset, end=offset + length)
-
-        try:
-            data = await retry.policy().run(attempt, is_transient)
-        except Exception as e:  # noqa: BLE001 - classified by type and status
-            raise self._read_error(e, offset, length, getattr(e, "attempts", 1)) from e
-        if len(data) > length:  # an HTTP server that ignores Range sent the whole file
-            raise RangeIgnoredError(
-                f"{self.url}: the server ignores HTTP Range requests (it answered with {len(data)} bytes for "
-                f"{length}), so chunks cannot be read one by one; download the file and index or read the local copy"
-            )
-        if len(data) != length and exact:  # the object is shorter than the reference: no retry helps
-            raise past_end(self.url, offset, length, f"the object ({len(data)} of {length} bytes came back)")
-        return data
-
-    def get_sync(self, offset: int, length: int, *, exact: bool = True) -> bytes:
-        from zarr.core.sync import sync
-
-        return sync(self.get(offset, length, exact=exact))
-
-    def _read_error(self, error: BaseException, offset: int, length: int, attempts: int) -> Exception:
-        where = f"bytes {offset}-{offset + length}"
-        if http_status(error) == 416:
-            return past_end(self.url, offset, length, "the object (HTTP 416)")
-        found = storage_error(error, self.url, f"reading {where} of", anon=anon_requested(self.storage_options))
-        if type(found) is StorageError:
-            tries = f" after {attempts} attempts" if attempts > 1 else ""
-            return SourceReadError(f"{found}{tries}")
-        return found
-
-    def stat(self, *, fingerprint: bool = False, probe: bool = False) -> dict[str, Any]:
-        """Size and ETag (object storage identifies versions by ETag: no fingerprint)."""
-        del fingerprint
-        fs, path = self._sync_filesystem(probe)
-        try:  # retried as reads are: a 503 on the HEAD is as transient as on a GET
-            info = (PROBE_POLICY if probe else retry.policy()).run_sync(lambda: fs.info(path), is_transient)
-        except Exception as e:  # noqa: BLE001
-            raise storage_error(e, self.url, "checking", anon=anon_requested(self.storage_options)) from e
-        if info.get("type") == "directory":
-            from h5lens.errors import NotHDF5Error
-
-            raise NotHDF5Error(f"{self.url}: a directory (a prefix of other objects), not a file")
-        etag = info.get("ETag") or info.get("etag")
-        return {"size": info.get("size"), "etag": etag.strip('"') if isinstance(etag, str) else etag}
-
-    def close(self, *, wait: bool = True) -> None:
-        """Close the HTTP session, on its own loop (waiting for it unless ``wait`` is false
-        or this runs on that loop)."""
-        client, loop = self._client, self._loop
-        self._fs = self._client = self._loop = None
-        _LIVE.discard(self)
-        closer = getattr(client, "close", None)
-        if closer is None or loop is None or loop.is_closed() or not loop.is_running():
-            return
-        try:
-            on_loop = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        future = asyncio.run_coroutine_threadsafe(closer(), loop)
-        if wait and not on_loop:
-            try:
-                future.result(timeout=2)
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
-
-    def __del__(self) -> None:
-        # A client dropped without close(): its session still belongs to a live loop.
-        try:
-            self.close(wait=False)
-        except Exception:  # noqa: BLE001 - never raise from a finalizer
-            pass
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "url": self.url, "storage_options": self.storage_options, "_fs": None, "_path": None,
-            "_client": None, "_loop": None, "_first": FirstRequest(self.url), "_sync": {},
-        }
-
-
-def _fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
-    """The options h5lens makes an fsspec filesystem with: for s3, a connection pool as
-    wide as the requests in flight (botocore's default is 10) and botocore's own retries
-    off (one attempt each: h5lens's policy retries, see :mod:`h5lens.fetch.retry`), unless
-    the caller set them."""
-    options = dict(storage_options or {})
-    if url.startswith(("s3://", "s3a://")):
-        config = dict(options.get("config_kwargs") or {})
-        config.setdefault("max_pool_connections", FSSPEC_CONCURRENCY)
-        config.setdefault("retries", {"total_max_attempts": 1})
-        options["config_kwargs"] = config
-    return options
-
-
-def _own_retries_only(fs: Any) -> None:
-    """s3fs retries a failed call up to five times itself (``S3FileSystem.retries``); on a
-    filesystem h5lens made for itself (never fsspec's shared instance), one attempt, so a
-    request makes at most the policy's attempts in all, not the product of three layers'."""
-    if isinstance(getattr(fs, "retries", None), int):
-        fs.retries = 1
-
-
-def past_end(url: str, offset: int, length: int, end: str) -> SourceReadError:
-    """A reference whose bytes run past the end of its source (``end``: which end, and how
-    it showed): no retry helps, the manifest does not fit the source."""
-    return SourceReadError(
-        f"{url}: bytes {offset}-{offset + length} end past the end of {end}: "
-        "the manifest's reference does not fit this source"
-    )
-
-
-# Clients with an HTTP session: closed at exit, while zarr's event loop still runs (by the
-# time the garbage collector would get to them, the loop is gone). Weak: a client closed
-# or collected leaves it.
-_LIVE: weakref.WeakSet[FsspecClient] = weakref.WeakSet()
-
-# One aiobotocore session per event loop for the s3 clients made on it: each new session
-# loads botocore's service models again (~130 ms a client, against ~10 ms from a loaded
-# session). Not shared across loops: a session's refreshable credentials hold asyncio
-# locks of the loop that first used them. A user's own ``session`` or ``profile`` wins.
-_SESSIONS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
-
-
-def _aiobotocore_session(loop: asyncio.AbstractEventLoop) -> Any:
-    session = _SESSIONS.get(loop)
-    if session is None:
-        from aiobotocore.session import AioSession
-
-        session = _SESSIONS[loop] = AioSession()
-    return session
-
-
-@atexit.register
-def _close_live_clients() -> None:
-    for client in list(_LIVE):
-        try:
-            client.close()
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass
 
 
 @runtime_checkable

@@ -1,4 +1,5 @@
-"""HTTP(S) servers that ignore ``Range``: found on the first request, once.
+"""HTTP(S) servers that ignore ``Range``: found on the first request, once; and a range
+that runs past the end of its source.
 
 A web server may answer a ranged GET with the whole file (200 instead of 206): every chunk
 read would download the file. h5lens refuses such a source with a
@@ -13,11 +14,20 @@ from typing import Any
 
 from h5lens.errors import SourceReadError
 
-__all__ = ["FirstRequest", "RangeIgnoredError"]
+__all__ = ["FirstRequest", "RangeIgnoredError", "past_end"]
 
 
 class RangeIgnoredError(SourceReadError):
     """The server answers ranged requests with the whole file (a SourceReadError)."""
+
+
+def past_end(url: str, offset: int, length: int, end: str) -> SourceReadError:
+    """A reference whose bytes run past the end of its source (``end``: which end, and how
+    it showed): no retry helps, the manifest does not fit the source."""
+    return SourceReadError(
+        f"{url}: bytes {offset}-{offset + length} end past the end of {end}: "
+        "the manifest's reference does not fit this source"
+    )
 
 
 class FirstRequest:

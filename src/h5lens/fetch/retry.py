@@ -9,6 +9,11 @@ HTTP status (:func:`h5lens.backend_errors.is_transient`). Either way a request m
 most ``attempts`` attempts (a range of a batched obstore call that failed, one more, alone,
 to find which range it was: :meth:`~h5lens.fetch.clients.ObstoreClient.get_many`), and a
 total outage ends in a few seconds with an error that names the URL and the bytes.
+
+An endpoint that has never answered a client is given less patience: a request it cannot
+even be connected to makes ``unanswered_attempts`` attempts (a mistyped endpoint, a server
+that is down: a ``StorageError`` within seconds, not after the whole backoff), and obstore's
+first request to an object goes through the probe policy (:data:`PROBE`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from h5lens.backend_errors import PROBE_ATTEMPTS
 
 T = TypeVar("T")
 
@@ -31,6 +38,9 @@ class RetryPolicy:
     first_backoff: float = 0.1  # seconds before the second attempt
     max_backoff: float = 2.0  # the backoff doubles up to this
     deadline: float = 60.0  # seconds after which a request is not retried again
+    # attempts, in all, at a request whose endpoint could not be connected to, while the
+    # client has had no answer from it (``unanswered`` in :meth:`run`)
+    unanswered_attempts: int = PROBE_ATTEMPTS
 
     def delays(self) -> list[float]:
         """The backoff before each attempt after the first."""
@@ -48,10 +58,17 @@ class RetryPolicy:
             "retry_timeout": datetime.timedelta(seconds=self.deadline),
         }
 
-    async def run(self, attempt: Callable[[], Awaitable[T]], transient: Callable[[BaseException], bool]) -> T:
+    async def run(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        transient: Callable[[BaseException], bool],
+        *,
+        unanswered: Callable[[BaseException], bool] | None = None,
+    ) -> T:
         """``attempt()`` until it succeeds, fails in a way ``transient`` rejects, or the
-        attempts or the deadline run out; the last failure is raised with ``attempts``
-        (how many were made) set on it."""
+        attempts or the deadline run out; a failure ``unanswered`` recognises (no connection
+        to an endpoint that has not answered yet) gets ``unanswered_attempts`` at most. The
+        last failure is raised with ``attempts`` (how many were made) set on it."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.deadline
         made = 0
@@ -60,13 +77,19 @@ class RetryPolicy:
             try:
                 return await attempt()
             except Exception as e:
-                wait = self._backoff(made, e, loop.time(), give_up, transient)
+                wait = self._backoff(made, e, loop.time(), give_up, transient, unanswered)
                 if wait is None:
                     raise
                 await asyncio.sleep(wait)
 
-    def run_sync(self, attempt: Callable[[], T], transient: Callable[[BaseException], bool]) -> T:
-        """:meth:`run` for a synchronous ``attempt`` (a blocking call: a HEAD through fsspec)."""
+    def run_sync(
+        self,
+        attempt: Callable[[], T],
+        transient: Callable[[BaseException], bool],
+        *,
+        unanswered: Callable[[BaseException], bool] | None = None,
+    ) -> T:
+        """:meth:`run` for a synchronous ``attempt`` (a blocking call)."""
         give_up = time.monotonic() + self.deadline
         made = 0
         while True:
@@ -74,24 +97,38 @@ class RetryPolicy:
             try:
                 return attempt()
             except Exception as e:
-                wait = self._backoff(made, e, time.monotonic(), give_up, transient)
+                wait = self._backoff(made, e, time.monotonic(), give_up, transient, unanswered)
                 if wait is None:
                     raise
                 time.sleep(wait)
 
     def _backoff(
-        self, made: int, error: Exception, now: float, give_up: float, transient: Callable[[BaseException], bool]
+        self,
+        made: int,
+        error: Exception,
+        now: float,
+        give_up: float,
+        transient: Callable[[BaseException], bool],
+        unanswered: Callable[[BaseException], bool] | None,
     ) -> float | None:
         """Seconds to wait before the next attempt, or None (``error`` is the last: its
         ``attempts`` set) when it is not transient or the attempts or the deadline are spent."""
         delays = self.delays()
-        if made > len(delays) or not transient(error) or now + delays[made - 1] > give_up:
+        spent = made > len(delays) or (
+            unanswered is not None and made >= self.unanswered_attempts and unanswered(error)
+        )
+        if spent or not transient(error) or now + delays[made - 1] > give_up:
             error.attempts = made  # type: ignore[attr-defined]  # said in the error's message
             return None
         return delays[made - 1]
 
 
 POLICY = RetryPolicy()
+# The first request to an object through obstore, and every probe (is the file there: its size
+# and ETag): an endpoint that does not answer is reported within seconds. obstore's failures
+# carry no type that says "no connection", so its first request gets these attempts whatever
+# the failure; in auto mode a failure then goes on through fsspec (see :mod:`h5lens.fetch.clients`).
+PROBE = RetryPolicy(attempts=PROBE_ATTEMPTS, first_backoff=0.1, max_backoff=0.4, deadline=20.0)
 
 
 def policy() -> RetryPolicy:
@@ -99,4 +136,4 @@ def policy() -> RetryPolicy:
     return POLICY
 
 
-__all__ = ["POLICY", "RetryPolicy", "policy"]
+__all__ = ["POLICY", "PROBE", "RetryPolicy", "policy"]

@@ -7,6 +7,7 @@ the bytes, locally or on object storage.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from h5lens.errors import ManifestLimitError
@@ -45,15 +46,47 @@ def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, 
 class FileRanges:
     """Byte ranges of one file, local or remote (picklable: a manifest's lazily loaded chunk
     tables travel to dask workers with it). Remote files are read through the byte client
-    of :func:`h5lens.fetch.open_client`, as sources are."""
+    of :func:`h5lens.fetch.open_client`, as sources are.
+
+    The client is this object's to close: inside ``with ranges:`` one client serves every
+    read (reading a manifest: its head, then the rest); a read outside opens one and closes
+    it before returning (a compact manifest's chunk table, loaded when first used). Nothing
+    is left open after a read that failed (a manifest that does not exist)."""
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         self.url = url
         self.storage_options = dict(storage_options or {})
         self._client: Any = None
+        self._held = 0  # reads (and ``with`` blocks) in progress: the client stays open
+        self._lock = threading.Lock()  # lazily loaded tables may be read from several threads
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "storage_options": self.storage_options, "_client": None}
+        return {"url": self.url, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.url, self.storage_options = state["url"], state["storage_options"]
+        self._client, self._held, self._lock = None, 0, threading.Lock()
+
+    def __enter__(self) -> FileRanges:
+        with self._lock:
+            self._held += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._held -= 1
+            client = self._client if not self._held else None
+            if client is not None:
+                self._client = None
+        if client is not None:
+            client.close()
+
+    def close(self) -> None:
+        """Close the client, if one is open (reads in progress have had their bytes)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def _fail(self, error: BaseException) -> Exception:
         from h5lens.backend_errors import anon_requested, storage_error
@@ -61,16 +94,18 @@ class FileRanges:
         return storage_error(error, self.url, "reading the manifest", anon=anon_requested(self.storage_options))
 
     def _remote(self) -> Any:
-        if self._client is None:
-            from h5lens.fetch.clients import open_client
+        with self._lock:
+            if self._client is None:
+                from h5lens.fetch.clients import open_client
 
-            self._client = open_client(self.url, self.storage_options)
-        return self._client
+                self._client = open_client(self.url, self.storage_options)
+            return self._client
 
     def __call__(self, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes from ``offset`` (fewer at the end of the file)."""
         if is_remote(self.url):
-            return bytes(self._remote().get_sync(offset, length, exact=False))
+            with self:
+                return bytes(self._remote().get_sync(offset, length, exact=False))
         try:
             with open(self.url.removeprefix("file://"), "rb") as f:
                 f.seek(offset)
@@ -80,16 +115,17 @@ class FileRanges:
 
     def whole(self, limit: int) -> bytes:
         """The whole file, refused before reading if it is larger than ``limit`` bytes."""
-        if is_remote(self.url):
-            size = self._remote().stat(probe=True).get("size")
-        else:
-            try:
-                size = os.path.getsize(self.url.removeprefix("file://"))
-            except OSError as e:
-                raise self._fail(e) from None
-        if size is not None and size > limit:
-            raise ManifestLimitError(
-                f"{self.url}: a manifest of {size:,} bytes exceeds the limit of {limit:,} "
-                "(Limits.manifest_bytes); raise it with limits=Limits(...) if this manifest is trusted"
-            )
-        return self(0, limit + 1 if size is None else size)
+        with self:
+            if is_remote(self.url):
+                size = self._remote().stat(probe=True).get("size")
+            else:
+                try:
+                    size = os.path.getsize(self.url.removeprefix("file://"))
+                except OSError as e:
+                    raise self._fail(e) from None
+            if size is not None and size > limit:
+                raise ManifestLimitError(
+                    f"{self.url}: a manifest of {size:,} bytes exceeds the limit of {limit:,} "
+                    "(Limits.manifest_bytes); raise it with limits=Limits(...) if this manifest is trusted"
+                )
+            return self(0, limit + 1 if size is None else size)

@@ -169,18 +169,20 @@ def read(
     if "://" not in location and os.path.isdir(location):
         raise ManifestFormatError(f"{location}: a directory, not a manifest file")
     resolved = location if "://" in location else os.path.abspath(location)
-    ranges = FileRanges(location, storage_options)
-    # one request opens most manifests: the compact header, or a whole small JSON file
-    head = ranges(0, _FIRST_READ)
-    if compact.is_compact(head):
-        return compact.decode(ranges, location=resolved, head=head, limits=limits)
-    if _is_hdf5(head):
-        raise NotAManifestError(
-            f"{location}: an HDF5 file, not a manifest; index it first (h5lens.index)", kind="hdf5"
-        ).at_cli(f"{location}: an HDF5 file, not a manifest; index it first (h5lens index {location} -o ...)")
+    # one client for the reads below, closed when they are done, failed or not; a compact
+    # manifest keeps ``ranges`` for its chunk tables, each read later with a client of its own
+    with FileRanges(location, storage_options) as ranges:
+        # one request opens most manifests: the compact header, or a whole small JSON file
+        head = ranges(0, _FIRST_READ)
+        if compact.is_compact(head):
+            return compact.decode(ranges, location=resolved, head=head, limits=limits)
+        if _is_hdf5(head):
+            raise NotAManifestError(
+                f"{location}: an HDF5 file, not a manifest; index it first (h5lens.index)", kind="hdf5"
+            ).at_cli(f"{location}: an HDF5 file, not a manifest; index it first (h5lens index {location} -o ...)")
+        whole = head if len(head) < _FIRST_READ else ranges.whole(limits.manifest_bytes)
     from h5lens.manifest.refs_json import parse_json
 
-    whole = head if len(head) < _FIRST_READ else ranges.whole(limits.manifest_bytes)
     return parse_json(whole, resolved, limits=limits)
 
 

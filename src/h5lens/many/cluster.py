@@ -45,10 +45,13 @@ def client_for(scheduler: str | Client | None, workers: int | None) -> Iterator[
     from distributed import LocalCluster
 
     n = workers or os.cpu_count() or 1
-    # no dashboard: nothing to look at for a command that ends, and no port to collide on
+    # No dashboard: nothing to look at for a command that ends. The scheduler serves HTTP
+    # all the same (health checks), on port 8787 unless told: where that port is taken,
+    # distributed warns and leaves the socket it tried unclosed. Any free port of the loopback.
     with (
         LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=50
+            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=50,
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
         ) as cluster,
         Client(cluster, set_as_default=False) as client,
     ):
