@@ -76,3 +76,23 @@ def test_workers_stores_keep_decoded_chunks_as_asked(tmp_path, where):
         for _ in range(2):
             np.testing.assert_array_equal(worker.read_region("x", [(1_000, 120_000)]), f["x"][1_000:120_000])
     assert worker.decoded_chunks is not None and worker.decoded_chunks.hits > 0
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_read_counts_each_chunk_once(tmp_path, where, request):
+    """A small region of a remote source is first offered to the calling thread, which
+    declines it: the kept chunks are taken (and counted) by the read that runs, once."""
+    path = _file(tmp_path / "kept.h5")
+    options = None
+    source = str(path)
+    if where == "s3":
+        s3 = request.getfixturevalue("s3")
+        s3.filesystem().put(str(path), "bucket/counted/kept.h5")
+        source, options = "s3://bucket/counted/kept.h5", s3.storage_options()
+    manifest = h5lens.index(source, storage_options=options, inline_threshold=0)
+    store = h5lens.open_store(manifest, storage_options=options, decoded_cache_bytes=64 << 20)
+    with h5py.File(path) as f:
+        for _ in range(2):
+            np.testing.assert_array_equal(store.read_region("x", [(4_000, 16_000)]), f["x"][4_000:16_000])
+    kept = store.decoded_chunks
+    assert kept is not None and (kept.misses, kept.hits) == (4, 4)  # chunks 0-3 of 5,000 values, read twice

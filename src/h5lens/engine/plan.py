@@ -90,8 +90,8 @@ class ReadPlan:
         """The plan run on the calling thread, if its chunks are inline or local and few
         enough bytes (:func:`~h5lens.engine.bulk.decodes_here`); None otherwise (run it with
         :meth:`run`)."""
-        if not decodes_here(self.stored_bytes(engine)):
-            return None
+        if not decodes_here(self.stored_bytes(engine)) or not engine.source.chunk_bytes.reads_here(self.path, self.flats):
+            return None  # decided before the kept chunks are taken: run() takes them, once
         kept, missing = self._kept()
         payloads = engine.read_many_now(self.path, missing)
         return None if payloads is None else self.layout({**payloads, **kept})

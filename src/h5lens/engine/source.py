@@ -28,6 +28,10 @@ class ChunkBytes(Protocol):
         read raises an h5lens error whose ``chunk`` attribute is ``(flat, offset, length)``."""
         ...
 
+    def reads_here(self, path: str, flats: np.ndarray) -> bool:
+        """Whether every present chunk among ``flats`` is inline or local (read without the loop)."""
+        ...
+
     def read_many_now(self, path: str, flats: np.ndarray) -> Payloads | None:
         """As :meth:`read_many`, on the calling thread; None where that needs the event loop
         (remote chunks)."""

@@ -173,12 +173,17 @@ class SourceReads:
             out.update(zip(chosen.tolist(), found, strict=True))
         return out
 
+    def reads_here(self, path: str, flats: np.ndarray) -> bool:
+        """Whether the present chunks among ``flats`` are all inline or in local files (so
+        :meth:`read_many_now` reads them)."""
+        _, present_sources = self._present(path, flats)
+        return all(src == INLINE or self.client(src).local for src in np.unique(present_sources).tolist())
+
     def read_many_now(self, path: str, flats: np.ndarray) -> dict[int, bytes | memoryview] | None:
         """:meth:`read_many` on the calling thread, without the event loop: the chunks that
         are inline or in local files; None if any is in a remote source (read those with
         :meth:`read_many`)."""
-        present, present_sources = self._present(path, flats)
-        if any(src != INLINE and not self.client(src).local for src in np.unique(present_sources).tolist()):
+        if not self.reads_here(path, flats):
             return None  # before reading anything: the async read reads it all
         out: dict[int, bytes | memoryview] = {}
         for _, chosen, found in self._read_here(path, flats):
