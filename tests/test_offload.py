@@ -5,6 +5,7 @@ more; each read gets its own values, and a chunk that fails fails only its own r
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import h5py
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from zarr.core.sync import sync
 
 import h5lens
+from h5lens.engine import offload
 from h5lens.errors import SourceReadError
 
 
@@ -23,17 +25,29 @@ def _file(path):
     return path
 
 
-@pytest.mark.parametrize("count", [3, 400])  # few bytes (on the loop), many (on threads)
-def test_reads_of_one_turn_each_get_their_values(tmp_path, count):
+@pytest.mark.parametrize(("count", "on_loop"), [(3, True), (400, False)])  # few bytes, many
+def test_reads_of_one_turn_each_get_their_values(tmp_path, monkeypatch, count, on_loop):
     path = _file(tmp_path / "many.h5")
     store = h5lens.open_store(h5lens.index(path))
     rng = np.random.default_rng(count)
     wanted = [("a" if i % 2 else "b", int(rng.integers(0, 250_000)), int(rng.integers(1, 20_000))) for i in range(count)]
+    ran: list[str] = []  # the thread each decoding job ran on
+    run = offload._run
+
+    def spied(job):  # noqa: ANN001, ANN202 - offload's own job
+        ran.append(threading.current_thread().name)
+        return run(job)
+
+    monkeypatch.setattr(offload, "_run", spied)
+    loop_thread: list[str] = []
 
     async def many():
+        loop_thread.append(threading.current_thread().name)
         return await asyncio.gather(*(store.engine.read_region_async(name, [(s, s + n)]) for name, s, n in wanted))
 
     got = sync(many())
+    assert len(ran) == count
+    assert (set(ran) == set(loop_thread)) is on_loop, f"decoded on {sorted(set(ran))}, the loop is {loop_thread}"
     with h5py.File(path) as f:
         for (name, start, length), values in zip(wanted, got, strict=True):
             np.testing.assert_array_equal(values, f[name][start : start + length])
