@@ -14,7 +14,6 @@ import ctypes
 import glob
 import logging
 import os
-import time
 import uuid
 import warnings
 
@@ -157,21 +156,25 @@ def remote_scan(url: str, options: dict, **scan: object) -> tuple[Manifest, dict
 
 
 class WaveProxy(CountingProxy):
-    """A counting proxy that also notes when each GET arrived."""
+    """A counting proxy that also counts waves: GETs that arrive while no other GET is being
+    served. A batch's requests, sent together, arrive while its first one is held for the
+    proxy's latency; a request sent only after another's answer starts a wave of its own."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.arrivals: list[float] = []
+        self.in_flight = 0
+        self.waves = 0
 
     async def _handle(self, request):  # type: ignore[no-untyped-def]
-        if request.method == "GET":
-            self.arrivals.append(time.perf_counter())
-        return await super()._handle(request)
-
-    def waves(self, quiet: float) -> int:
-        """Groups of GETs arriving less than ``quiet`` seconds after the one before."""
-        times = sorted(self.arrivals)
-        return sum(1 for a, b in zip([None, *times], times, strict=False) if a is None or b - a > quiet)
+        if request.method != "GET":
+            return await super()._handle(request)
+        if self.in_flight == 0:
+            self.waves += 1
+        self.in_flight += 1
+        try:
+            return await super()._handle(request)
+        finally:
+            self.in_flight -= 1
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +280,7 @@ def test_round_trips_follow_the_depth_not_the_nodes(s3, files) -> None:
     latency = 0.15
     with WaveProxy(s3.endpoint_url, latency_ms=latency * 1000) as proxy:
         manifest, stats = remote_scan(url, s3.storage_options(proxy.endpoint_url), inline_threshold=0)
-        gets, waves = proxy.stats.gets, proxy.waves(quiet=latency / 2)
+        gets, waves = proxy.stats.gets, proxy.waves
     assert manifest.chunks["x"].n_present == 30_000
     # one batch per level (the object header came with libhdf5's blocks); the 500-odd leaves
     # sit close together (2-byte chunks between them): one request for them all
