@@ -29,6 +29,7 @@ import scipy.sparse as sp
 import zarr
 
 import h5lens
+from h5lens.engine import reader as reader_module
 from h5lens.read.whole_rows import WholeRowsStore
 from shared_data import shared_file, shared_names
 
@@ -143,12 +144,25 @@ def assert_dense_batches(batches: Any, expected: np.ndarray) -> None:
 # -- add_dataset: X, dense arrays, obs ---------------------------------------------------------
 
 
-def test_sparse_x_through_add_dataset(atlas, read_mode):
+def test_sparse_x_through_add_dataset(atlas, read_mode, monkeypatch):
+    from h5lens.engine import plan
+
+    made: list[str] = []  # the runs plans made: one per array and preload, under fast_reads only
+    runs_plan = plan.runs_plan
+
+    def counted(engine, path, *args, **kwargs):  # noqa: ANN001, ANN202 - the engine's own signature
+        made.append(path)
+        return runs_plan(engine, path, *args, **kwargs)
+
+    monkeypatch.setattr(plan, "runs_plan", counted)
+    monkeypatch.setattr(reader_module, "runs_plan", counted)
     group = h5lens.open_group(h5lens.index(atlas))
     dataset = ad.io.sparse_dataset(group["X"])
     assert dataset.backend == "zarr"  # what annbatch asks of a CSRDataset: h5lens's is one
     batches = loader().add_dataset(dataset)
     assert assert_sparse_batches(batches, csr_from_h5py(atlas)) > 1
+    # annbatch's preloads read as runs (the hook applies) exactly when fast_reads() is on
+    assert ({"X/data", "X/indices"} <= set(made)) is read_mode, sorted(set(made))
 
 
 @pytest.mark.parametrize(("chunk_size", "preload_nchunks", "batch_size"), [(1, 64, 32), (7, 4, 14), (500, 2, 250)])

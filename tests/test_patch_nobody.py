@@ -231,3 +231,99 @@ def test_no_module_but_hooks_assigns_into_another_package():
         if lines:
             found[str(path.relative_to(SRC))] = lines
     assert found == {}
+
+
+# -- the hooks, switched on and off safely ------------------------------------------------------
+
+
+def _zarr_functions() -> dict[str, object]:
+    import zarr
+    import zarr.core.array as zarr_array
+
+    return {
+        "_get_selection": zarr_array.__dict__["_get_selection"],
+        "get_basic_selection": zarr.Array.__dict__["get_basic_selection"],
+        "get_orthogonal_selection": zarr.Array.__dict__["get_orthogonal_selection"],
+        "__getitem__": zarr.Group.__dict__["__getitem__"],
+        "keys": zarr.Group.__dict__["keys"],
+    }
+
+
+def test_install_is_all_or_nothing(monkeypatch):
+    """A hook that fails to build part way leaves every zarr function as it was."""
+    from h5lens import hooks
+
+    if hooks.zarr_release() not in hooks.WRITTEN_FOR:
+        pytest.skip("the hooks are not installed under this zarr release")
+    hooks.uninstall()
+    before = _zarr_functions()
+
+    def broken(original):  # noqa: ANN001, ANN202
+        raise RuntimeError("a hook that cannot be built")
+
+    monkeypatch.setattr(hooks, "_keys", broken)
+    with pytest.raises(RuntimeError, match="cannot be built"):
+        hooks.install()
+    assert not hooks.installed()
+    assert _zarr_functions() == before  # the three installed before the failure were put back
+
+
+def test_uninstall_takes_out_only_its_own_wrappers():
+    """A function someone wrapped again after h5lens's hook stays theirs (with a warning),
+    and h5lens's hook inside it hands every call to zarr's own from then on."""
+    import zarr
+
+    from h5lens import hooks
+
+    if hooks.zarr_release() not in hooks.WRITTEN_FOR:
+        pytest.skip("the hooks are not installed under this zarr release")
+    hooks.uninstall()
+    original = _zarr_functions()
+    hooks.install()
+    hooked_keys = zarr.Group.__dict__["keys"]
+    calls: list[str] = []
+
+    def theirs(self):  # noqa: ANN001, ANN202 - another library's wrapper, over h5lens's
+        calls.append("theirs")
+        return hooked_keys(self)
+
+    zarr.Group.keys = theirs  # type: ignore[method-assign]  # the test plays that other library
+    try:
+        with pytest.warns(hooks.HookWarning, match="keys was replaced again"):
+            hooks.uninstall()
+        now = _zarr_functions()
+        assert now["keys"] is theirs
+        assert {k: v for k, v in now.items() if k != "keys"} == {k: v for k, v in original.items() if k != "keys"}
+        group = zarr.group()
+        group.create_group("a")
+        assert list(group.keys()) == ["a"] and calls == ["theirs"]  # through zarr's own keys
+    finally:
+        zarr.Group.keys = original["keys"]  # type: ignore[method-assign]
+
+
+def test_fast_reads_false_holds_for_its_own_context_only():
+    """``with fast_reads(False):`` turns h5lens's own decoding off in the calling thread (and
+    what it starts), not in another thread reading at the same time."""
+    import threading
+
+    import h5lens
+    from h5lens.fast import decodes
+
+    seen: dict[str, bool] = {}
+    inside = threading.Event()
+    done = threading.Event()
+
+    def other() -> None:
+        inside.wait(5)
+        seen["other thread"] = decodes()
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with h5lens.fast_reads(False):
+        seen["this thread"] = decodes()
+        inside.set()
+        done.wait(5)
+    thread.join()
+    assert seen == {"this thread": False, "other thread": True}
+    assert decodes()

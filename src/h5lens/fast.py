@@ -14,7 +14,9 @@ codec pipeline, as for any store, unless the user asks for more:
 * ``fast_reads(False)`` turns everything of h5lens's off: the setting goes back to what was
   configured before, every hooked function of zarr's is zarr's own again (the same
   objects), and h5lens's own entry points read through zarr's API too (zarr decodes every
-  chunk: for comparing, or to rule h5lens's decoding out);
+  chunk: for comparing, or to rule h5lens's decoding out). That last part holds for the
+  calling context only (the thread, and the event-loop reads and tasks it starts: a
+  ``contextvars`` variable), not for the process's other threads;
 * as a context manager, either holds for the block, and the state before comes back after.
 
 Building, opening or unpickling a store changes nothing of zarr's, anndata's or xarray's.
@@ -27,7 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from h5lens import hooks
-from h5lens.engine.plan import decoding
+from h5lens.engine.plan import decodes as _decodes
+from h5lens.engine.plan import set_decoding
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,9 @@ class _State:
 
 
 def decodes() -> bool:
-    """Whether h5lens decodes chunks itself on its own routes (unless ``fast_reads(False)``)."""
-    return decoding.on
+    """Whether h5lens decodes chunks itself on its own routes in this context (unless
+    ``fast_reads(False)``)."""
+    return _decodes()
 
 
 def _configured() -> str:
@@ -58,13 +62,13 @@ def _set(path: str) -> None:
 def _state() -> _State:
     from h5lens.pipeline import fallback
 
-    return _State(_configured(), fallback.path, hooks.installed(), not decoding.on)
+    return _State(_configured(), fallback.path, hooks.installed(), not _decodes())
 
 
 def _turn(on: bool) -> None:
     from h5lens.pipeline import PATH, fallback
 
-    decoding.on = on
+    set_decoding(on)
     if on:
         current = _configured()
         if current != PATH:
@@ -82,7 +86,7 @@ def _restore(state: _State) -> None:
 
     _set(state.configured)
     fallback.path = state.fallback
-    decoding.on = not state.off
+    set_decoding(not state.off)
     if state.hooked:
         hooks.install()
     else:

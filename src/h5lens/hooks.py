@@ -36,6 +36,7 @@ import functools
 import inspect
 import itertools
 import re
+import threading
 import warnings
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -56,10 +57,12 @@ class _Replaced:
     owner: Any
     name: str
     original: Any
+    wrapper: Any  # what install put there: uninstall puts the original back only over it
 
 
 _replaced: list[_Replaced] = []
 _warned: set[str] = set()
+_lock = threading.RLock()  # install and uninstall, from any thread, one at a time
 
 
 def zarr_release() -> tuple[int, int] | None:
@@ -77,8 +80,13 @@ def install() -> bool:
     """Install every hook (once); whether they are in place. Under a zarr release they were
     not written for (or whose functions take other arguments) nothing is installed and
     h5lens warns, once per release."""
-    if _replaced:
-        return True
+    with _lock:
+        if _replaced:
+            return True
+        return _install()
+
+
+def _install() -> bool:
     release = zarr_release()
     if release not in WRITTEN_FOR or not _signatures_fit():
         said = version("zarr")
@@ -95,26 +103,45 @@ def install() -> bool:
         return False
     import zarr
     import zarr.core.array as zarr_array
-
-    _replace(zarr_array, "_get_selection", _regions(zarr_array._get_selection))
     from zarr.core.indexing import BasicIndexer, OrthogonalIndexer
 
-    for name, indexer in (("get_basic_selection", BasicIndexer), ("get_orthogonal_selection", OrthogonalIndexer)):
-        _replace(zarr.Array, name, _calling_thread(getattr(zarr.Array, name), indexer))
-    _replace(zarr.Group, "__getitem__", _lookup(zarr.Group.__getitem__))
-    _replace(zarr.Group, "keys", _keys(zarr.Group.keys))
+    try:  # all or nothing: a failure part way puts back what was replaced
+        _replace(zarr_array, "_get_selection", _regions(zarr_array._get_selection))
+        for name, indexer in (("get_basic_selection", BasicIndexer), ("get_orthogonal_selection", OrthogonalIndexer)):
+            _replace(zarr.Array, name, _calling_thread(getattr(zarr.Array, name), indexer))
+        _replace(zarr.Group, "__getitem__", _lookup(zarr.Group.__getitem__))
+        _replace(zarr.Group, "keys", _keys(zarr.Group.keys))
+    except BaseException:
+        _uninstall()
+        raise
     return True
 
 
 def uninstall() -> None:
-    """Put back every original :func:`install` replaced."""
+    """Put back every original :func:`install` replaced, where h5lens's wrapper is still
+    what is there: a function someone else replaced since (wrapping h5lens's) is left as it
+    is, with a :class:`HookWarning` naming it, and h5lens's wrapper in it hands every call to
+    zarr's own function from then on."""
+    with _lock:
+        _uninstall()
+
+
+def _uninstall() -> None:
     while _replaced:
         done = _replaced.pop()
-        setattr(done.owner, done.name, done.original)
+        if done.owner.__dict__.get(done.name) is done.wrapper:
+            setattr(done.owner, done.name, done.original)
+            continue
+        warnings.warn(
+            f"h5lens.fast_reads(False): {getattr(done.owner, '__name__', done.owner)}.{done.name} was replaced "
+            "again after h5lens's hook; it is left as it is (h5lens's hook in it now hands every call to zarr's own)",
+            HookWarning,
+            stacklevel=3,
+        )
 
 
 def _replace(owner: Any, name: str, wrapper: Any) -> None:
-    _replaced.append(_Replaced(owner, name, owner.__dict__[name]))
+    _replaced.append(_Replaced(owner, name, owner.__dict__[name], wrapper))
     setattr(owner, name, wrapper)
 
 
@@ -153,7 +180,7 @@ def _regions(original: Any) -> Any:
         out: Any = None,
         fields: Any = None,
     ) -> Any:
-        if not fields:  # zarr passes [] for none
+        if not fields and _replaced:  # zarr passes [] for none; uninstalled: zarr's own, always
             region = _region(store_path.store, store_path.path, metadata, config, chunk_grid, indexer, prototype)
             if region is not None:
                 values = await store_path.store.engine.read_region_async(store_path.path, region)
@@ -289,7 +316,7 @@ def _as_selected(values: np.ndarray, metadata: Any, indexer: Any, out: Any) -> A
 def _calling_thread(original: Any, indexer_class: type) -> Any:
     @functools.wraps(original)
     def method(self: Any, selection: Any = Ellipsis, *, out: Any = None, prototype: Any = None, fields: Any = None) -> Any:
-        if out is None and prototype is None and not fields and _integers_and_slices(selection):
+        if out is None and prototype is None and not fields and _replaced and _integers_and_slices(selection):
             values = _read_here(self, indexer_class, selection)
             if values is not None:
                 return values
@@ -344,7 +371,7 @@ def _lookup(original: Any) -> Any:
 
     @functools.wraps(original)
     def __getitem__(self: Any, path: str) -> Any:
-        found = _consolidated(self)
+        found = _consolidated(self) if _replaced else None
         if found is None or path not in found.metadata:
             return original(self, path)
         group = self._async_group
@@ -357,7 +384,7 @@ def _lookup(original: Any) -> Any:
 def _keys(original: Any) -> Any:
     @functools.wraps(original)
     def keys(self: Any) -> Any:
-        found = _consolidated(self)
+        found = _consolidated(self) if _replaced else None
         if found is None:
             yield from original(self)
         else:

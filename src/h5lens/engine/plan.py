@@ -26,6 +26,7 @@ thread (no hop to an event loop, which costs more than such a read), and
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,19 +55,31 @@ Payloads = dict[int, bytes | memoryview]
 Bounds = list[tuple[int, int]]
 
 
-@dataclass
-class _Decoding:
-    on: bool = True  # h5lens.fast_reads(False) turns it off (h5lens.fast)
+# Whether h5lens decodes chunks itself: ``h5lens.fast_reads(False)`` turns it off for its
+# own context (the thread, and the tasks and event-loop reads it starts: zarr's sync hands
+# its coroutines the caller's context), not for every thread of the process.
+_decoding: ContextVar[bool] = ContextVar("h5lens_decoding", default=True)
 
 
-decoding = _Decoding()
+def decodes() -> bool:
+    """Whether h5lens decodes chunks itself in this context."""
+    return _decoding.get()
+
+
+def set_decoding(on: bool) -> Token[bool]:
+    """Turn h5lens's own decoding on or off in this context; the token puts it back."""
+    return _decoding.set(on)
+
+
+def reset_decoding(token: Token[bool]) -> None:
+    _decoding.reset(token)
 
 
 def decoder(engine: ReadEngine, path: str, *, text: bool = True) -> Codec | None:
     """How h5lens decodes the chunks of array ``path`` of ``engine``'s source; None when it does not
     (zarr's own codec pipeline reads that array), and for every array while
-    ``h5lens.fast_reads(False)`` holds (``decoding.on`` is False). ``text=False``: numbers only."""
-    if not decoding.on:
+    ``h5lens.fast_reads(False)`` holds in this context. ``text=False``: numbers only."""
+    if not _decoding.get():
         return None
     return engine.region_codec(path) if text else engine.array_codec(path)
 
@@ -220,4 +233,7 @@ def whole(shape: tuple[int, ...]) -> Bounds:
     return [(0, n) for n in shape]
 
 
-__all__ = ["ReadPlan", "chunks_plan", "decoder", "decoding", "region_of", "region_plan", "runs_plan", "whole"]
+__all__ = [
+    "ReadPlan", "chunks_plan", "decoder", "decodes", "region_of", "region_plan", "reset_decoding", "runs_plan",
+    "set_decoding", "whole",
+]  # fmt: skip

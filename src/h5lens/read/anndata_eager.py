@@ -37,7 +37,7 @@ from h5lens import convention
 from h5lens.keys import unescape_key
 from h5lens.read.anndata_adapter import ANNDATA_ELEMENTS, OwnEncodings, own_encoding, read_legacy_raw, scalar_value
 from h5lens.read.consolidated import node_at
-from h5lens.engine.plan import decoding
+from h5lens.engine.plan import decodes
 
 if TYPE_CHECKING:
     from h5lens.store import ManifestStore
@@ -210,12 +210,12 @@ class EagerReader:
 
     def _string(self, path: str, attributes: Attributes) -> Any:
         # anndata's read_zarr_string (str of the value) for the text h5lens decodes
-        found = inline_text_scalar(self.store, path) if decoding.on else None
+        found = inline_text_scalar(self.store, path) if decodes() else None
         return NOT_MINE if found is None else found
 
     def _number(self, path: str, attributes: Attributes) -> Any:
         # anndata's read_scalar (``elem[()].item()``) for the numbers h5lens decodes
-        found = inline_number_scalar(self.store, path) if decoding.on else None
+        found = inline_number_scalar(self.store, path) if decodes() else None
         return NOT_MINE if found is None else found.item()
 
     def _null(self, path: str, attributes: Attributes) -> Any:
