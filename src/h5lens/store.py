@@ -302,7 +302,7 @@ class ManifestStore(Store):
         if entry is None or isinstance(entry, bytes):  # inline chunks were checked when loaded
             return entry if entry is None else _slice(entry, byte_range)
         source, offset, length = entry
-        start, stop = _range(length, byte_range)
+        start, stop = byte_bounds(length, byte_range)
         flat = int(np.ravel_multi_index(index, table.grid_shape)) if index else 0
         return ChunkRead(path, flat, source, offset, length, start, stop)
 
@@ -535,7 +535,9 @@ class ManifestStore(Store):
         super().close()
 
 
-def _range(length: int, byte_range: ByteRequest | None) -> tuple[int, int]:
+def byte_bounds(length: int, byte_range: ByteRequest | None) -> tuple[int, int]:
+    """``[start, stop)`` of an object of ``length`` bytes that a zarr byte request asks for
+    (clipped to it)."""
     if byte_range is None:
         return 0, length
     if isinstance(byte_range, RangeByteRequest):
@@ -548,5 +550,5 @@ def _range(length: int, byte_range: ByteRequest | None) -> tuple[int, int]:
 
 
 def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
-    start, stop = _range(len(data), byte_range)
+    start, stop = byte_bounds(len(data), byte_range)
     return data[start:stop]

@@ -36,12 +36,13 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
+from zarr.abc.store import ByteRequest, Store
 
 from h5lens.errors import InvalidOptionError
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.tables import MISSING
 from h5lens.manifest.zarr_keys import METADATA, chunk_key, metadata_key
+from h5lens.store import byte_bounds
 
 if TYPE_CHECKING:
     import zarr
@@ -195,12 +196,12 @@ class WholeRowsStore(Store):
     # -- reads ------------------------------------------------------------------------
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
         if key == METADATA:
-            start, stop = _bounds(len(self.document), byte_range)
+            start, stop = byte_bounds(len(self.document), byte_range)
             return prototype.buffer.from_bytes(self.document[start:stop])
         band = self._stored_band(key)
         if band is None:
             return None
-        start, stop = _bounds(self.shard_size(band), byte_range)
+        start, stop = byte_bounds(self.shard_size(band), byte_range)
         payloads = await self._read(self._overlapping([(band, start, stop)]))
         return prototype.buffer.from_bytes(self._serve(band, start, stop, payloads))
 
@@ -220,7 +221,7 @@ class WholeRowsStore(Store):
         if band is None:
             raise BaseExceptionGroup("chunk read failed", [FileNotFoundError(key)])
         size = self.shard_size(band)
-        bounds = [_bounds(size, r) for r in byte_ranges]
+        bounds = [byte_bounds(size, r) for r in byte_ranges]
         payloads = await self._read(self._overlapping([(band, a, b) for a, b in bounds]))
         yield [(i, prototype.buffer.from_bytes(self._serve(band, a, b, payloads))) for i, (a, b) in enumerate(bounds)]
 
@@ -395,19 +396,6 @@ def _inner_pieces(
     if next(outs, None) is not None:
         return None
     return found
-
-
-def _bounds(size: int, byte_range: ByteRequest | None) -> tuple[int, int]:
-    """``[start, stop)`` of an object of ``size`` bytes that a byte request asks for (clipped to it)."""
-    if byte_range is None:
-        return 0, size
-    if isinstance(byte_range, RangeByteRequest):
-        return min(byte_range.start, size), min(byte_range.end, size)
-    if isinstance(byte_range, OffsetByteRequest):
-        return min(byte_range.offset, size), size
-    if isinstance(byte_range, SuffixByteRequest):
-        return max(0, size - byte_range.suffix), size
-    raise TypeError(f"Unexpected byte_range, got {byte_range!r}")
 
 
 __all__ = ["WholeRowsStore", "cuts_columns", "refusal", "stored_parts", "whole_rows"]
