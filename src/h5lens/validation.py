@@ -46,6 +46,8 @@ from h5lens.manifest.documents import DocumentChecker
 from h5lens.manifest.model import INLINE, MISSING, Manifest
 from h5lens.manifest.zarr_keys import KeyEncoding
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
+from h5lens.read.problems import Problem
+from h5lens.read.source_checks import check_sources, decode_every_chunk
 
 __all__ = ["KNOWN_DTYPES", "Problem", "validate"]
 
@@ -74,30 +76,6 @@ _ARRAY_ONLY = (convention.DTYPE, convention.SCALAR, convention.REFERENCE_FIELDS,
 _ELSEWHERE = "\x00elsewhere"  # a path that leaves the file through an external link
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One finding: the node (``"/"``-prefixed zarr path) and what is wrong there
-    (``cli_message``: the same in the command line's words, where they differ)."""
-
-    path: str
-    message: str
-    cli_message: str | None = None
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-    @classmethod
-    def of(cls, path: str, error: BaseException) -> Problem:
-        """The problem an h5lens error reports at ``path`` (its first line)."""
-
-        def first(text: str) -> str:
-            lines = text.strip().splitlines()
-            return lines[0] if lines else type(error).__name__
-
-        said = getattr(error, "cli_message", None)
-        return cls(path, first(str(error)), first(said) if said else None)
-
-
 def validate(
     manifest: PathOrManifest,
     *,
@@ -120,9 +98,9 @@ def validate(
         return [Problem("/", "no root group (the key zarr.json is missing)")]
     problems = list(_Validator(manifest).run())
     if deep:
-        problems += _decode_every_chunk(manifest, opening)
+        problems += decode_every_chunk(manifest, opening)
     elif opening.verify and manifest.sources:
-        problems += _check_sources(manifest, opening)
+        problems += check_sources(manifest, opening)
     return problems
 
 
@@ -142,52 +120,6 @@ def _string_record(
     if bad:
         problems.append(Problem(path, f"{where} values must be strings: {', '.join(f'{k}={record[k]!r}' for k in bad)}"))
     return problems, not (missing or bad)
-
-
-def _check_sources(manifest: Manifest, options: OpenOptions) -> list[Problem]:
-    """That each source is reachable and unchanged since indexing (no data read)."""
-    from h5lens.errors import H5LensError
-
-    try:
-        store = options.but(verify=False).store(manifest)  # its errors are problems, below
-    except H5LensError as e:
-        return [Problem.of("/", e)]
-    try:
-        store.verify_sources()
-    except H5LensError as e:
-        return [Problem.of("/", e)]
-    finally:
-        store.close()
-    return []
-
-
-def _decode_every_chunk(manifest: Manifest, options: OpenOptions) -> list[Problem]:
-    """Fetch and decode every chunk of every array; one problem per array that fails."""
-    import zarr
-
-    from h5lens.errors import H5LensError
-    from h5lens.read.check import check_array
-
-    problems: list[Problem] = []
-    try:
-        store = options.but(verify=False).store(manifest)
-    except H5LensError as e:  # a source this manifest may not reach
-        return [Problem.of("/", e)]
-    try:
-        if options.verify:
-            store.verify_sources()
-        for path in sorted(manifest.chunks):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    check_array(zarr.open_array(store, path=path, mode="r", zarr_format=3))
-            except H5LensError as e:
-                problems.append(Problem.of("/" + path, e))
-    except H5LensError as e:  # a source missing or changed: nothing can be decoded
-        problems.append(Problem.of("/", e))
-    finally:
-        store.close()
-    return problems
 
 
 class _Validator:

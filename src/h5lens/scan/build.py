@@ -36,7 +36,6 @@ from h5lens.scan.arrays import (
     value_codecs,
 )
 from h5lens.scan.attr_headers import AttributeHeaders, cached_reader
-from h5lens.scan.attrs import read_attributes
 from h5lens.scan.codecs import (
     Filter,
     ambiguous_length,
@@ -50,8 +49,8 @@ from h5lens.scan.external import segments as external_segments
 from h5lens.scan.global_heap import HeapCheck
 from h5lens.scan.hdf5 import reader_for
 from h5lens.scan.hdf5_types import element_dtype, stored_layout
-from h5lens.long_double import fields_json, holds_long_double
 from h5lens.scan.header_arrays import HeaderDocuments, TypeTemplate, learn_template
+from h5lens.scan.node_documents import datatype_document, group_document, group_node, node_attributes
 from h5lens.scan.materialize import (
     ResolvePath,
     chunk_selection,
@@ -168,13 +167,13 @@ def _build(
         attributes = None if made_from_headers is None else made_from_headers.group(group, resolve, nan_strings, group_types)
         if attributes is None:
             group_types = {}
-            nodes[group.key] = _group_document(h5, group, resolve, nan_strings, heaps, group_types, headers, left_out)
+            nodes[group.key] = group_document(h5, group, resolve, nan_strings, heaps, group_types, headers, left_out)
         else:
-            nodes[group.key] = _group_node(group, attributes)
+            nodes[group.key] = group_node(group, attributes)
         types[group.key] = group_types
     for named in found.datatypes:
         try:
-            nodes[named.key] = _datatype_document(
+            nodes[named.key] = datatype_document(
                 h5, named, resolve, nan_strings, heaps, types.setdefault(named.key, {}), headers, left_out
             )
         except UnsupportedFeatureError as e:
@@ -308,66 +307,6 @@ def _resolver(h5: h5py.File, found: Walk) -> Resolver:
     return Resolver(h5, found)
 
 
-def _attributes(
-    obj: h5py.HLObject,
-    path: str,
-    resolve: ResolvePath,
-    nan_strings: bool,
-    heaps: HeapCheck | None,
-    types: dict[str, str] | None,
-    headers: AttributeHeaders | None = None,
-    left_out: LeftOut | None = None,
-) -> dict[str, Any]:
-    """The node's attributes (and their types, into ``types``), the global heap collections
-    of variable-length values checked before h5py parses them; the common types' values
-    read from the object header where ``headers`` can. Those it cannot read are left out
-    into ``left_out`` with ``skip_unreadable``."""
-    check = None if heaps is None else (lambda: heaps.check_attributes(obj, path))
-    refused: dict[str, UnsupportedFeatureError] | None = None if left_out is None else {}
-    found = read_attributes(
-        obj, path, resolve, nan_as_string=nan_strings, types=types, before_variable=check, headers=headers,
-        refused=refused,
-    )  # fmt: skip
-    if left_out is not None and refused:
-        left_out.attributes(path, refused)
-    return found
-
-
-def _datatype_document(
-    h5: h5py.File,
-    record: DatasetRecord,
-    resolve: ResolvePath,
-    nan_strings: bool,
-    heaps: HeapCheck | None,
-    types: dict[str, str],
-    headers: AttributeHeaders | None = None,
-    left_out: LeftOut | None = None,
-) -> dict[str, Any]:
-    """A committed datatype that carries attributes: a group holding them, and the type as
-    the zarr data type arrays of it would have (``_DATATYPE``)."""
-    named = h5[record.h5_path]
-    try:
-        dtype = named.dtype
-    except (TypeError, ValueError) as e:  # H5T_TIME: no numpy type
-        said = f"{record.h5_path}: h5py cannot read this committed datatype either ({e})"
-        raise UnsupportedFeatureError(said) from None
-    plan = plan_type(dtype, record.h5_path)
-    if holds_long_double(dtype):  # their stored bits, as arrays of the type hold them
-        plan = plan.with_layout(stored_layout(named.id, dtype))
-    if plan.data_type is None:  # a compound rewritten from its values: no values here to size it
-        raise UnsupportedFeatureError(
-            f"{record.h5_path}: a committed datatype with attributes whose type zarr stores only with values "
-            f"({named.dtype})"
-        )
-    attributes = _attributes(named, record.h5_path, resolve, nan_strings, heaps, types, headers, left_out)
-    attributes[convention.DATATYPE] = plan.data_type
-    if plan.float_layout is not None:
-        attributes[convention.FLOAT_LAYOUT] = plan.float_layout.to_json()
-    elif plan.float_fields:
-        attributes[convention.FLOAT_LAYOUT] = fields_json(plan.float_fields)
-    return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
-
-
 def _template(opener: Opener, path: str, sizeof_offsets: int) -> TypeTemplate | None:
     """What h5py says of the type and fill value of the dataset at ``path``, for the datasets
     made from their headers (:mod:`h5lens.scan.header_arrays`); None where it says no."""
@@ -382,27 +321,6 @@ def _template(opener: Opener, path: str, sizeof_offsets: int) -> TypeTemplate | 
         return learn_template(ds, plan, _fill_value(ds, ds.id.get_create_plist()), path, sizeof_offsets)
     except (H5LensError, OSError, RuntimeError, KeyError, TypeError, ValueError):
         return None  # the full path says what is wrong, with the path
-
-
-def _group_node(group: GroupRecord, attributes: dict[str, Any]) -> dict[str, Any]:
-    if group.links:
-        attributes[convention.LINKS] = [{"name": e.name, "source": e.source, "path": e.path} for e in group.links]
-    return {"zarr_format": 3, "node_type": "group", "attributes": attributes}
-
-
-def _group_document(
-    h5: h5py.File,
-    group: GroupRecord,
-    resolve: ResolvePath,
-    nan_strings: bool,
-    heaps: HeapCheck | None = None,
-    types: dict[str, str] | None = None,
-    headers: AttributeHeaders | None = None,
-    left_out: LeftOut | None = None,
-) -> dict[str, Any]:
-    h5_group = h5[group.h5_path]
-    attributes = _attributes(h5_group, group.h5_path, resolve, nan_strings, heaps, types, headers, left_out)
-    return _group_node(group, attributes)
 
 
 def _array(
@@ -423,7 +341,7 @@ def _array(
     plan = _plan_of(ds, path, dtype)
     dcpl = ds.id.get_create_plist()
     fill = _fill_value(ds, dcpl)
-    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types, headers, left_out)
+    attributes = node_attributes(ds, path, resolve, nan_strings, heaps, types, headers, left_out)
     layout = dcpl.get_layout()
 
     if ds.shape is None:  # null dataspace (h5py.Empty): no elements at all
@@ -595,7 +513,7 @@ def _ragged(
     base = None if fields is not None else ragged_base(dtype, path)
     if base is None and fields is None:
         return None
-    attributes = _attributes(ds, path, resolve, nan_strings, heaps, types, headers, left_out)
+    attributes = node_attributes(ds, path, resolve, nan_strings, heaps, types, headers, left_out)
     count = 0 if ds.shape is None else int(np.prod(ds.shape, dtype=np.int64))
     _check_limit(path, options, 8 * count, "variable-length sequences are not stored in the dataset's chunks",
                  values=True)  # fmt: skip
