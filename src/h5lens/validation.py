@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Unpack
 
 import numpy as np
