@@ -34,7 +34,6 @@ from h5lens.read.shared import SharedManifestStore, origin_of, shared_store
 if TYPE_CHECKING:
     import anndata
 
-    from h5lens.store import ManifestStore
 
 
 def _check_root(group: zarr.Group, allowed: tuple[str, ...]) -> str:
