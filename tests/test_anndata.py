@@ -101,6 +101,16 @@ def test_shared_files_lazy_equal_read_lazy(shared_h5ad):
     assert_equal(_text_as_object(_axes_only(lazy.to_memory())), _text_as_object(_lazy_original(shared_h5ad)))
 
 
+def test_read_anndata_takes_the_h5ad_itself(shared_h5ad):
+    """What h5lens.open and the CLI take, read_anndata takes: the h5ad, indexed in memory;
+    eagerly, lazily and in a list."""
+    expected = ad.read_h5ad(shared_h5ad)
+    assert_equal(h5lens.read_anndata(shared_h5ad), expected)
+    assert_equal(h5lens.read_anndata(str(shared_h5ad), lazy=True).to_memory().X, expected.X)
+    both = h5lens.read_anndata([shared_h5ad, shared_h5ad], index_unique="-")
+    assert_equal(both, ad.concat([expected, expected], index_unique="-"))
+
+
 def test_plain_read_zarr_reads_the_manifest(shared_h5ad):
     got = ad.read_zarr(h5lens.open_group(h5lens.index(shared_h5ad)).store)
     assert_equal(_text_as_object(got), _text_as_object(ad.read_h5ad(shared_h5ad)))

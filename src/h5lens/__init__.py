@@ -25,8 +25,8 @@ _EXPORTS = {
     "load_manifest": "h5lens.read.options",
     "ScanProgress": "h5lens.scan.options",
     "Manifest": "h5lens.manifest.model",
-    "read_anndata": "h5lens.read.anndata",
-    "read_treedata": "h5lens.read.anndata",
+    "read_anndata": "h5lens.api",
+    "read_treedata": "h5lens.api",
     "Dataset": "h5lens.read.navigate",
     "Group": "h5lens.read.navigate",
     "open": "h5lens.api",
@@ -126,7 +126,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
     from h5lens.manifest.model import Manifest
     from h5lens.fast import fast_reads
     from h5lens.many import FileRecord, IndexManyResult, index_many
-    from h5lens.read.anndata import read_anndata, read_treedata
+    from h5lens.api import read_anndata, read_treedata
     from h5lens.read.chunking import StoredChunks, stored_chunks
     from h5lens.read.navigate import Dataset, Group
     from h5lens.read.open import open_group, open_store

@@ -3,6 +3,7 @@ the reader side, :mod:`h5lens.read.open`, which needs no scanner)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -11,6 +12,7 @@ from typing import Any, Unpack
 from h5lens._version import __version__
 from h5lens.errors import NotHDF5Error
 from h5lens.manifest.model import Manifest
+from h5lens.read import anndata as _reader
 from h5lens.read import navigate
 from h5lens.read import ragged as _ragged  # noqa: F401 - navigation's ragged datasets (navigate.DATASET_KINDS)
 from h5lens.read import datatypes as _datatypes  # noqa: F401 - committed datatypes (navigate.DATASET_KINDS)
@@ -30,7 +32,9 @@ from h5lens.scan.options import (
 from h5lens.scan.other_files import recorded_sources
 from h5lens.scan.source import open_source
 
-__all__ = ["PathOrManifest", "index", "load_manifest", "open", "open_group", "open_store"]
+__all__ = [
+    "PathOrManifest", "index", "load_manifest", "open", "open_group", "open_store", "read_anndata", "read_treedata",
+]  # fmt: skip
 
 
 def index(
@@ -114,3 +118,17 @@ def open(  # noqa: A001 - h5lens.open
     indexed on the fly. The options are those of :func:`h5lens.open_store` (the same
     verification: a source changed since indexing is refused)."""
     return navigate.open(manifest_or_path, index=index, options=options, **given)
+
+
+@functools.wraps(_reader.read_anndata, assigned=("__doc__", "__annotations__"))
+def read_anndata(manifest: Any, **kwargs: Any) -> Any:
+    """:func:`h5lens.read.anndata.read_anndata`; an HDF5 file (an ``.h5ad``) in place of a
+    manifest is indexed in memory first, as :func:`open` does."""
+    return _reader.read_anndata(manifest, index=index, **kwargs)
+
+
+@functools.wraps(_reader.read_treedata, assigned=("__doc__", "__annotations__"))
+def read_treedata(manifest: Any, **kwargs: Any) -> Any:
+    """:func:`h5lens.read.anndata.read_treedata`; an HDF5 file (an ``.h5td``) in place of a
+    manifest is indexed in memory first, as :func:`open` does."""
+    return _reader.read_treedata(manifest, index=index, **kwargs)

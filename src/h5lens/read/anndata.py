@@ -27,7 +27,8 @@ from h5lens.manifest.model import Manifest
 from h5lens.read.anndata_adapter import require
 from h5lens.read.anndata_eager import EagerReader
 from h5lens.read.anndata_lazy import prefetch_for_lazy, read_lazy
-from h5lens.read.open import open_group, root_group, store_of
+from h5lens.read.linked_files import Indexer
+from h5lens.read.open import load_or_index, open_group, root_group, store_of
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
 from h5lens.read.shared import SharedManifestStore, origin_of, shared_store
 
@@ -57,6 +58,7 @@ def read_anndata(
     index_unique: str | None = None,
     block_bytes: int | None = None,
     options: OpenOptions | None = None,
+    index: Indexer | None = None,
     **given: Unpack[OpenKwargs],
 ) -> anndata.AnnData:
     """Read an h5ad (or h5td) manifest as an :class:`anndata.AnnData`.
@@ -77,6 +79,10 @@ def read_anndata(
     asks for, whatever the block size. Dense arrays of numbers (``X``, layers, ``obsm``,
     ``varm``, ``uns``) are cut into row blocks of about this many bytes if given (whole
     stored chunks; a list of manifests gives it), else into their stored chunks.
+
+    ``index``: how an HDF5 file (an ``.h5ad``) given in place of a manifest is indexed in
+    memory (``h5lens.read_anndata`` passes :func:`h5lens.index`, as :func:`h5lens.open`
+    does); without it such a file is refused.
     """
     require("anndata", "h5lens.read_anndata")
     opening = OpenOptions.of(options, given)
@@ -91,14 +97,14 @@ def read_anndata(
         blocks = (block_bytes or DEFAULT_BLOCK_BYTES) if lazy else None
         return read_collection(
             manifest,
-            lambda one: _open_anndata(one, opening, lazy=lazy),
+            lambda one: _open_anndata(one, opening, lazy=lazy, index=index),
             lambda opened: opened.read(blocks),
             join=join,
             label=label,
             keys=keys,
             index_unique=index_unique,
         )
-    return _open_anndata(cast("PathOrManifest", manifest), opening, lazy=lazy).read(block_bytes)
+    return _open_anndata(cast("PathOrManifest", manifest), opening, lazy=lazy, index=index).read(block_bytes)
 
 
 @dataclass(frozen=True)
@@ -116,13 +122,13 @@ class _Opened:
             return _read_eager(self.group)
 
 
-def _open_anndata(manifest: PathOrManifest, opening: OpenOptions, *, lazy: bool) -> _Opened:
+def _open_anndata(manifest: PathOrManifest, opening: OpenOptions, *, lazy: bool, index: Indexer | None = None) -> _Opened:
     """Open an AnnData manifest for reading: the manifest loaded, its sources verified, and
     what the read will take asked for at once (remote sources: merged requests, in flight
     while the caller goes on), instead of one round trip per element as the reader walks
     the tree. The waits of an open are its round trips, so a collection opens its members
     side by side (:mod:`h5lens.read.collection`)."""
-    root = _open_root(manifest, ("anndata", "treedata"), opening)
+    root = _open_root(manifest, ("anndata", "treedata"), opening, index)
     # The AnnData part of a TreeData file (before any read, so that one store fetches).
     group = _as_anndata_root(root)
     if lazy:
@@ -199,6 +205,7 @@ def read_treedata(
     *,
     lazy: bool = False,
     options: OpenOptions | None = None,
+    index: Indexer | None = None,
     **given: Unpack[OpenKwargs],
 ) -> Any:
     """Read an h5td manifest (or an h5ad one with trees) as a :class:`treedata.TreeData`.
@@ -211,7 +218,7 @@ def read_treedata(
     import treedata
 
     opening = OpenOptions.of(options, given)
-    group = _open_root(manifest, ("treedata", "anndata"), opening)
+    group = _open_root(manifest, ("treedata", "anndata"), opening, index)
     if not lazy:
         if "raw.treedata" in group:  # treedata's legacy layout: its own reader reads it
             with _naming_bad_chunks(group):
@@ -227,8 +234,11 @@ def read_treedata(
     return treedata.read_tree_elems(group, adata)
 
 
-def _open_root(manifest: PathOrManifest, allowed: tuple[str, ...], options: OpenOptions) -> zarr.Group:
-    """Open the manifest and check its root is one of ``allowed``."""
-    group = open_group(manifest, options=options)
+def _open_root(
+    manifest: PathOrManifest, allowed: tuple[str, ...], options: OpenOptions, index: Indexer | None = None
+) -> zarr.Group:
+    """Open the manifest (an HDF5 file indexed with ``index``) and check its root is one of
+    ``allowed``."""
+    group = open_group(manifest if index is None else load_or_index(manifest, options, index), options=options)
     _check_root(group, allowed)
     return group

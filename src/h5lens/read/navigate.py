@@ -32,7 +32,6 @@ Each linked file is opened once per tree returned by :func:`open`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Unpack
@@ -42,7 +41,6 @@ import zarr
 
 from h5lens import convention
 from h5lens.dtypes_forms import restore_array_fields, view_array_fields
-from h5lens.errors import InvalidOptionError, NotAManifestError
 from h5lens.keys import escape_key, unescape_key
 from h5lens.long_double import float_form_in, h5py_dtype, to_h5py
 from h5lens.manifest.documents import ArrayDocument
@@ -50,6 +48,7 @@ from h5lens.manifest.model import Manifest
 from h5lens.read.attribute_types import netcdf_fill_value, typed
 from h5lens.read.check import read_checked
 from h5lens.read.linked_files import Indexer, external_url, load_external
+from h5lens.read.open import load_or_index
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
 from h5lens.read.references import Region, each, with_targets
 from h5lens.read.references import parse as parse_region
@@ -94,23 +93,8 @@ def open(  # noqa: A001 - the module's entry point; h5lens.open passes h5lens.in
     :class:`~h5lens.errors.StaleSourceError`.
     """
     opening = OpenOptions.of(options, given)
-    manifest = _load(manifest_or_path, opening, index)
+    manifest = load_or_index(manifest_or_path, opening, index)
     return _File(manifest, opening, {}, index).root()
-
-
-def _load(manifest: PathOrManifest, options: OpenOptions, index: Indexer | None) -> Manifest:
-    if isinstance(manifest, Manifest):
-        return manifest
-    location = os.fspath(manifest)
-    storage_options = options.storage_options
-    try:  # a manifest in either form, whatever its name says; an HDF5 file is indexed
-        return options.load(location)
-    except NotAManifestError as e:
-        if e.kind != "hdf5":
-            raise
-        if index is None:
-            raise InvalidOptionError(f"{location}: an HDF5 file; pass index=h5lens.index to index it") from None
-    return index(location, storage_options=storage_options, convention=convention.DEFAULT_PROFILE)
 
 
 def empty(dtype: np.dtype) -> Any:

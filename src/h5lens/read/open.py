@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from typing import Unpack, cast
 
 import zarr
 
-from h5lens.errors import ManifestFormatError
+from h5lens import convention
+from h5lens.errors import InvalidOptionError, ManifestFormatError, NotAManifestError
+from h5lens.manifest.model import Manifest
+from h5lens.read.linked_files import Indexer
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest, load_manifest
 from h5lens.store import ManifestStore
 
@@ -15,11 +19,30 @@ __all__ = [
     "OpenOptions",
     "PathOrManifest",
     "load_manifest",
+    "load_or_index",
     "open_group",
     "open_store",
     "root_group",
     "store_of",
 ]
+
+
+def load_or_index(manifest: PathOrManifest, options: OpenOptions, index: Indexer | None) -> Manifest:
+    """The manifest (an object, or a file or repository in any form, whatever its name
+    says); an HDF5 file indexed in memory with ``index`` (:func:`h5lens.index`, which the
+    API layer passes: this side imports no scanner), refused without one."""
+    if isinstance(manifest, Manifest):
+        return manifest
+    location = os.fspath(manifest)
+    storage_options = options.storage_options
+    try:  # a manifest in either form, whatever its name says; an HDF5 file is indexed
+        return options.load(location)
+    except NotAManifestError as e:
+        if e.kind != "hdf5":
+            raise
+        if index is None:
+            raise InvalidOptionError(f"{location}: an HDF5 file; pass index=h5lens.index to index it") from None
+    return index(location, storage_options=storage_options, convention=convention.DEFAULT_PROFILE)
 
 
 def open_store(
