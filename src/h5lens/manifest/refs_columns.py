@@ -1,0 +1,239 @@
+"""The chunk references of a JSON manifest read column-wise, with no Python object per chunk.
+
+orjson gives a manifest's refs as one dict, ``{"v/c/12/3": ["{{u}}", offset, length], ...}``.
+Parsing each key and value in turn cost ~1.5 µs a chunk, ten times the JSON parse. Here:
+
+* the keys are joined into one text, where the metadata keys are found by searching for
+  ``zarr.json``, and the chunk keys of each array are cut out in runs (writers put an
+  array's keys together; a run is found with ``bytes.count``, galloping);
+* the grid indices of an array's keys are read by numpy from the digits of all of its key
+  tails at once (:func:`decimal_rows`);
+* the values' columns are taken with C-level list operations.
+
+Nothing here decides what a manifest may say. Each function recognises, exactly, what the
+key-by-key route of :mod:`h5lens.manifest.refs_json` would read the same way, and answers
+None for anything else: that route then reads it, and names the key where it refuses.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from h5lens.manifest.zarr_keys import METADATA, KeyEncoding, KeyGrammar, metadata_path
+
+_NEWLINE = 0x0A
+_POW10 = np.array([10**i for i in range(20)], dtype=np.uint64)
+_MAX_DIGITS = 19  # every number of 19 digits fits a uint64
+
+
+def decimal_rows(text: bytes, rows: int, cols: int, col_sep: bytes, row_sep: bytes) -> np.ndarray | None:
+    """``rows`` × ``cols`` unsigned integers (uint64) from ``text``: decimal numbers of 1 to
+    19 ASCII digits, ``col_sep`` between the numbers of a row and ``row_sep`` between rows;
+    None if ``text`` is anything else. Leading zeros read as Python's ``int`` reads them."""
+    count = rows * cols
+    if count == 0:
+        return np.zeros((rows, cols), np.uint64) if not text else None
+    raw = np.frombuffer(text, np.uint8)
+    digit = raw - np.uint8(0x30)  # wraps below '0': anything not a digit is >= 10
+    is_digit = digit < 10
+    between = np.flatnonzero(~is_digit)
+    if between.size != count - 1:
+        return None
+    expected = np.full(count - 1, col_sep[0], np.uint8)
+    expected[cols - 1 :: cols] = row_sep[0]
+    if not np.array_equal(raw[between], expected):
+        return None
+    last = np.empty(count, np.int64)  # each number's last digit, counted among the digits
+    last[:-1] = between - np.arange(count - 1)
+    last[-1] = raw.size - (count - 1)
+    last -= 1
+    lengths = np.diff(last, prepend=-1)
+    if lengths.min() < 1 or lengths.max() > _MAX_DIGITS:
+        return None
+    digits = digit[is_digit].astype(np.uint64)
+    place = np.repeat(last, lengths) - np.arange(digits.size)
+    values = np.add.reduceat(digits * _POW10[place], last - lengths + 1)
+    return values.reshape(rows, cols)
+
+
+@dataclass
+class ArrayKeys:
+    """The chunk keys of one array in a manifest: the runs of the refs' keys they make
+    (``spans``, in the refs' order), their values, and, when every key is
+    ``<path>/c<sep>i<sep>j...``, the digits of their grid indices, a line per key
+    (``b"0/12\\n0/13"``); else ``tails`` is None and the key-by-key route reads them."""
+
+    path: str
+    spans: list[tuple[int, int]]
+    values: list[Any]
+    tails: bytes | None
+
+    def key_tails(self, keys: list[str]) -> list[str]:
+        """Each key below the array (``c/0/12``), for the key-by-key route."""
+        cut = len(self.path) + 1 if self.path else 0
+        return [keys[i][cut:] for begin, stop in self.spans for i in range(begin, stop)]
+
+
+class RefKeys:
+    """The keys of a refs object joined into one text (``\\n`` before each key and at the
+    end), with the position of each key's newline. Made only where no key holds a newline."""
+
+    def __init__(self, keys: list[str], text: bytes) -> None:
+        self.keys = keys
+        self.text = text
+        self.starts = np.flatnonzero(np.frombuffer(text, np.uint8) == _NEWLINE)  # len(keys) + 1
+
+    @classmethod
+    def of(cls, refs: Mapping[Any, Any]) -> RefKeys | None:
+        keys = list(refs)
+        try:
+            joined = "\n".join(keys)
+        except TypeError:  # a key that is not a string
+            return None
+        if joined.count("\n") != max(len(keys) - 1, 0):
+            return None
+        return cls(keys, ("\n" + joined + "\n").encode("utf-8", "surrogatepass"))
+
+    def contain(self, part: str) -> bool:
+        """Whether some key holds ``part`` (no newline in it)."""
+        return part.encode("utf-8", "surrogatepass") in self.text
+
+    def metadata_keys(self) -> list[tuple[int, str, str]]:
+        """(index, key, node path) of each metadata key (``zarr.json``, ``<path>/zarr.json``),
+        in the refs' order."""
+        needle = (METADATA + "\n").encode()
+        text, found, at = self.text, [], self.text.find(needle)
+        while at >= 0:
+            start = text.rfind(b"\n", 0, at) + 1
+            key = text[start : at + len(needle) - 1].decode("utf-8", "surrogatepass")
+            path = metadata_path(key)
+            if path is not None:
+                found.append((start, key, path))
+            at = text.find(needle, at + len(needle) - 1)
+        indices = np.searchsorted(self.starts, [start - 1 for start, _, _ in found]).tolist()
+        return [(index, key, path) for index, (_, key, path) in zip(indices, found, strict=True)]
+
+    def _run_end(self, begin: int, needle: bytes) -> int:
+        """The end of the run of keys from ``begin`` (which starts with ``needle[1:]``)
+        that all start with it: galloping, then halving, each step one ``bytes.count``."""
+        text, starts, end = self.text, self.starts, len(self.keys)
+        good, step = begin + 1, 1
+        while good < end:
+            probe = min(good + step, end)
+            if text.count(needle, int(starts[good]), int(starts[probe])) == probe - good:
+                good, step = probe, step * 2
+                continue
+            while probe - good > 1:  # [.., good) start with the needle; one of [good, probe) does not
+                middle = (good + probe) // 2
+                if text.count(needle, int(starts[good]), int(starts[middle])) == middle - good:
+                    good = middle
+                else:
+                    probe = middle
+            return good
+        return good
+
+    def array_keys(
+        self, values: list[Any], metadata: set[int], grammar: KeyGrammar, nodes: Mapping[str, Any]
+    ) -> dict[str, ArrayKeys] | None:
+        """The chunk keys of each array (in the order each array first appears), or None
+        where this does not read them as the grammar would: a node below an array, an array
+        whose chunk keys are not the ``default`` encoding's, or a key that lies below no
+        array (the key-by-key route names it). ``values`` are the refs' values, in order;
+        ``metadata`` the indices of the metadata keys."""
+        arrays = grammar.arrays
+        if any(encoding.name != "default" for encoding, _ in arrays.values()) or _below_an_array(arrays, nodes):
+            return None
+        runs: dict[str, list[tuple[int, int]]] = {}
+        needles: dict[str, bytes] = {}
+        by_key: set[str] = set()  # arrays with a key the runs do not read
+        text, starts, keys = self.text, self.starts, self.keys
+        at, end = 0, len(keys)
+        while at < end:
+            if at in metadata:
+                at += 1
+                continue
+            split = grammar.split_chunk_key(keys[at])
+            if split is None:
+                return None
+            path = split[0]
+            encoding, ndim = arrays[path]
+            needle = needles.get(path)
+            if needle is None:
+                prefix = (path + "/" if path else "") + encoding.tail_prefix()
+                needle = needles[path] = ("\n" + prefix).encode("utf-8", "surrogatepass")
+            if ndim and text.startswith(needle, int(starts[at])):
+                stop = self._run_end(at, needle)
+            else:  # a 0-d array's key, or a key below the array that is none of its chunk keys
+                stop = at + 1
+                by_key.add(path)
+            runs.setdefault(path, []).append((at, stop))
+            at = stop
+        found: dict[str, ArrayKeys] = {}
+        for path, spans in runs.items():
+            chunk_values = values[spans[0][0] : spans[0][1]]
+            for begin, stop in spans[1:]:
+                chunk_values += values[begin:stop]
+            tails = None
+            if path not in by_key:
+                joined = b"".join(text[int(starts[begin]) : int(starts[stop])] for begin, stop in spans)
+                tails = joined.replace(needles[path], b"\n")[1:]
+            found[path] = ArrayKeys(path, spans, chunk_values, tails)
+        return found
+
+
+def _below_an_array(arrays: Mapping[str, Any], nodes: Mapping[str, Any]) -> bool:
+    """Whether a node lies below an array (a key below that array may then be the node's:
+    the grammar's own search decides)."""
+    if "" in arrays:
+        return len(nodes) > 1
+    for node in nodes:
+        cut = node.find("/")
+        while cut > 0:
+            if node[:cut] in arrays:
+                return True
+            cut = node.find("/", cut + 1)
+    return False
+
+
+def reference_columns(values: list[Any]) -> tuple[list[str], set[str], np.ndarray, np.ndarray] | None:
+    """(URLs, the distinct URLs, offsets, lengths) of values that are all ``[url, offset,
+    length]`` with a string URL and integer offset and length in [0, 2**64); None otherwise."""
+    if set(map(type, values)) != {list} or set(map(len, values)) != {3}:
+        return None
+    flat = list(itertools.chain.from_iterable(values))
+    urls = flat[0::3]
+    try:
+        distinct = set(urls)
+    except TypeError:  # a list where the URL goes
+        return None
+    if not all(type(url) is str for url in distinct):
+        return None
+    offsets = _uint64_column(flat[1::3])
+    lengths = _uint64_column(flat[2::3])
+    if offsets is None or lengths is None:
+        return None
+    return urls, distinct, offsets, lengths
+
+
+def _uint64_column(column: list[Any]) -> np.ndarray | None:
+    """Integers (not bools, not floats) in [0, 2**64) as uint64."""
+    if set(map(type, column)) != {int}:
+        return None
+    try:
+        return np.fromiter(column, np.uint64, len(column))
+    except OverflowError:
+        return None
+
+
+def grid_flat_indices(tails: bytes, count: int, encoding: KeyEncoding, grid: tuple[int, ...]) -> np.ndarray | None:
+    """The flat C-order indices of ``count`` keys' tails (digits only, a line per key), or
+    None where one is not a grid index of ``grid``."""
+    index = decimal_rows(tails, count, len(grid), encoding.separator.encode(), b"\n")
+    if index is None or (index >= np.asarray(grid, dtype=np.uint64)).any():
+        return None
+    return np.asarray(np.ravel_multi_index(tuple(index.astype(np.int64).T), grid), dtype=np.int64)
