@@ -313,7 +313,11 @@ def _grid_indices(path: str, encoding: KeyEncoding, tails: list[str], grid: tupl
     if len(parts) != len(tails) * len(grid) or not (digits.isascii() and digits.isdigit()) or "" in parts:
         bad = next((t for t in tails if encoding.parse_tail(t, len(grid)) is None), tails[0])
         raise ManifestFormatError(f"{where}{bad}: not a chunk key of a {len(grid)}-d array")
-    index = np.array(parts, dtype=np.int64).reshape(len(tails), len(grid))
+    try:
+        index = np.array(parts, dtype=np.int64).reshape(len(tails), len(grid))
+    except OverflowError:  # an index past 2**63: outside any grid
+        bad = next(t for t in tails if max(encoding.parse_tail(t, len(grid)) or (0,)) >= 2**63)
+        raise ManifestFormatError(f"{where}{bad}: chunk index outside the grid {grid}") from None
     outside = (index >= np.asarray(grid, dtype=np.int64)).any(axis=1)
     if outside.any():
         bad = tails[int(np.flatnonzero(outside)[0])]
