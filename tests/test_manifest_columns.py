@@ -28,8 +28,9 @@ from h5lens.manifest.limits import Limits
 from h5lens.manifest.model import Manifest
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
-SOURCES = [{"url": "f.h5", "size": 10**6}, {"url": "g.h5", "size": 10**6}]
-TEMPLATES = {"u": "f.h5", "v": "g.h5"}
+SOURCES = [{"url": "f1.h5", "size": 10**6}, {"url": "g2.h5", "size": 10**6}]
+TEMPLATES = {"u": "f1.h5", "v": "g2.h5"}
+URLS = ["{{u}}"] * 16 + ["{{v}}", "f1.h5", "g2.h5"]  # templates, and URLs the manifest declares
 ENCODINGS = [("default", "/")] * 12 + [("default", ".")] * 3 + [("v2", "."), ("v2", "/")]
 NAMES = ["a", "g/b", "g/sub/c", "x y", "é"]
 
@@ -38,7 +39,8 @@ BAD_TAILS = ["c/01", "c/0/0/0/0", "c/x", "c/-1", "c/99999999999999999999", "c/",
 BAD_VALUES: list[Any] = [
     1.5, True, -1, 2**64, 2**63, None, {"a": 1}, "base64:!!", "base64:AAAA", "plain text",
     ["{{u}}", 1], ["{{u}}", 1, 2, 3], ["{{zz}}", 0, 1], ["/etc/passwd", 0, 1], [5, 0, 1], [["{{u}}"], 0, 1],
-    ["{{u}}", 0.0, 1], ["{{u}}", True, 1], ["{{u}}", 0, 10**7], ["f.h5", 0, 4], ["{{u}}", 2**64, 1], ["{{u}}", -1, 1],
+    ["{{u}}", 0.0, 1], ["{{u}}", True, 1], ["{{u}}", 0, 10**7], ["f1.h5", 0, 4], ["{{u}}", 2**64, 1], ["{{u}}", -1, 1],
+    ["{{u}}5", 0, 1], ["f1.h55", 0, 1], ["{{u}}", 0, 1, 5], [], [[], 0, 1], ["{{u}}", 1e3, 1],
 ]
 
 
@@ -81,6 +83,7 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
         arrays[name] = (grid, encoding)
         refs[(name + "/" if name else "") + "zarr.json"] = _document(shape, chunks, encoding)
         inline_share = draw(st.sampled_from([0.0, 0.0, 0.1]))
+        mixed = draw(st.sampled_from([0.0, 0.0, 0.2]))  # the share of chunks in another declared file
         for index in np.ndindex(*grid):
             if rng.random() < 0.1:
                 continue  # a missing chunk: the fill value
@@ -88,7 +91,8 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
             if rng.random() < inline_share:
                 value: Any = "base64:" + base64.b64encode(rng.bytes(4)).decode()
             else:
-                value = ["{{u}}" if rng.random() < 0.9 else "{{v}}", int(rng.integers(0, 10**5)), int(rng.integers(1, 999))]
+                url = URLS[int(rng.integers(len(URLS)))] if rng.random() < mixed else "{{u}}"
+                value = [url, int(rng.integers(0, 10**5)), int(rng.integers(1, 999))]
             chunk_keys.append((key, value))
     order = draw(st.sampled_from(["written", "written", "shuffled", "reversed"]))
     if order == "shuffled":
@@ -96,8 +100,8 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
     elif order == "reversed":
         chunk_keys.reverse()
     refs.update(chunk_keys)
-    damages = ["tail"] * 3 + ["outside"] * 2 + ["zeros"] + ["value"] * 4 + ["move"] * 2 + ["stray", "below", "newline",
-                                                                                         "v2"]
+    damages = ["tail"] * 3 + ["outside"] * 2 + ["zeros", "value", "value", "near", "near", "move", "move", "stray", "below",
+                                                "newline", "v2"]
     for damage in draw(st.lists(st.sampled_from(damages), max_size=2)):
         keys = [key for key, _ in chunk_keys if key in refs]
         if not keys:
@@ -119,6 +123,10 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
             refs[(array + "/" if array else "") + tail] = refs.pop(key)
         elif damage == "value":
             refs[key] = copy.deepcopy(draw(st.sampled_from(BAD_VALUES)))
+        elif damage == "near" and isinstance(refs[key], list):  # a value one character from its neighbours'
+            url, offset, length = refs[key]
+            refs[key] = draw(st.sampled_from([[url + "5", offset, length], [url, offset, length, 0], [url, -offset - 1, length],
+                                              [url, float(offset), length], [url, offset, bool(length)]]))
         elif damage == "stray":
             refs["nowhere/c/0"] = ["{{u}}", 0, 1]
         elif damage == "below":
@@ -146,6 +154,24 @@ def _outcome(data: dict[str, Any], *, by_key: bool, limits: Limits | None = None
 @SETTINGS
 @given(manifests())
 def test_column_wise_reads_as_key_by_key(data):
+    assert _outcome(data, by_key=False) == _outcome(data, by_key=True)
+
+
+NEAR_VALUES: list[Any] = [
+    ["{{u}}5", 40, 8], ["f1.h5", 40, 8], ["{{u}}", 40, 8, 0], ["{{u}}", 40], ["{{u}}", -41, 8], ["{{u}}", 40.0, 8],
+    ["{{u}}", 40, True], ["{{u}}", 40, 2**64], ["{{u}}", 40, 10**7], "base64:AAAAAAAAAAA=", ["{{v}}", 40, 8], [],
+]
+
+
+@pytest.mark.parametrize("value", NEAR_VALUES, ids=[json.dumps(v) for v in NEAR_VALUES])
+@pytest.mark.parametrize("at", [0, 5, 19])
+def test_one_value_unlike_its_neighbours_reads_as_key_by_key(value, at):
+    """Twenty references to one file, one of them one character away: the column-wise
+    checks of the whole column see it."""
+    refs = {"zarr.json": json.dumps({"zarr_format": 3, "node_type": "group"}), "a/zarr.json": _document([40], [2], ENCODINGS[0])}
+    refs.update({f"a/c/{i}": ["{{u}}", 8 * i, 8] for i in range(20)})
+    refs[f"a/c/{at}"] = value
+    data = {"version": 1, "templates": dict(TEMPLATES), "refs": refs, "h5lens": {"sources": copy.deepcopy(SOURCES)}}
     assert _outcome(data, by_key=False) == _outcome(data, by_key=True)
 
 

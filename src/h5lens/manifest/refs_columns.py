@@ -8,7 +8,8 @@ Parsing each key and value in turn cost ~1.5 µs a chunk, ten times the JSON par
   array's keys together; a run is found with ``bytes.count``, galloping);
 * the grid indices of an array's keys are read by numpy from the digits of all of its key
   tails at once (:func:`decimal_rows`);
-* the values' columns are taken with C-level list operations.
+* the values' columns are checked on their JSON text (one ``orjson.dumps``) and taken
+  with C-level list operations.
 
 Nothing here decides what a manifest may say. Each function recognises, exactly, what the
 key-by-key route of :mod:`h5lens.manifest.refs_json` would read the same way, and answers
@@ -18,11 +19,13 @@ None for anything else: that route then reads it, and names the key where it ref
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from h5lens.manifest.zarr_keys import METADATA, KeyEncoding, KeyGrammar, metadata_path
 
@@ -200,24 +203,62 @@ def _below_an_array(arrays: Mapping[str, Any], nodes: Mapping[str, Any]) -> bool
     return False
 
 
-def reference_columns(values: list[Any]) -> tuple[list[str], set[str], np.ndarray, np.ndarray] | None:
-    """(URLs, the distinct URLs, offsets, lengths) of values that are all ``[url, offset,
-    length]`` with a string URL and integer offset and length in [0, 2**64); None otherwise."""
-    if set(map(type, values)) != {list} or set(map(len, values)) != {3}:
+@dataclass(frozen=True)
+class ReferenceColumns:
+    """The values of an array's chunk keys when all are ``[url, offset, length]``."""
+
+    urls: list[str]  # the distinct URLs, in the order they first appear
+    url_of_each: list[str] | None  # each chunk's URL; None when there is one
+    offsets: np.ndarray  # uint64
+    lengths: np.ndarray  # uint64
+
+
+def reference_columns(values: list[Any]) -> ReferenceColumns | None:
+    """The columns of ``values`` if every one is ``[url, offset, length]`` with a string URL
+    and integer offset and length in [0, 2**64); None otherwise."""
+    if not values or set(map(type, values)) != {list}:
+        return None
+    try:
+        distinct = set(map(_FIRST, values))
+    except (IndexError, TypeError):  # an empty list, or a list where the URL goes
+        return None
+    if len(distinct) == 1:
+        return _one_url_columns(values, distinct.pop())
+    if set(map(len, values)) != {3} or not all(type(url) is str for url in distinct):
         return None
     flat = list(itertools.chain.from_iterable(values))
     urls = flat[0::3]
-    try:
-        distinct = set(urls)
-    except TypeError:  # a list where the URL goes
-        return None
-    if not all(type(url) is str for url in distinct):
-        return None
     offsets = _uint64_column(flat[1::3])
     lengths = _uint64_column(flat[2::3])
     if offsets is None or lengths is None:
         return None
-    return urls, distinct, offsets, lengths
+    return ReferenceColumns(list(dict.fromkeys(urls)), urls, offsets, lengths)
+
+
+_FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+_DIGITS = b"0123456789"
+
+
+def _one_url_columns(values: list[Any], url: Any) -> ReferenceColumns | None:
+    """The columns of lists whose first item is ``url``, checked on their JSON text: with
+    its digits taken out, ``[[url,1,2],[url,3,4]]`` must read ``[[url,,],[url,,]]``, which
+    only lists of exactly three items whose second and third are non-negative integers
+    give (orjson writes a bool, a float, a negative number or a string with some other
+    character; refuses an integer past 64 bits and, asked to, a subclass of int or str).
+    So no check of each item in Python."""
+    if type(url) is not str:
+        return None
+    try:
+        text = orjson.dumps(values, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+    except TypeError:
+        return None
+    item = b"[" + orjson.dumps(url).translate(None, _DIGITS) + b",,]"
+    if text.translate(None, _DIGITS) != b"[" + (item + b",") * (len(values) - 1) + item + b"]":
+        return None
+    count = len(values)
+    offsets = np.fromiter(map(_SECOND, values), np.uint64, count)
+    lengths = np.fromiter(map(_THIRD, values), np.uint64, count)
+    return ReferenceColumns([url], None, offsets, lengths)
 
 
 def _uint64_column(column: list[Any]) -> np.ndarray | None:

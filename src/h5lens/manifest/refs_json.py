@@ -399,14 +399,14 @@ def _fill_columns(
         flat = grid_flat_indices(found.tails, len(found.values), encoding, table.grid_shape)
         columns = None if flat is None else reference_columns(found.values)
         if flat is not None and columns is not None:
-            urls, distinct, offsets, lengths = columns
             try:  # in the order the URLs first appear: an undeclared one becomes the next source
-                index = {url: resolve(url) for url in (distinct if len(distinct) == 1 else dict.fromkeys(urls))}
+                index = {url: resolve(url) for url in columns.urls}
             except H5LensError:
                 pass  # key by key, which names the first key of that URL
             else:
-                sources = next(iter(index.values())) if len(index) == 1 else list(map(index.__getitem__, urls))
-                table.refer(flat, offsets, lengths, sources)
+                each = columns.url_of_each
+                sources = index[columns.urls[0]] if each is None else list(map(index.__getitem__, each))
+                table.refer(flat, columns.offsets, columns.lengths, sources)
                 return 0
     return _fill_table(found.path, table, encoding, found.key_tails(keys), found.values, resolve)
 
