@@ -311,6 +311,15 @@ def test_a_shard_shape_is_checked_for_each_array(tmp_path):
         _load_refs(tmp_path, {"a/zarr.json": good, "b/zarr.json": _array([16], [6], sharding)})
 
 
+def test_a_transpose_order_is_checked_for_each_array(tmp_path):
+    """The transpose codec's checks count the dimensions: arrays alike but for that are two
+    kinds."""
+    transpose = [{"name": "transpose", "configuration": {"order": [1, 0]}}, *BYTES]
+    _load_refs(tmp_path, {"a/zarr.json": _array([4, 4], [2, 2], transpose), "b/zarr.json": _array([8, 2], [4, 1], transpose)})
+    with pytest.raises(h5lens.ManifestFormatError, match=r"^/b: zarr refuses this metadata document"):
+        _load_refs(tmp_path, {"a/zarr.json": _array([4, 4], [2, 2], transpose), "b/zarr.json": _array([4], [2], transpose)})
+
+
 def test_dimension_names_are_checked_for_each_array(tmp_path):
     with pytest.raises(h5lens.ManifestFormatError, match=r"^/b: zarr refuses this metadata document"):
         _load_refs(tmp_path, {"a/zarr.json": _array([4], [2], BYTES, dimension_names=["x"]),

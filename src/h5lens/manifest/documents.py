@@ -7,9 +7,10 @@ deep inside zarr at the first read. zarr's parse costs ~200 µs per array docume
 the arrays of a file share most of their metadata, so zarr parses each distinct kind of
 document once per load: documents that differ only in their attributes, their shape and
 chunk shape (once h5lens has checked both are lists of integers of the same length) and
-their dimension names are one kind, where every codec of the document is one whose
-checks do not look at the shape (:func:`_shape_blind`; a sharding codec does).
-Nothing is remembered from one load to the next.
+the text of their dimension names are one kind, where zarr's checks of every codec of the
+document look at neither (:func:`_shape_seen_by`; a sharding codec's do). Where the
+number of dimensions matters to zarr (a transpose codec's order, as many dimension names),
+it is part of the kind. Nothing is remembered from one load to the next.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class DocumentChecker:
         self._arrays: dict[str, tuple[Any, str | None]] = {}
         self._groups: dict[str, str | None] = {}
         self._kinds: dict[str, tuple[int, str | None]] = {}  # kind of document -> (item size, error)
-        self._blind: dict[Any, bool] = {}  # codec name -> whether zarr's checks of it ignore the shape
+        self._seen: dict[str, int] = {}  # codec name -> how much of the shape zarr's checks of it see
 
     def array(self, doc: Mapping[str, Any]) -> tuple[Any, str | None]:
         """(zarr's ArrayV3Metadata or None, the error text or None) for an array document."""
@@ -129,12 +130,15 @@ class DocumentChecker:
         """(item size, zarr's error or None) of an array document whose shapes
         :func:`_check_shapes` accepted, parsed once per kind of document (see the module)."""
         body = {k: v for k, v in doc.items() if k != "attributes"}
-        if self._codecs_shape_blind(body.get("codecs")):
-            ndim = len(body["shape"])
+        seen = self._shape_seen(body.get("codecs"))
+        if seen != _VALUES:
+            names = body.get("dimension_names")
+            # zarr compares the number of dimensions with the number of names and the
+            # transpose codec's order; nothing else of the shape, for these codecs
+            ndim = len(body["shape"]) if seen == _NDIM or names is not None else None
             body["shape"] = ndim
             body["chunk_grid"] = {**body["chunk_grid"], "configuration": {**body["chunk_grid"]["configuration"]}}
             body["chunk_grid"]["configuration"]["chunk_shape"] = ndim
-            names = body.get("dimension_names")
             if isinstance(names, list) and all(n is None or isinstance(n, str) for n in names):
                 body["dimension_names"] = [None if n is None else "" for n in names]
         key = repr(body)  # equal reprs: equal JSON values (1, 1.0, True and "1" all differ)
@@ -145,21 +149,24 @@ class DocumentChecker:
             found = self._kinds[key] = (0 if meta is None else max(1, meta.dtype.to_native_dtype().itemsize), error)
         return found
 
-    def _codecs_shape_blind(self, codecs: Any) -> bool:
-        """Whether every codec of ``codecs`` is one whose zarr checks ignore the array's
-        shape and chunk shape, but for their length."""
+    def _shape_seen(self, codecs: Any) -> int:
+        """How much of the array's shape zarr's checks of ``codecs`` look at: nothing, the
+        number of dimensions, or the values (:func:`_shape_seen_by`)."""
         if not isinstance(codecs, list) or not codecs:
-            return False
+            return _VALUES
+        seen = _NOTHING
         for codec in codecs:
             name = codec.get("name") if isinstance(codec, dict) else codec
             if not isinstance(name, str):
-                return False
-            blind = self._blind.get(name)
-            if blind is None:
-                blind = self._blind[name] = _shape_blind(name)
-            if not blind:
-                return False
-        return True
+                return _VALUES
+            found = self._seen.get(name)
+            if found is None:
+                found = self._seen[name] = _shape_seen_by(name)
+            seen = max(seen, found)
+        return seen
+
+
+_NOTHING, _NDIM, _VALUES = 0, 1, 2  # how much of an array's shape a codec's zarr checks look at
 
 
 def _zarr_array(body: dict[str, Any]) -> tuple[Any, str | None]:
@@ -175,13 +182,13 @@ def _zarr_array(body: dict[str, Any]) -> tuple[Any, str | None]:
         return None, f"{type(e).__name__}: {_first_line(e)}"
 
 
-def _shape_blind(name: str) -> bool:
-    """Whether zarr's checks of the codec registered as ``name`` ignore the array's shape
-    and chunk shape but for their length: its ``validate``, ``evolve_from_array_spec`` and
-    ``resolve_metadata`` are zarr's defaults, or ones read to look at the data type or the
-    number of dimensions only (``resolve_metadata`` may hand the next codec another shape:
-    only such codecs see it). Decided by the class zarr resolves the name to, so a codec
-    that a configuration or a plugin puts under one of these names is not taken on trust."""
+def _shape_seen_by(name: str) -> int:
+    """How much of the array's shape zarr's checks of the codec registered as ``name`` look
+    at. Nothing, where its ``validate``, ``evolve_from_array_spec`` and ``resolve_metadata``
+    are zarr's defaults or ones read to look at the data type only; the number of dimensions
+    for the transpose codec; the values for any other (the sharding codec's checks divide
+    the chunk shape). Decided by the class zarr resolves the name to, so a codec that a
+    configuration or a plugin puts under one of these names is not taken on trust."""
     from zarr import registry
     from zarr.abc.codec import BaseCodec
     from zarr.codecs import BloscCodec, BytesCodec, TransposeCodec, VLenBytesCodec, VLenUTF8Codec
@@ -189,24 +196,26 @@ def _shape_blind(name: str) -> bool:
 
     try:
         cls = registry.get_codec_class(name)
-    except Exception:  # noqa: BLE001 - a codec zarr does not know is not one of these
-        return False
-    validate = {BaseCodec.validate, TransposeCodec.validate}
-    evolve = {
-        BaseCodec.evolve_from_array_spec,
-        BytesCodec.evolve_from_array_spec,  # the data type's endianness
-        BloscCodec.evolve_from_array_spec,  # the data type's item size
-        Shuffle.evolve_from_array_spec,  # the data type's item size
-        TransposeCodec.evolve_from_array_spec,  # the number of dimensions
-        VLenUTF8Codec.evolve_from_array_spec,
-        VLenBytesCodec.evolve_from_array_spec,
-    }
-    resolve = {BaseCodec.resolve_metadata, TransposeCodec.resolve_metadata}
-    return (
-        getattr(cls, "validate", None) in validate
-        and getattr(cls, "evolve_from_array_spec", None) in evolve
-        and getattr(cls, "resolve_metadata", None) in resolve
+    except Exception:  # noqa: BLE001 - a codec zarr does not know: its checks are zarr's to make
+        return _VALUES
+    methods = (getattr(cls, "validate", None), getattr(cls, "evolve_from_array_spec", None),
+               getattr(cls, "resolve_metadata", None))
+    blind = (
+        {BaseCodec.validate},
+        {
+            BaseCodec.evolve_from_array_spec,
+            BytesCodec.evolve_from_array_spec,  # the data type's endianness
+            BloscCodec.evolve_from_array_spec,  # the data type's item size
+            Shuffle.evolve_from_array_spec,  # the data type's item size
+            VLenUTF8Codec.evolve_from_array_spec,
+            VLenBytesCodec.evolve_from_array_spec,
+        },
+        {BaseCodec.resolve_metadata},
     )
+    if all(method in allowed for method, allowed in zip(methods, blind, strict=True)):
+        return _NOTHING
+    transpose = (TransposeCodec.validate, TransposeCodec.evolve_from_array_spec, TransposeCodec.resolve_metadata)
+    return _NDIM if methods == transpose else _VALUES
 
 
 def _check_shapes(path: str, doc: Mapping[str, Any]) -> None:
