@@ -200,7 +200,7 @@ def _shape_seen_by(name: str) -> int:
         return _VALUES
     methods = (getattr(cls, "validate", None), getattr(cls, "evolve_from_array_spec", None),
                getattr(cls, "resolve_metadata", None))
-    blind = (
+    blind: tuple[set[Any], set[Any], set[Any]] = (
         {BaseCodec.validate},
         {
             BaseCodec.evolve_from_array_spec,
