@@ -30,38 +30,32 @@ import orjson
 from h5lens.manifest.zarr_keys import METADATA, KeyEncoding, KeyGrammar, metadata_path
 
 _NEWLINE = 0x0A
-_POW10 = np.array([10**i for i in range(20)], dtype=np.uint64)
-_MAX_DIGITS = 19  # every number of 19 digits fits a uint64
 
 
 def decimal_rows(text: bytes, rows: int, cols: int, col_sep: bytes, row_sep: bytes) -> np.ndarray | None:
-    """``rows`` × ``cols`` unsigned integers (uint64) from ``text``: decimal numbers of 1 to
-    19 ASCII digits, ``col_sep`` between the numbers of a row and ``row_sep`` between rows;
-    None if ``text`` is anything else. Leading zeros read as Python's ``int`` reads them."""
+    """``rows`` × ``cols`` unsigned integers (uint64) from ``text``: decimal numbers of ASCII
+    digits, ``col_sep`` between the numbers of a row and ``row_sep`` between rows; None if
+    ``text`` is anything else. Leading zeros read as Python's ``int`` reads them; a number
+    past 2**64 - 1 reads as 2**64 - 1 (strtoull's saturation: outside any grid)."""
     count = rows * cols
     if count == 0:
         return np.zeros((rows, cols), np.uint64) if not text else None
     raw = np.frombuffer(text, np.uint8)
-    digit = raw - np.uint8(0x30)  # wraps below '0': anything not a digit is >= 10
-    is_digit = digit < 10
-    between = np.flatnonzero(~is_digit)
+    between = np.flatnonzero((raw - np.uint8(0x30)) >= 10)  # wraps below '0': every byte not a digit
     if between.size != count - 1:
         return None
     expected = np.full(count - 1, col_sep[0], np.uint8)
     expected[cols - 1 :: cols] = row_sep[0]
     if not np.array_equal(raw[between], expected):
         return None
-    last = np.empty(count, np.int64)  # each number's last digit, counted among the digits
-    last[:-1] = between - np.arange(count - 1)
-    last[-1] = raw.size - (count - 1)
-    last -= 1
-    lengths = np.diff(last, prepend=-1)
-    if lengths.min() < 1 or lengths.max() > _MAX_DIGITS:
+    if count > 1 and (between[0] == 0 or between[-1] == raw.size - 1 or np.diff(between).min() < 2):
+        return None  # an empty number: a separator first, last, or after another
+    if count == 1 and raw.size == 0:
         return None
-    digits = digit[is_digit].astype(np.uint64)
-    place = np.repeat(last, lengths) - np.arange(digits.size)
-    values = np.add.reduceat(digits * _POW10[place], last - lengths + 1)
-    return values.reshape(rows, cols)
+    # every byte now a digit or a separator where one belongs: numpy's text reader (C's
+    # strtoull per number) reads exactly these numbers
+    values = np.fromstring(text.replace(row_sep, col_sep), dtype=np.uint64, sep=col_sep.decode())
+    return values.reshape(rows, cols) if values.size == count else None
 
 
 @dataclass
