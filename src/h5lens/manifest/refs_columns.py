@@ -88,17 +88,20 @@ class RefKeys:
     @classmethod
     def of(cls, refs: Mapping[Any, Any]) -> RefKeys | None:
         keys = list(refs)
+        if not keys:
+            return None
         try:
             joined = "\n".join(keys)
         except TypeError:  # a key that is not a string
             return None
-        if joined.count("\n") != max(len(keys) - 1, 0):
+        if joined.count("\n") != len(keys) - 1:
             return None
         return cls(keys, ("\n" + joined + "\n").encode("utf-8", "surrogatepass"))
 
-    def contain(self, part: str) -> bool:
-        """Whether some key holds ``part`` (no newline in it)."""
-        return part.encode("utf-8", "surrogatepass") in self.text
+    def has_segment_starting(self, start: str) -> bool:
+        """Whether a segment of some key (between ``/``) starts with ``start``."""
+        encoded = start.encode("utf-8", "surrogatepass")
+        return b"/" + encoded in self.text or b"\n" + encoded in self.text
 
     def metadata_keys(self) -> list[tuple[int, str, str]]:
         """(index, key, node path) of each metadata key (``zarr.json``, ``<path>/zarr.json``),

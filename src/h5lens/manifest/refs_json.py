@@ -219,7 +219,7 @@ def parts_from_refs(
 
 def _names_zarr_v2_keys(refs: dict[Any, Any], keys: RefKeys | None) -> bool:
     """Whether a key names a zarr v2 metadata document (``.zarray``, ...): kerchunk's refs."""
-    if keys is not None and not keys.contain(".z"):  # what every one of those names holds
+    if keys is not None and not keys.has_segment_starting(".z"):  # what every one of those names starts with
         return False
     return any(str(key).rsplit("/", 1)[-1] in _ZARR_V2_KEYS for key in refs)
 
