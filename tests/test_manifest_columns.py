@@ -123,7 +123,7 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
             refs[(array + "/" if array else "") + tail] = refs.pop(key)
         elif damage == "value":
             refs[key] = copy.deepcopy(draw(st.sampled_from(BAD_VALUES)))
-        elif damage == "near" and isinstance(refs[key], list):  # a value one character from its neighbours'
+        elif damage == "near" and isinstance(refs[key], list) and len(refs[key]) == 3:  # one character away
             url, offset, length = refs[key]
             refs[key] = draw(st.sampled_from([[url + "5", offset, length], [url, offset, length, 0], [url, -offset - 1, length],
                                               [url, float(offset), length], [url, offset, bool(length)]]))

@@ -29,6 +29,7 @@ from h5lens.manifest.checks import (
     check_ranges,
     check_vlen_inline,
     grid_shape_of,
+    ranges_fit,
 )
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
@@ -204,8 +205,10 @@ def parts_from_refs(
             inline_total += _fill_columns(found, builders[path], grammar.arrays[path][0], keys.keys, resolve)
             limits.check("inline chunk bytes:", inline_total, "inline_bytes", location or "manifest")
     chunks = {path: builder.build() for path, builder in builders.items()}
+    fit = ranges_fit(chunks.values(), sources)  # one pass; where one does not, the first is named
     for path, table in chunks.items():
-        check_ranges(path, table, sources, grammar.arrays[path][0])
+        if not fit:
+            check_ranges(path, table, sources, grammar.arrays[path][0])
         check_vlen_inline(path, nodes[path], table, grammar.arrays[path][0])
     return parts_of_file(
         info,
@@ -296,6 +299,13 @@ def _grid_indices(path: str, encoding: KeyEncoding, tails: list[str], grid: tupl
     """Flat C-order chunk indices for one array's key tails, checked against its grid,
     parsed column-wise (one split of the joined tails, not one parse per key)."""
     where = join(path, "")
+    if len(tails) == 1:  # most arrays of a small file have one chunk: its index without numpy
+        single = encoding.parse_tail(tails[0], len(grid))
+        if single is not None and all(i < n for i, n in zip(single, grid, strict=True)):
+            flat = 0
+            for i, n in zip(single, grid, strict=True):
+                flat = flat * n + i
+            return np.array([flat], dtype=np.int64)
     if not grid:
         bad = next((t for t in tails if encoding.parse_tail(t, 0) is None), None)
         if bad is not None:
