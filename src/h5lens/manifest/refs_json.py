@@ -194,13 +194,12 @@ def parts_from_refs(
     inline_total = 0
     metadata_at = {i for i, _, _ in metadata}
     runs = None if keys is None else keys.array_keys(list(refs.values()), metadata_at, grammar, nodes)
-    if runs is None:
+    if keys is None or runs is None:
         chunk_items = [(key, value) for i, (key, value) in enumerate(refs.items()) if i not in metadata_at]
         for path, (tails, values) in _group_chunk_keys(chunk_items, grammar).items():
             inline_total += _fill_table(path, builders[path], grammar.arrays[path][0], tails, values, resolve)
             limits.check("inline chunk bytes:", inline_total, "inline_bytes", location or "manifest")
     else:
-        assert keys is not None
         for path, found in runs.items():
             inline_total += _fill_columns(found, builders[path], grammar.arrays[path][0], keys.keys, resolve)
             limits.check("inline chunk bytes:", inline_total, "inline_bytes", location or "manifest")
