@@ -14,6 +14,16 @@ measured beside it. JSON at
 
 Peak memory is the process's own ``VmHWM`` from ``/proc/self/status`` before and after
 the step (``ru_maxrss`` of a child can report its parent's peak).
+
+Then the per-chunk cost of opening a JSON manifest: ``Manifest.from_json`` of the manifest of
+``benchmarks/read_bench.py``'s small.nc (netCDF-C, 50,000 chunk references, ~1.8 MB),
+against the bare JSON parse of the same bytes (``orjson.loads``, or ``json.loads`` where
+orjson is not installed), alternately in one fresh process, medians; the ratio is printed
+(target: <= 3x).
+
+``--baseline SRC`` runs every measurement a second time with another h5lens on
+``PYTHONPATH`` (the ``src`` directory of a checkout, e.g. the commit before a change),
+alternating the two run by run, and prints each figure beside the baseline's.
 """
 
 from __future__ import annotations
@@ -126,15 +136,80 @@ def worker(path: str) -> None:
                                "tables_loaded": loaded, "first_value": int(first[0])}))
 
 
-def measure(path: str, repeat: int) -> dict[str, float]:
-    runs = []
+def _run(args: list[str], src: str | None) -> dict[str, Any]:
+    """One fresh process (``src``: the h5lens to import, else this one); its result line."""
+    env = dict(os.environ, PYTHONPATH=src) if src else None
+    proc = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, timeout=3600, env=env, check=False
+    )
+    line = next((l for l in proc.stdout.splitlines() if l.startswith(RESULT)), None)
+    if line is None:
+        raise RuntimeError(f"{args}: {proc.stderr.strip().splitlines()[-3:]}")
+    return json.loads(line[len(RESULT):])
+
+
+def measure(path: str, repeat: int, baseline: str | None = None) -> tuple[dict[str, float], dict[str, float] | None]:
+    """Medians of ``repeat`` fresh processes, and of as many with the baseline h5lens,
+    alternating."""
+    runs: dict[str | None, list[dict[str, Any]]] = {None: [], baseline: []}
     for _ in range(repeat):
-        proc = subprocess.run([sys.executable, __file__, "_worker", path], capture_output=True, text=True, timeout=3600)
-        line = next((l for l in proc.stdout.splitlines() if l.startswith(RESULT)), None)
-        if line is None:
-            raise RuntimeError(f"{path}: {proc.stderr.strip().splitlines()[-3:]}")
-        runs.append(json.loads(line[len(RESULT):]))
-    return {k: statistics.median(r[k] for r in runs) for k in ("open", "first_chunk", "peak")}
+        for src in (None, baseline) if baseline else (None,):
+            runs[src].append(_run(["_worker", path], src))
+    keys = ("open", "first_chunk", "peak")
+    mine = {k: statistics.median(r[k] for r in runs[None]) for k in keys}
+    return mine, ({k: statistics.median(r[k] for r in runs[baseline]) for k in keys} if baseline else None)
+
+
+def parse_worker(path: str, repeat: int) -> None:
+    """``Manifest.from_json(path)`` against the bare JSON parse of its bytes, alternately."""
+    import h5lens
+    from h5lens.store import ManifestStore  # noqa: F401 - imported before the clock starts
+
+    try:
+        import orjson
+
+        parser, loads = "orjson.loads", orjson.loads
+    except ImportError:
+        parser, loads = "json.loads", json.loads
+    with open(path, "rb") as f:
+        raw = f.read()
+    h5lens.Manifest.from_json(path)  # zarr's codecs and data types registered, as after any first open
+    parse, load = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        loads(raw)
+        parse.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        manifest = h5lens.Manifest.from_json(path)
+        load.append(time.perf_counter() - start)
+    print(RESULT + json.dumps({"parser": parser, "parse": statistics.median(parse), "from_json": statistics.median(load),
+                               "chunks": manifest.n_chunks, "bytes": len(raw)}))
+
+
+def from_json_row(work: str, repeat: int, baseline: str | None) -> dict[str, Any]:
+    """The JSON row: read_bench.py's small.nc indexed, its manifest loaded against its parse."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import read_bench
+
+    import h5lens
+
+    source = os.path.join(work, "small.nc")
+    read_bench.gen_nc(source, 50_000, 100)
+    path = os.path.join(work, "small.json")
+    h5lens.index(source).to_json(path)
+    mine = _run(["_parse_worker", path, str(repeat)], None)
+    row: dict[str, Any] = {"case": "small.nc JSON manifest: Manifest.from_json against the JSON parse", **mine,
+                           "ratio": mine["from_json"] / mine["parse"]}
+    print(f"\nsmall.nc ({mine['chunks']:,} chunk references, {mine['bytes'] / 1e6:.2f} MB of JSON): "
+          f"Manifest.from_json {mine['from_json']:.4f} s, {mine['parser']} {mine['parse']:.4f} s: "
+          f"{row['ratio']:.2f}x the parse ({'met' if row['ratio'] <= 3 else 'MISSED'}: target <= 3x)")
+    if baseline:
+        theirs = _run(["_parse_worker", path, str(repeat)], baseline)
+        row["baseline"] = {**theirs, "ratio": theirs["from_json"] / theirs["parse"], "src": baseline}
+        print(f"  baseline ({baseline}): Manifest.from_json {theirs['from_json']:.4f} s, {theirs['parser']} "
+              f"{theirs['parse']:.4f} s: {row['baseline']['ratio']:.2f}x; this h5lens takes "
+              f"{mine['from_json'] / theirs['from_json']:.3f}x the baseline's time")
+    return row
 
 
 def table_bytes(path: str, n: int) -> dict[str, float]:
@@ -155,13 +230,21 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["_worker"]:
         worker(argv[1])
         return 0
+    if argv[:1] == ["_parse_worker"]:
+        parse_worker(argv[1], int(argv[2]))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=float, nargs="+", default=[1e5, 1e6, 1e7])
     parser.add_argument("--json-max", type=float, default=1e6, help="largest size written as JSON (default 1e6)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", metavar="OUT", help="write the results here")
     parser.add_argument("--plot", metavar="PNG", help="plot open time and peak memory here (needs matplotlib)")
+    parser.add_argument("--baseline", metavar="SRC", help="also run each measurement with the h5lens in SRC "
+                        "(a checkout's src directory), alternating, and print both")
+    parser.add_argument("--parse-repeat", type=int, default=9, help="loads of the small.nc manifest (default 9)")
+    parser.add_argument("--skip-from-json", action="store_true", help="leave out the small.nc from_json row")
     args = parser.parse_args(argv)
+    baseline = os.path.abspath(args.baseline) if args.baseline else None
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="h5lens-scale-") as work:
         source = os.path.join(work, "source.h5")
@@ -170,21 +253,33 @@ def main(argv: list[str]) -> int:
             forms = ["compact"] + (["json"] if n <= args.json_max else [])
             paths = build(n, source, work, forms)
             for form, path in paths.items():
-                row = {"chunks": n, "form": form, **table_bytes(path, n), **measure(path, args.repeat)}
+                mine, theirs = measure(path, args.repeat, baseline)
+                row: dict[str, Any] = {"chunks": n, "form": form, **table_bytes(path, n), **mine}
+                if theirs is not None:
+                    row["baseline"] = theirs
                 rows.append(row)
                 print(
                     f"{n:>10,} {form:<8} {row['file_per_chunk']:7.2f} B/chunk  open {row['open']:8.3f} s  "
                     f"first chunk {row['first_chunk']:8.3f} s  peak +{row['peak'] / 2**20:7.1f} MiB", flush=True
                 )
+                if theirs is not None:
+                    print(
+                        f"{'baseline':>19}{'':17}open {theirs['open']:8.3f} s  first chunk {theirs['first_chunk']:8.3f} s"
+                        f"  peak +{theirs['peak'] / 2**20:7.1f} MiB   (open {mine['open'] / theirs['open']:.3f}x, "
+                        f"first chunk {mine['first_chunk'] / theirs['first_chunk']:.3f}x the baseline)", flush=True
+                    )
                 os.unlink(path)
+        if not args.skip_from_json:
+            rows.append(from_json_row(work, args.parse_repeat, baseline))
+    scale_rows = [r for r in rows if "form" in r]
     print("\nper size, compact against JSON:")
-    for n in sorted({r["chunks"] for r in rows}):
-        by = {r["form"]: r for r in rows if r["chunks"] == n}
+    for n in sorted({r["chunks"] for r in scale_rows}):
+        by = {r["form"]: r for r in scale_rows if r["chunks"] == n}
         if "json" in by:
             c, j = by["compact"], by["json"]
             print(f"  {n:>10,}: bytes {c['file_per_chunk'] / j['file_per_chunk']:.3f}x, open {c['open'] / j['open']:.3f}x, "
                   f"first chunk {c['first_chunk'] / j['first_chunk']:.3f}x, peak {c['peak'] / max(j['peak'], 1):.3f}x")
-    compact_rows = [r for r in rows if r["form"] == "compact"]
+    compact_rows = [r for r in scale_rows if r["form"] == "compact"]
     for r in compact_rows:
         print(f"  compact {r['chunks']:,}: gzip table {r['gzip_table_per_chunk']:.2f} B/chunk, "
               f"regular table {r['regular_table_per_chunk']:.4f} B/chunk")
@@ -194,7 +289,7 @@ def main(argv: list[str]) -> int:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
     if args.plot:
-        plot(rows, args.plot)
+        plot(scale_rows, args.plot)
     return 0
 
 

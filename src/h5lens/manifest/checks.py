@@ -10,6 +10,7 @@ manifest is untrusted input (docs/security.md): every refusal names the key.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,31 @@ def check_vlen_inline(path: str, doc: dict[str, Any], table: ChunkTable, encodin
         if problem is not None:
             index = _grid_index(table, flat)
             raise ManifestFormatError(f"{chunk_key(path, index, encoding)}: {problem}")
+
+
+def ranges_fit(tables: Iterable[ChunkTable], sources: Sequence[Source]) -> bool:
+    """Whether every referenced byte range of ``tables`` lies within its source's recorded
+    size: :func:`check_ranges` of all of them in one pass (a file of many small arrays),
+    which then names the first that does not."""
+    grids = [(t.source.reshape(-1), t.offset.reshape(-1), t.length.reshape(-1)) for t in tables]
+    if not grids:
+        return True
+    source, offset, length = (np.concatenate(column) for column in zip(*grids, strict=True))
+    return _bad_ranges(source, offset, length, sources).size == 0
+
+
+def _bad_ranges(source: np.ndarray, offset: np.ndarray, length: np.ndarray, sources: Sequence[Source]) -> np.ndarray:
+    """Flat indices of the references to a source the manifest does not declare, or past
+    their source's recorded size (or so large they would overflow)."""
+    referenced = source >= 0
+    huge = np.uint64(1 << 62)
+    sizes = np.array([-1 if s.size is None else s.size for s in sources] or [-1], dtype=np.int64)
+    known = referenced & (source < len(sources))
+    overflow = referenced & ((offset > huge) | (length > huge))
+    limit = sizes[np.where(known, source, 0)]
+    ends = offset.astype(np.int64, copy=False) + length.astype(np.int64, copy=False)
+    past = known & ~overflow & (limit >= 0) & (ends > limit)
+    return np.flatnonzero((referenced & ~known) | overflow | past)
 
 
 def check_ranges(path: str, table: ChunkTable, sources: list[Source], encoding: KeyEncoding) -> None:

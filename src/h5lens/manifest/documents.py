@@ -4,8 +4,13 @@ A manifest's documents are checked when it is built (by the scanner) and when it
 loaded (from a file): ``ArrayV3Metadata.from_dict`` / ``GroupMetadata.from_dict`` must
 accept each, so a bad document is an error naming its node there, not a traceback from
 deep inside zarr at the first read. zarr's parse costs ~200 µs per array document;
-the arrays of a big file share most of their metadata (attributes aside), so each
-distinct document body is parsed once.
+the arrays of a file share most of their metadata, so zarr parses each distinct kind of
+document once per load: documents that differ only in their attributes, their shape and
+chunk shape (once h5lens has checked both are lists of integers of the same length) and
+the text of their dimension names are one kind, where zarr's checks of every codec of the
+document look at neither (:func:`_shape_seen_by`; a sharding codec's do). Where the
+number of dimensions matters to zarr (a transpose codec's order, as many dimension names),
+it is part of the kind. Nothing is remembered from one load to the next.
 """
 
 from __future__ import annotations
@@ -68,27 +73,22 @@ class ArrayDocument:
 
 
 class DocumentChecker:
-    """Parses documents with zarr, remembering each distinct array body's result."""
+    """Parses documents with zarr, remembering each distinct array body's result (for one
+    manifest: make one per load)."""
 
     def __init__(self) -> None:
         self._arrays: dict[str, tuple[Any, str | None]] = {}
         self._groups: dict[str, str | None] = {}
+        self._kinds: dict[str, tuple[int, str | None]] = {}  # kind of document -> (item size, error)
+        self._seen: dict[str, int] = {}  # codec name -> how much of the shape zarr's checks of it see
 
     def array(self, doc: Mapping[str, Any]) -> tuple[Any, str | None]:
         """(zarr's ArrayV3Metadata or None, the error text or None) for an array document."""
-        from zarr.core.metadata.v3 import ArrayV3Metadata
-
         body = {k: v for k, v in doc.items() if k != "attributes"}
         key = json.dumps(body, sort_keys=True, allow_nan=True, default=repr)
         found = self._arrays.get(key)
         if found is None:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    found = (ArrayV3Metadata.from_dict({**body, "attributes": {}}), None)
-            except Exception as e:  # noqa: BLE001 - any refusal is the finding
-                found = (None, f"{type(e).__name__}: {_first_line(e)}")
-            self._arrays[key] = found
+            found = self._arrays[key] = _zarr_array(body)
         return found
 
     def group(self, doc: Mapping[str, Any]) -> str | None:
@@ -97,7 +97,7 @@ class DocumentChecker:
         from zarr.core.group import GroupMetadata
 
         body = {k: v for k, v in doc.items() if k != "attributes"}
-        key = json.dumps(body, sort_keys=True, allow_nan=True, default=repr)
+        key = repr(body)  # equal reprs: equal JSON values
         if key in self._groups:
             return self._groups[key]
         try:
@@ -120,12 +120,102 @@ class DocumentChecker:
             return
         _check_shapes(path, doc)
         KeyEncoding.from_document(doc, "/" + path)  # before zarr: h5lens names what it reads
-        meta, error = self.array(doc)
+        itemsize, error = self._kind(doc)
         if error is not None:
             raise ManifestFormatError(f"/{path}: zarr refuses this metadata document ({error})")
         chunk_shape = chunk_shape_of(doc)  # checked above
-        itemsize = max(1, meta.dtype.to_native_dtype().itemsize)
         limits.check("a chunk of (bytes)", math.prod(chunk_shape) * itemsize, "chunk_bytes", "/" + path)
+
+    def _kind(self, doc: Mapping[str, Any]) -> tuple[int, str | None]:
+        """(item size, zarr's error or None) of an array document whose shapes
+        :func:`_check_shapes` accepted, parsed once per kind of document (see the module)."""
+        body = {k: v for k, v in doc.items() if k != "attributes"}
+        seen = self._shape_seen(body.get("codecs"))
+        if seen != _VALUES:
+            names = body.get("dimension_names")
+            # zarr compares the number of dimensions with the number of names and the
+            # transpose codec's order; nothing else of the shape, for these codecs
+            ndim = len(body["shape"]) if seen == _NDIM or names is not None else None
+            body["shape"] = ndim
+            body["chunk_grid"] = {**body["chunk_grid"], "configuration": {**body["chunk_grid"]["configuration"]}}
+            body["chunk_grid"]["configuration"]["chunk_shape"] = ndim
+            if isinstance(names, list) and all(n is None or isinstance(n, str) for n in names):
+                body["dimension_names"] = [None if n is None else "" for n in names]
+        key = repr(body)  # equal reprs: equal JSON values (1, 1.0, True and "1" all differ)
+        found = self._kinds.get(key)
+        if found is None:
+            # zarr reads the document itself (an error then names what is wrong with it)
+            meta, error = _zarr_array({k: v for k, v in doc.items() if k != "attributes"})
+            found = self._kinds[key] = (0 if meta is None else max(1, meta.dtype.to_native_dtype().itemsize), error)
+        return found
+
+    def _shape_seen(self, codecs: Any) -> int:
+        """How much of the array's shape zarr's checks of ``codecs`` look at: nothing, the
+        number of dimensions, or the values (:func:`_shape_seen_by`)."""
+        if not isinstance(codecs, list) or not codecs:
+            return _VALUES
+        seen = _NOTHING
+        for codec in codecs:
+            name = codec.get("name") if isinstance(codec, dict) else codec
+            if not isinstance(name, str):
+                return _VALUES
+            found = self._seen.get(name)
+            if found is None:
+                found = self._seen[name] = _shape_seen_by(name)
+            seen = max(seen, found)
+        return seen
+
+
+_NOTHING, _NDIM, _VALUES = 0, 1, 2  # how much of an array's shape a codec's zarr checks look at
+
+
+def _zarr_array(body: dict[str, Any]) -> tuple[Any, str | None]:
+    """zarr's reading of an array document without its attributes: (metadata, None), or
+    (None, why zarr refuses it)."""
+    from zarr.core.metadata.v3 import ArrayV3Metadata
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ArrayV3Metadata.from_dict({**body, "attributes": {}}), None
+    except Exception as e:  # noqa: BLE001 - any refusal is the finding
+        return None, f"{type(e).__name__}: {_first_line(e)}"
+
+
+def _shape_seen_by(name: str) -> int:
+    """How much of the array's shape zarr's checks of the codec registered as ``name`` look
+    at. Nothing, where its ``validate``, ``evolve_from_array_spec`` and ``resolve_metadata``
+    are zarr's defaults or ones read to look at the data type only; the number of dimensions
+    for the transpose codec; the values for any other (the sharding codec's checks divide
+    the chunk shape). Decided by the class zarr resolves the name to, so a codec that a
+    configuration or a plugin puts under one of these names is not taken on trust."""
+    from zarr import registry
+    from zarr.abc.codec import BaseCodec
+    from zarr.codecs import BloscCodec, BytesCodec, TransposeCodec, VLenBytesCodec, VLenUTF8Codec
+    from zarr.codecs.numcodecs import Shuffle
+
+    try:
+        cls = registry.get_codec_class(name)
+    except Exception:  # noqa: BLE001 - a codec zarr does not know: its checks are zarr's to make
+        return _VALUES
+    methods = (getattr(cls, "validate", None), getattr(cls, "evolve_from_array_spec", None),
+               getattr(cls, "resolve_metadata", None))
+    blind: tuple[set[Any], set[Any], set[Any]] = (
+        {BaseCodec.validate},
+        {
+            BaseCodec.evolve_from_array_spec,
+            BytesCodec.evolve_from_array_spec,  # the data type's endianness
+            BloscCodec.evolve_from_array_spec,  # the data type's item size
+            Shuffle.evolve_from_array_spec,  # the data type's item size
+            VLenUTF8Codec.evolve_from_array_spec,
+            VLenBytesCodec.evolve_from_array_spec,
+        },
+        {BaseCodec.resolve_metadata},
+    )
+    if all(method in allowed for method, allowed in zip(methods, blind, strict=True)):
+        return _NOTHING
+    transpose = (TransposeCodec.validate, TransposeCodec.evolve_from_array_spec, TransposeCodec.resolve_metadata)
+    return _NDIM if methods == transpose else _VALUES
 
 
 def _check_shapes(path: str, doc: Mapping[str, Any]) -> None:

@@ -15,6 +15,7 @@ so the same input gives byte-identical output.
 from __future__ import annotations
 
 import base64
+import gc
 import json
 from typing import Any
 
@@ -28,9 +29,11 @@ from h5lens.manifest.checks import (
     check_ranges,
     check_vlen_inline,
     grid_shape_of,
+    ranges_fit,
 )
 from h5lens.manifest.documents import check_documents
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
+from h5lens.manifest.refs_columns import ArrayKeys, RefKeys, grid_flat_indices, reference_columns
 from h5lens.manifest.tables import (
     INLINE,
     MISSING,
@@ -42,6 +45,7 @@ from h5lens.manifest.tables import (
     parts_of_file,
     unreadable_json,
 )
+from h5lens.manifest.unique_json import loads_unique
 from h5lens.manifest.zarr_keys import KeyEncoding, KeyGrammar, chunk_key, join, metadata_key, metadata_path
 
 FORMAT_KEY = "h5lens"
@@ -113,11 +117,15 @@ _ZARR_V2_KEYS = frozenset({".zgroup", ".zarray", ".zattrs", ".zmetadata"})
 
 
 def parts_from_refs(
-    data: dict[str, Any], *, location: str | None = None, limits: Limits = DEFAULT_LIMITS
+    data: dict[str, Any], *, location: str | None = None, limits: Limits = DEFAULT_LIMITS, by_key: bool = False
 ) -> ManifestParts:
     """A manifest's parts from kerchunk reference JSON (a parsed dict). The input is untrusted: keys
     outside zarr's grammar, references to sources the manifest does not declare, byte ranges
-    past a source's recorded size and claims beyond ``limits`` are refused, naming the key."""
+    past a source's recorded size and claims beyond ``limits`` are refused, naming the key.
+
+    The chunk references are read column-wise (:mod:`h5lens.manifest.refs_columns`) where
+    they take the form writers give them, else key by key; ``by_key`` reads every one key
+    by key (the route the column-wise one must agree with, for tests)."""
     where = location or "manifest"
     if not isinstance(data, dict):
         raise NotAManifestError(f"{where}: not a manifest (JSON {type(data).__name__}, not an object)")
@@ -131,7 +139,8 @@ def parts_from_refs(
         raise ManifestFormatError(f"Expected reference format version 1. Got {version!r}")
     if not isinstance(refs, dict):
         raise ManifestFormatError(f"{where}: Expected a 'refs' object")
-    if any(str(key).rsplit("/", 1)[-1] in _ZARR_V2_KEYS for key in refs):
+    keys = None if by_key else RefKeys.of(refs)
+    if _names_zarr_v2_keys(refs, keys):
         raise NotAManifestError(
             f"{where}: zarr v2 references (kerchunk's); h5lens reads zarr v3 manifests: index the HDF5 file with h5lens",
             kind="zarr v2",
@@ -155,17 +164,17 @@ def parts_from_refs(
         source_index["{{" + name + "}}"] = match
 
     nodes: dict[str, dict[str, Any]] = {}
-    chunk_items: list[tuple[str, Any]] = []
-    for key, value in refs.items():
-        path = metadata_path(key)
-        if path is not None:
-            check_node_path(key, path)
-            if isinstance(value, str):
-                limits.check("a document of", len(value), "document_bytes", key)
-            nodes[path] = _parse_document(key, value)
-        else:
-            chunk_items.append((key, value))
-    limits.check("chunk references:", len(chunk_items), "chunk_refs", location or "manifest")
+    if keys is not None:
+        metadata = keys.metadata_keys()
+    else:
+        metadata = [(i, key, path) for i, key in enumerate(refs) if (path := metadata_path(key)) is not None]
+    for _, key, path in metadata:
+        value = refs[key]
+        check_node_path(key, path)
+        if isinstance(value, str):
+            limits.check("a document of", len(value), "document_bytes", key)
+        nodes[path] = _parse_document(key, value)
+    limits.check("chunk references:", len(refs) - len(metadata), "chunk_refs", location or "manifest")
     check_documents(nodes, limits=limits)  # zarr accepts each document before anything reads one
     for path, doc in nodes.items():
         if doc.get("node_type") == "array":
@@ -183,12 +192,22 @@ def parts_from_refs(
     declared = {s.url for s in sources}
     resolve = _SourceResolver(sources, source_index, strict=bool(declared))
     inline_total = 0
-    for path, (tails, values) in _group_chunk_keys(chunk_items, grammar).items():
-        inline_total += _fill_table(path, builders[path], grammar.arrays[path][0], tails, values, resolve)
-        limits.check("inline chunk bytes:", inline_total, "inline_bytes", location or "manifest")
+    metadata_at = {i for i, _, _ in metadata}
+    runs = None if keys is None else keys.array_keys(list(refs.values()), metadata_at, grammar, nodes)
+    if keys is None or runs is None:
+        chunk_items = [(key, value) for i, (key, value) in enumerate(refs.items()) if i not in metadata_at]
+        for path, (tails, values) in _group_chunk_keys(chunk_items, grammar).items():
+            inline_total += _fill_table(path, builders[path], grammar.arrays[path][0], tails, values, resolve)
+            limits.check("inline chunk bytes:", inline_total, "inline_bytes", location or "manifest")
+    else:
+        for path, found in runs.items():
+            inline_total += _fill_columns(found, builders[path], grammar.arrays[path][0], keys.keys, resolve)
+            limits.check("inline chunk bytes:", inline_total, "inline_bytes", location or "manifest")
     chunks = {path: builder.build() for path, builder in builders.items()}
+    fit = ranges_fit(chunks.values(), sources)  # one pass; where one does not, the first is named
     for path, table in chunks.items():
-        check_ranges(path, table, sources, grammar.arrays[path][0])
+        if not fit:
+            check_ranges(path, table, sources, grammar.arrays[path][0])
         check_vlen_inline(path, nodes[path], table, grammar.arrays[path][0])
     return parts_of_file(
         info,
@@ -198,6 +217,13 @@ def parts_from_refs(
         location=location,
         recorded=_recorded(info.get("arrays")),
     )
+
+
+def _names_zarr_v2_keys(refs: dict[Any, Any], keys: RefKeys | None) -> bool:
+    """Whether a key names a zarr v2 metadata document (``.zarray``, ...): kerchunk's refs."""
+    if keys is not None and not keys.has_segment_starting(".z"):  # what every one of those names starts with
+        return False
+    return any(str(key).rsplit("/", 1)[-1] in _ZARR_V2_KEYS for key in refs)
 
 
 def _recorded(value: Any) -> dict[str, dict[str, Any]] | None:
@@ -272,6 +298,13 @@ def _grid_indices(path: str, encoding: KeyEncoding, tails: list[str], grid: tupl
     """Flat C-order chunk indices for one array's key tails, checked against its grid,
     parsed column-wise (one split of the joined tails, not one parse per key)."""
     where = join(path, "")
+    if len(tails) == 1:  # most arrays of a small file have one chunk: its index without numpy
+        single = encoding.parse_tail(tails[0], len(grid))
+        if single is not None and all(i < n for i, n in zip(single, grid, strict=True)):
+            flat = 0
+            for i, n in zip(single, grid, strict=True):
+                flat = flat * n + i
+            return np.array([flat], dtype=np.int64)
     if not grid:
         bad = next((t for t in tails if encoding.parse_tail(t, 0) is None), None)
         if bad is not None:
@@ -290,7 +323,11 @@ def _grid_indices(path: str, encoding: KeyEncoding, tails: list[str], grid: tupl
     if len(parts) != len(tails) * len(grid) or not (digits.isascii() and digits.isdigit()) or "" in parts:
         bad = next((t for t in tails if encoding.parse_tail(t, len(grid)) is None), tails[0])
         raise ManifestFormatError(f"{where}{bad}: not a chunk key of a {len(grid)}-d array")
-    index = np.array(parts, dtype=np.int64).reshape(len(tails), len(grid))
+    try:
+        index = np.array(parts, dtype=np.int64).reshape(len(tails), len(grid))
+    except OverflowError:  # an index past 2**63: outside any grid
+        bad = next(t for t in tails if max(encoding.parse_tail(t, len(grid)) or (0,)) >= 2**63)
+        raise ManifestFormatError(f"{where}{bad}: chunk index outside the grid {grid}") from None
     outside = (index >= np.asarray(grid, dtype=np.int64)).any(axis=1)
     if outside.any():
         bad = tails[int(np.flatnonzero(outside)[0])]
@@ -357,6 +394,33 @@ def _fill_table(
     return 0
 
 
+# Below this many chunks an array's keys are read one by one: numpy's fixed cost per call
+# is more than the keys cost (most arrays of an AnnData file have one chunk).
+_COLUMNS_FROM = 16
+
+
+def _fill_columns(
+    found: ArrayKeys, table: ChunkTableBuilder, encoding: KeyEncoding, keys: list[str], resolve: _SourceResolver
+) -> int:
+    """Set one array's chunk table from its keys column-wise where they are all ``[url,
+    offset, length]`` references under keys of its grid; else key by key (:func:`_fill_table`,
+    which names a key it refuses). Returns the inline bytes the table holds."""
+    if found.tails is not None and len(found.values) >= _COLUMNS_FROM:
+        flat = grid_flat_indices(found.tails, len(found.values), encoding, table.grid_shape)
+        columns = None if flat is None else reference_columns(found.values)
+        if flat is not None and columns is not None:
+            try:  # in the order the URLs first appear: an undeclared one becomes the next source
+                index = {url: resolve(url) for url in columns.urls}
+            except H5LensError:
+                pass  # key by key, which names the first key of that URL
+            else:
+                each = columns.url_of_each
+                sources = index[columns.urls[0]] if each is None else list(map(index.__getitem__, each))
+                table.refer(flat, columns.offsets, columns.lengths, sources)
+                return 0
+    return _fill_table(found.path, table, encoding, found.key_tails(keys), found.values, resolve)
+
+
 def _byte_counts(where: str, tails: list[str], values: list[Any], column: list[Any], what: str) -> np.ndarray:
     """One column of offsets or lengths as uint64, refused unless every entry is an integer
     in [0, 2**64): a float (truncated), a bool or a list (reshaped) would otherwise become
@@ -402,27 +466,12 @@ def parse_json(raw: bytes, location: str, *, limits: Limits = DEFAULT_LIMITS) ->
     URLs resolve against it). A key given twice is refused: which of the two a reader would
     take is undefined."""
     limits.check("a manifest of (bytes)", len(raw), "manifest_bytes", location)
+    # The parse makes a list per chunk reference, none in a cycle: the cyclic collector's
+    # passes over them (a sixth of the load at 50,000 references) find nothing to free.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        data = json.loads(raw, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as e:
-        raise ManifestFormatError(f"{location}: the key {e.args[0]!r} appears twice") from None
-    except ValueError as e:
-        raise ManifestFormatError(f"{location}: not a JSON manifest ({e})") from None
-    except RecursionError:
-        raise ManifestFormatError(f"{location}: not a JSON manifest (nested too deeply)") from None
-    return parts_from_refs(data, location=location, limits=limits)
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return out
+        return parts_from_refs(loads_unique(raw, location), location=location, limits=limits)
+    finally:
+        if collecting:
+            gc.enable()
