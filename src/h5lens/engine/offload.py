@@ -4,30 +4,23 @@ One small read decodes best on the event loop itself: a hop to a thread costs mo
 than its decoding, and a lazy AnnData makes dozens of such reads. But a minibatch loader
 (annbatch) sends hundreds of small reads in one event-loop turn (256 blocks of `data` and
 `indices` per preload), and decoded one after the other on the loop they keep one core
-busy while the other waits. So the decodings asked for in one turn are taken together:
-few bytes in all, they run on the loop as before; more, they are shared out between a few
-threads in one hop each (libdeflate, zlib on big inputs and the other decompressors release
-the GIL), and each read resumes with its own result.
+busy while the other waits. So the decodings asked for in one turn are taken together, by
+the kernel's one policy (:mod:`h5lens.engine.kernel`): fewer stored bytes in all than its
+threshold, they run on the loop as before; more, they are shared out between its threads
+in one hop each (and a plan among them shares its own chunks out further, on the same
+threads), and each read resumes with its own result.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# Below this many stored bytes in a turn, decoding stays on the event loop.
-_INLINE_BYTES = 256 << 10
-_THREADS = max(1, min(4, os.cpu_count() or 1))
-
-
-def decodes_here(nbytes: int) -> bool:
-    """Whether ``nbytes`` of stored chunks are too few for a hop to another thread to pay."""
-    return nbytes < _INLINE_BYTES
+from h5lens.engine.kernel import THREADS, decodes_here, pool
 
 
 @dataclass
@@ -46,10 +39,9 @@ class _Turn:
 _turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turn] = weakref.WeakKeyDictionary()
 
 
-async def off_loop(payloads: dict[int, bytes | memoryview], work: Callable[..., Any], *args: Any) -> Any:
-    """``work(*args)``, decoding ``payloads``: with the other decodings asked for in this
-    event-loop turn, on the loop if they are few bytes in all, else on a few threads."""
-    nbytes = sum(len(p) for p in payloads.values())
+async def off_loop(nbytes: int, work: Callable[..., Any], *args: Any) -> Any:
+    """``work(*args)``, decoding ``nbytes`` stored bytes: with the other decodings asked for
+    in this event-loop turn, on the loop if they are few bytes in all, else on the threads."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     turn = _turns.get(loop)
@@ -69,8 +61,8 @@ def _flush(loop: asyncio.AbstractEventLoop) -> None:
         for job in jobs:
             _settle(job, *_run(job))
         return
-    for group in _share(jobs, _THREADS):
-        task = loop.run_in_executor(None, _run_group, group)  # not h5lens's decode pool: work may use it
+    for group in _share(jobs, THREADS):
+        task = loop.run_in_executor(pool(), _run_group, group)
         task.add_done_callback(functools.partial(_settle_group, group))
 
 

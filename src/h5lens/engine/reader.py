@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.engine.bulk import ArrayCodec, array_codec
+from h5lens.engine.codec import ArrayCodec, array_codec
 from h5lens.engine.plan import region_plan, runs_plan
 from h5lens.engine.source import ChunkSource, Payloads
 from h5lens.engine.text import TextCodec, text_codec

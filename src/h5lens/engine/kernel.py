@@ -1,0 +1,213 @@
+"""The read engine's one decode kernel: a plan's chunks, from their stored bytes into their
+places (:func:`decode`), and the one policy for the threads it runs on.
+
+Every read plan ends here, whatever its layout (:mod:`h5lens.engine.layouts`) and codec
+(:mod:`h5lens.engine.codec`). What differs between codecs is what they declare they can do,
+not a loop of their own: each chunk is written into its place where the codec can (``into``)
+and decoded to bytes joined once where it cannot; a byte shuffle is undone for many chunks at
+once (``values``); a chunk a read needs only the first values of is inflated only that far
+(``head``); chunks the store keeps decoded are used as they are, and those decoded are kept
+(``cache``).
+
+Two ways through. Small chunks are decoded into one block of them all, then laid out at
+once: no Python work per chunk beyond its decompression. Big chunks (``codec.streams``) and
+layouts that need only part of some chunks (``layout.needs``: a loader's runs of rows) stream:
+each chunk is decoded into a buffer of its thread's own, a chunk long (it stays in the CPU's
+cache), and placed as it comes.
+
+A chunk that does not decode raises SourceReadError naming it, here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+
+from h5lens.engine.codec import ArrayCodec
+from h5lens.engine.decoded_cache import Decoded
+from h5lens.engine.layouts import Layout
+from h5lens.engine.text import TextCodec
+from h5lens.errors import SourceReadError
+
+Codec = ArrayCodec | TextCodec
+Payloads = dict[int, Any]  # flat index -> stored bytes, or the decoded bytes the store kept
+T = TypeVar("T")
+
+THREADS = max(1, min(4, os.cpu_count() or 1))
+# The one threshold: from this many stored bytes (of one plan, or of one event-loop turn's
+# plans: h5lens.engine.offload) decoding is shared out between threads; below it a hop to
+# another thread (~100 µs) costs more than the decoding.
+THREADS_FROM = 256 << 10
+# Chunks smaller than this (decoded) are decoded on one thread however many there are: each
+# decompression is too short for the GIL hand-off between threads to pay (400 B chunks on
+# two threads: 6.6 µs each against 4.2 on one).
+_THREADS_CHUNK = 2048
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+
+
+def decodes_here(nbytes: int) -> bool:
+    """Whether ``nbytes`` of stored chunks are too few for a hop to another thread to pay."""
+    return nbytes < THREADS_FROM
+
+
+def pool() -> ThreadPoolExecutor:
+    """The engine's decode threads (one pool for every plan and every event-loop turn)."""
+    global _pool, _pool_pid
+    if _pool is None or _pool_pid != os.getpid():  # a forked worker does not own its parent's threads
+        _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="h5lens-decode")
+        _pool_pid = os.getpid()
+    return _pool
+
+
+def in_parallel(work: Callable[[range], T], parts: Sequence[range]) -> list[T]:
+    """``work`` of each part, the first on this thread and the others on the pool; a part no
+    thread of the pool has started when this thread gets to it runs here. So a pool thread
+    never waits for work queued behind it: plans run inside pool threads (an event-loop
+    turn's, :mod:`h5lens.engine.offload`) share their chunks out the same way without deadlock."""
+    if len(parts) == 1:
+        return [work(parts[0])]
+    futures = [pool().submit(work, part) for part in parts[1:]]
+    try:
+        done = [work(parts[0])]
+        done += [work(part) if future.cancel() else future.result() for future, part in zip(futures, parts[1:], strict=True)]
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
+    return done
+
+
+def decode(codec: Codec, payloads: Payloads, layout: Layout, nbytes: int, describe: Callable[[int], str]) -> Any:
+    """Decode the chunks of ``layout`` found in ``payloads`` into it (absent ones are the fill
+    value) and give its result. ``nbytes``: the stored bytes read (the thread policy's measure)."""
+    chunks = layout.chunks
+    rows = [row for row, flat in enumerate(chunks) if flat in payloads]
+    flats = [chunks[row] for row in rows]
+    datas = [payloads[flat] for flat in flats]
+    parts = [range(len(rows))]
+    if THREADS > 1 and len(rows) > 1 and not decodes_here(nbytes) and codec.chunk_nbytes >= _THREADS_CHUNK:
+        step = -(-len(rows) // THREADS)
+        parts = [range(lo, min(lo + step, len(rows))) for lo in range(0, len(rows), step)]
+    if not chunks:
+        return layout.result(payloads)
+    if codec.streams or layout.needs is not None:
+        blank = np.full((1, *codec.chunk_shape), codec.fill, dtype=codec.dtype)
+        for row in sorted(set(range(len(chunks))) - set(rows)):
+            layout.place(row, blank)
+        in_parallel(lambda part: _stream(codec, layout, rows, flats, datas, part, describe), parts)
+        return layout.result(payloads)
+    values = _block(codec, flats, datas, parts, describe)
+    if len(rows) < len(chunks):
+        every = np.full((len(chunks), *codec.chunk_shape), codec.fill, dtype=codec.dtype)
+        every[rows] = values
+        values = every
+    layout.place(0, values)
+    return layout.result(payloads)
+
+
+def _block(codec: Codec, flats: list[int], datas: list[Any], parts: list[range], describe: Callable[[int], str]) -> np.ndarray:
+    """The values of chunks ``flats`` (their stored bytes ``datas``), ``(n, *chunk_shape)``:
+    each written into its place in one block where the codec can, else decoded to bytes
+    joined once."""
+    size = codec.decoded_len
+    into = codec.into
+    if into is not None:
+        block = bytearray(len(datas) * size)
+        view = memoryview(block)
+
+        def write(part: range) -> None:
+            i = part.start
+            try:
+                for i in part:
+                    data = datas[i]
+                    if data.__class__ is Decoded:
+                        view[i * size : (i + 1) * size] = data
+                    else:
+                        into(data, view[i * size : (i + 1) * size])
+            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+                raise _named(flats[i], e, describe) from e
+
+        in_parallel(write, parts)
+        _keep(codec, flats, datas, lambda i: view[i * size : (i + 1) * size])
+        assert isinstance(codec, ArrayCodec)
+        return codec.values(block, len(datas))
+    plain = codec.decode
+    one = plain if not any(data.__class__ is Decoded for data in datas) else lambda d: d if d.__class__ is Decoded else plain(d)
+
+    def decoded(part: range) -> list[Any]:
+        try:
+            return list(map(one, datas[part.start : part.stop]))  # no Python frame per chunk where ``one`` is C's
+        except Exception:  # noqa: BLE001 - found again one by one, to name the chunk
+            for i in part:
+                try:
+                    one(datas[i])
+                except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+                    raise _named(flats[i], e, describe) from e
+            raise
+
+    raws = [raw for found in in_parallel(decoded, parts) for raw in found]
+    if set(map(len, raws)) - {size}:
+        i = next(i for i, raw in enumerate(raws) if len(raw) != size)
+        unit = "strings" if isinstance(codec, TextCodec) else "bytes"
+        raise _named(flats[i], ValueError(f"decoded to {len(raws[i])} {unit}; a chunk holds {size}"), describe)
+    _keep(codec, flats, datas, raws.__getitem__)
+    return codec.values_of(raws)
+
+
+def _stream(
+    codec: Codec, layout: Layout, rows: list[int], flats: list[int], datas: list[Any], part: range, describe: Callable[[int], str]
+) -> None:
+    """Chunks ``part`` of ``datas`` decoded one at a time into a buffer of this thread's own,
+    each placed as it comes; only as far as the layout needs where that pays (``head``)."""
+    assert isinstance(codec, ArrayCodec)  # text never streams
+    size = codec.chunk_nbytes
+    scratch = bytearray(size)
+    view = memoryview(scratch)
+    values = codec.values(scratch, 1) if not codec.unshuffle else None  # the scratch's values, where no copy is made
+    into, plain, head, head_below, needs = codec.into, codec.decode, codec.head, codec.head_below, layout.needs
+    itemsize = codec.stored.itemsize
+    for i in part:
+        data = datas[i]
+        need = size if needs is None else needs[flats[i]] * itemsize
+        if data.__class__ is Decoded:
+            raw: Any = data
+        else:
+            try:
+                raw = scratch
+                if need < head_below:
+                    try:
+                        head(data, view[:need])  # type: ignore[misc]  # head_below > 0: head is set
+                    except Exception:  # noqa: BLE001 - the whole stream decides
+                        raw, need = plain(data), size
+                elif into is not None:
+                    into(data, view)
+                else:
+                    raw = plain(data)
+                if raw is not scratch and len(raw) != size:
+                    raise ValueError(f"decoded to {len(raw)} bytes; a chunk holds {size}")
+            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+                raise _named(flats[i], e, describe) from e
+            if codec.cache is not None and need == size:
+                codec.cache.put(codec.path, flats[i], raw)  # copied: the scratch is the next chunk's
+        layout.place(rows[i], values if raw is scratch and values is not None else codec.values(raw, 1))
+
+
+def _keep(codec: Codec, flats: list[int], datas: list[Any], decoded: Callable[[int], Any]) -> None:
+    """Chunks just decoded put in the store's cache of them, if it keeps them."""
+    if codec.cache is not None:
+        for i, (flat, data) in enumerate(zip(flats, datas, strict=True)):
+            if data.__class__ is not Decoded:
+                codec.cache.put(codec.path, flat, decoded(i))
+
+
+def _named(flat: int, error: Exception, describe: Callable[[int], str]) -> SourceReadError:
+    """The error for chunk ``flat`` that does not decode, naming it."""
+    return SourceReadError(f"{describe(flat)} does not decode ({type(error).__name__}: {error})")
+
+
+__all__ = ["THREADS", "THREADS_FROM", "decode", "decodes_here", "in_parallel", "pool"]
