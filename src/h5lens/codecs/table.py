@@ -10,7 +10,7 @@ data with h5py and stores it inline, it never skips the filter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,7 @@ Configure = Callable[[tuple[int, ...], int], "dict[str, Any] | None"]
 Buffer = bytes | memoryview
 Decode = Callable[[Any, int], Any]  # (stored bytes, decoded size) -> decoded bytes (any buffer)
 Into = Callable[[Buffer, memoryview], None]
+Many = Callable[[Sequence[Buffer]], list[Any]]
 
 
 class ChunkDecoder:
@@ -67,9 +68,11 @@ class ChunkDecoder:
     decoding a chunk to new bytes: the capabilities the read engine's kernel
     (:mod:`h5lens.engine.kernel`) uses, where it would otherwise need a loop per codec.
 
-    ``decoder(data, nbytes)`` gives the decoded bytes of a chunk of ``nbytes`` decoded bytes;
-    a decoder that can stop early never inflates past ``nbytes``, whatever the stream claims.
-    ``sized(nbytes)`` is the same bound to the size once per array: the cheapest call per chunk.
+    ``decoder(data, nbytes)`` gives the decoded bytes of a chunk of ``nbytes`` decoded bytes
+    (an upper bound, where only that is known); a decoder that can stop early never inflates
+    past ``nbytes``, whatever the stream claims. ``many(nbytes)`` decodes many such chunks at
+    once, bound to the size once per array: the cheapest way through them (small deflate
+    chunks go through zlib's own function, with no Python between two of them).
 
     ``into`` writes a chunk straight into a buffer of its decoded size: no bytes object per
     chunk, no copy to join them (a 100 MB array of LZF chunks reads 25% faster). It raises
@@ -85,14 +88,14 @@ class ChunkDecoder:
         self,
         decode: Decode,
         *,
-        sized: Callable[[int], Callable[[Buffer], Any]] | None = None,
+        many: Callable[[int], Many] | None = None,
         into: Into | None = None,
         into_from: int = 0,
         head: Into | None = None,
         head_pays_below: float = 0.0,
     ) -> None:
         self._decode = decode
-        self._sized = sized
+        self._many = many
         self.into = into
         self.into_from = into_from
         self.head = head
@@ -101,12 +104,12 @@ class ChunkDecoder:
     def __call__(self, data: Buffer, nbytes: int) -> Any:
         return self._decode(data, nbytes)
 
-    def sized(self, nbytes: int) -> Callable[[Buffer], Any]:
-        """This decoder for chunks of ``nbytes`` decoded bytes, as a function of the stored bytes."""
-        if self._sized is not None:
-            return self._sized(nbytes)
+    def many(self, nbytes: int) -> Many:
+        """This decoder for many chunks of ``nbytes`` decoded bytes: their stored bytes → their decoded bytes."""
+        if self._many is not None:
+            return self._many(nbytes)
         decode = self._decode
-        return lambda data: decode(data, nbytes)
+        return lambda datas: [decode(data, nbytes) for data in datas]
 
 
 @dataclass(frozen=True)
@@ -271,13 +274,15 @@ def _zlib(configuration: dict[str, Any], itemsize: int) -> ChunkDecoder:
                 pass
         return bounded(data, nbytes)
 
-    def sized(nbytes: int) -> Callable[[Buffer], Any]:
+    def many(nbytes: int) -> Many:
         if nbytes >= _LIBDEFLATE_FROM:
-            return lambda data: decode(data, nbytes)
+            return lambda datas: [decode(data, nbytes) for data in datas]
         whole = streams.decompress  # zlib-ng's: 8% faster than CPython's on 400 B chunks
 
-        def small(data: Buffer) -> bytes:
-            return whole(data) if len(data) < _WHOLE_BELOW else bounded(data, nbytes)
+        def small(datas: Sequence[Buffer]) -> list[Any]:
+            if max(map(len, datas), default=0) < _WHOLE_BELOW:
+                return list(map(whole, datas))
+            return [bounded(data, nbytes) for data in datas]
 
         return small
 
@@ -300,7 +305,7 @@ def _zlib(configuration: dict[str, Any], itemsize: int) -> ChunkDecoder:
         out[:] = decoded
 
     return ChunkDecoder(
-        decode, sized=sized, into=into, into_from=_LIBDEFLATE_FROM, head=head, head_pays_below=pays_below
+        decode, many=many, into=into, into_from=_LIBDEFLATE_FROM, head=head, head_pays_below=pays_below
     )
 
 

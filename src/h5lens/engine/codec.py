@@ -4,8 +4,8 @@ An :class:`ArrayCodec` holds the filter table's decoders (:mod:`h5lens.codecs.ta
 array of plain numbers, and declares what they can do; the kernel uses each capability
 instead of a loop of its own per case:
 
-- ``decode``: a chunk's stored bytes → its decoded bytes, every decoder bound to the chunk
-  size once (for small deflate chunks that is zlib's own function, nothing between);
+- ``decode_many``: chunks' stored bytes → their decoded bytes, every decoder bound to the
+  chunk size once (for small deflate chunks zlib's own function, with nothing between);
 - ``into``: the same written straight into a buffer of the chunk's size, where the last
   decoder can and it pays at this size;
 - ``head`` / ``head_below``: only the first bytes of a chunk inflated, for a read that
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from h5lens import convention
-from h5lens.codecs.table import Buffer, ChunkDecoder, Into, decoder
+from h5lens.codecs.table import Buffer, ChunkDecoder, Into, Many, decoder
 from h5lens.engine.decoded_cache import DecodedChunks
 from h5lens.manifest.documents import ArrayDocument
 
@@ -75,11 +75,18 @@ class ArrayCodec:
         return self.chunk_nbytes >= STREAM_FROM
 
     @cached_property
-    def decode(self) -> Callable[[Buffer], Any]:
-        steps = [step.sized(size) for step, size in zip(self.decoders, self.sizes, strict=True)]
-        if len(steps) == 1:
-            return steps[0]
-        return functools.partial(_chain, steps)
+    def _steps(self) -> list[Many]:
+        return [step.many(size) for step, size in zip(self.decoders, self.sizes, strict=True)]
+
+    def decode_many(self, datas: Sequence[Buffer]) -> list[Any]:
+        """Chunks' stored bytes → their decoded bytes (before the bulk unshuffle)."""
+        for step in self._steps:
+            datas = step(datas)
+        return datas  # type: ignore[return-value]  # a list once through a step
+
+    def decode(self, data: Buffer) -> Any:
+        """One chunk's stored bytes → its decoded bytes."""
+        return self.decode_many([data])[0]
 
     @cached_property
     def into(self) -> Into | None:
@@ -88,9 +95,8 @@ class ArrayCodec:
             return None
         if len(self.decoders) == 1:
             return last.into
-        before = [step.sized(size) for step, size in zip(self.decoders[:-1], self.sizes, strict=False)]
         write = last.into
-        return lambda data, out: write(_chain(before, data), out)
+        return lambda data, out: write(_chain(self._steps[:-1], data), out)
 
     @cached_property
     def head(self) -> Into | None:
@@ -99,9 +105,8 @@ class ArrayCodec:
             return None
         if len(self.decoders) == 1:
             return last.head
-        before = [step.sized(size) for step, size in zip(self.decoders[:-1], self.sizes, strict=False)]
         write = last.head
-        return lambda data, out: write(_chain(before, data), out)
+        return lambda data, out: write(_chain(self._steps[:-1], data), out)
 
     @cached_property
     def head_below(self) -> int:
@@ -121,16 +126,16 @@ class ArrayCodec:
         out[...] = found
         return out
 
-    def values_of(self, decoded: Sequence[Any]) -> np.ndarray:
+    def values_of(self, decoded: Sequence[Any], out: np.ndarray | None = None) -> np.ndarray:
         """Chunks' decoded bytes, each apart → their values ``(n, *chunk_shape)``, joined once
         (into a bytearray: writable, and never a view of a buffer of more elements, which
         scipy's sparse constructors would copy again)."""
-        return self.values(bytearray().join(decoded), len(decoded))
+        return self.values(bytearray().join(decoded), len(decoded), out)
 
 
-def _chain(steps: list[Callable[[Buffer], Any]], data: Buffer) -> Any:
+def _chain(steps: list[Many], data: Buffer) -> Any:
     for step in steps:
-        data = step(data)
+        data = step([data])[0]
     return data
 
 
@@ -182,7 +187,7 @@ def array_codec(path: str, doc: dict[str, Any]) -> ArrayCodec | None:
         # a checksum adds 4 bytes, a shuffle none; past a compressor only a bound is known
         size = size + 4 if name == "numcodecs.fletcher32" else size if name in _SHUFFLES else 2 * size + 1024
     if not decoders:  # nothing but the bytes codec: a chunk's stored bytes are its values
-        decoders.append(ChunkDecoder(lambda data, nbytes: data, sized=lambda nbytes: _same))
+        decoders.append(ChunkDecoder(lambda data, nbytes: data, many=lambda nbytes: list))
         sizes.append(size)
     return ArrayCodec(
         path=path,
@@ -195,10 +200,6 @@ def array_codec(path: str, doc: dict[str, Any]) -> ArrayCodec | None:
         fill=_fill(view.fill_value, dtype),
         unshuffle=unshuffle,
     )
-
-
-def _same(data: Buffer) -> Buffer:
-    return data
 
 
 # Byte shuffles of whole elements: numcodecs' and HDF5's (on a whole chunk they agree).

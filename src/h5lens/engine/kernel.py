@@ -46,6 +46,8 @@ THREADS_FROM = 256 << 10
 # decompression is too short for the GIL hand-off between threads to pay (400 B chunks on
 # two threads: 6.6 µs each against 4.2 on one).
 _THREADS_CHUNK = 2048
+# Decoded bytes of small chunks taken at a time: joined and unshuffled in the CPU's cache.
+_BATCH = 1 << 20
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
 
@@ -86,22 +88,27 @@ def decode(codec: Codec, payloads: Payloads, layout: Layout, nbytes: int, descri
     """Decode the chunks of ``layout`` found in ``payloads`` into it (absent ones are the fill
     value) and give its result. ``nbytes``: the stored bytes read (the thread policy's measure)."""
     chunks = layout.chunks
-    rows = [row for row, flat in enumerate(chunks) if flat in payloads]
-    flats = [chunks[row] for row in rows]
-    datas = [payloads[flat] for flat in flats]
+    if not chunks:
+        return layout.result(payloads)
+    if len(payloads) == len(chunks) and list(payloads) == chunks:  # every chunk, in order (no lookup each)
+        rows, flats, datas = list(range(len(chunks))), chunks, list(payloads.values())
+    else:
+        rows = [row for row, flat in enumerate(chunks) if flat in payloads]
+        flats = [chunks[row] for row in rows]
+        datas = [payloads[flat] for flat in flats]
     parts = [range(len(rows))]
     if THREADS > 1 and len(rows) > 1 and not decodes_here(nbytes) and codec.chunk_nbytes >= _THREADS_CHUNK:
         step = -(-len(rows) // THREADS)
         parts = [range(lo, min(lo + step, len(rows))) for lo in range(0, len(rows), step)]
-    if not chunks:
-        return layout.result(payloads)
     if codec.streams or layout.needs is not None:
         blank = np.full((1, *codec.chunk_shape), codec.fill, dtype=codec.dtype)
         for row in sorted(set(range(len(chunks))) - set(rows)):
             layout.place(row, blank)
         in_parallel(lambda part: _stream(codec, layout, rows, flats, datas, part, describe), parts)
         return layout.result(payloads)
-    values = _block(codec, flats, datas, parts, describe)
+    values = np.empty((len(rows), *codec.chunk_shape), dtype=codec.stored)
+    batch = max(1, _BATCH // max(1, codec.chunk_nbytes))
+    in_parallel(lambda part: _block(codec, flats, datas, part, batch, values, describe), parts)
     if len(rows) < len(chunks):
         every = np.full((len(chunks), *codec.chunk_shape), codec.fill, dtype=codec.dtype)
         every[rows] = values
@@ -110,53 +117,62 @@ def decode(codec: Codec, payloads: Payloads, layout: Layout, nbytes: int, descri
     return layout.result(payloads)
 
 
-def _block(codec: Codec, flats: list[int], datas: list[Any], parts: list[range], describe: Callable[[int], str]) -> np.ndarray:
-    """The values of chunks ``flats`` (their stored bytes ``datas``), ``(n, *chunk_shape)``:
-    each written into its place in one block where the codec can, else decoded to bytes
-    joined once."""
+def _block(
+    codec: Codec, flats: list[int], datas: list[Any], part: range, batch: int, values: np.ndarray, describe: Callable[[int], str]
+) -> None:
+    """The values of chunks ``part`` of ``datas`` into their rows of ``values``, ``batch`` chunks
+    at a time (joined and unshuffled while they are in the CPU's cache): each written into its
+    place where the codec can, else decoded to bytes joined once."""
     size = codec.decoded_len
     into = codec.into
-    if into is not None:
-        block = bytearray(len(datas) * size)
-        view = memoryview(block)
-
-        def write(part: range) -> None:
-            i = part.start
+    scratch = bytearray(min(batch, len(part)) * size) if into is not None and codec.unshuffle else None
+    for lo in range(part.start, part.stop, batch):
+        hi = min(lo + batch, part.stop)
+        if into is not None:
+            # straight into the values' own bytes, unless a shuffle is still to be undone
+            view = memoryview(scratch) if scratch is not None else memoryview(values[lo:hi].reshape(-1).view(np.uint8))
+            i = lo
             try:
-                for i in part:
-                    data = datas[i]
+                for i in range(lo, hi):
+                    data, slot = datas[i], view[(i - lo) * size : (i - lo + 1) * size]
                     if data.__class__ is Decoded:
-                        view[i * size : (i + 1) * size] = data
+                        slot[:] = data
                     else:
-                        into(data, view[i * size : (i + 1) * size])
+                        into(data, slot)
             except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
                 raise _named(flats[i], e, describe) from e
+            _keep(codec, flats, datas, range(lo, hi), lambda i: view[(i - lo) * size : (i - lo + 1) * size])
+            if scratch is not None:
+                codec.values(scratch, hi - lo, out=values[lo:hi])  # type: ignore[union-attr]  # into: numbers
+            continue
+        raws = _decoded(codec, flats, datas, lo, hi, describe)
+        _keep(codec, flats, datas, range(lo, hi), lambda i: raws[i - lo])
+        codec.values_of(raws, out=values[lo:hi])
 
-        in_parallel(write, parts)
-        _keep(codec, flats, datas, lambda i: view[i * size : (i + 1) * size])
-        assert isinstance(codec, ArrayCodec)
-        return codec.values(block, len(datas))
-    plain = codec.decode
-    one = plain if not any(data.__class__ is Decoded for data in datas) else lambda d: d if d.__class__ is Decoded else plain(d)
 
-    def decoded(part: range) -> list[Any]:
-        try:
-            return list(map(one, datas[part.start : part.stop]))  # no Python frame per chunk where ``one`` is C's
-        except Exception:  # noqa: BLE001 - found again one by one, to name the chunk
-            for i in part:
-                try:
-                    one(datas[i])
-                except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
-                    raise _named(flats[i], e, describe) from e
-            raise
-
-    raws = [raw for found in in_parallel(decoded, parts) for raw in found]
+def _decoded(codec: Codec, flats: list[int], datas: list[Any], lo: int, hi: int, describe: Callable[[int], str]) -> list[Any]:
+    """Chunks ``lo:hi`` of ``datas`` decoded to bytes (strings, for text), each checked whole;
+    those the store kept decoded as they are."""
+    mine = datas[lo:hi]
+    kept = [i for i, data in enumerate(mine) if data.__class__ is Decoded]
+    try:
+        raws = codec.decode_many([data for data in mine if data.__class__ is not Decoded] if kept else mine)
+    except Exception:  # noqa: BLE001 - found again one by one, to name the chunk
+        for i in range(lo, hi):
+            try:
+                if datas[i].__class__ is not Decoded:
+                    codec.decode(datas[i])
+            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+                raise _named(flats[i], e, describe) from e
+        raise
+    for i in kept:
+        raws.insert(i, mine[i])
+    size = codec.decoded_len
     if set(map(len, raws)) - {size}:
         i = next(i for i, raw in enumerate(raws) if len(raw) != size)
         unit = "strings" if isinstance(codec, TextCodec) else "bytes"
-        raise _named(flats[i], ValueError(f"decoded to {len(raws[i])} {unit}; a chunk holds {size}"), describe)
-    _keep(codec, flats, datas, raws.__getitem__)
-    return codec.values_of(raws)
+        raise _named(flats[lo + i], ValueError(f"decoded to {len(raws[i])} {unit}; a chunk holds {size}"), describe)
+    return raws
 
 
 def _stream(
@@ -172,8 +188,11 @@ def _stream(
     into, plain, head, head_below, needs = codec.into, codec.decode, codec.head, codec.head_below, layout.needs
     itemsize = codec.stored.itemsize
     for i in part:
-        data = datas[i]
+        data, there = datas[i], False
         need = size if needs is None else needs[flats[i]] * itemsize
+        dest = layout.target(rows[i])  # the chunk's own place in the output, if it has one
+        if dest is not None and dest.dtype != codec.stored:
+            dest = None
         if data.__class__ is Decoded:
             raw: Any = data
         else:
@@ -185,7 +204,9 @@ def _stream(
                     except Exception:  # noqa: BLE001 - the whole stream decides
                         raw, need = plain(data), size
                 elif into is not None:
-                    into(data, view)
+                    there = dest is not None and not codec.unshuffle  # decoded in its place: nothing to copy
+                    raw = memoryview(dest.reshape(-1).view(np.uint8)) if there else scratch  # type: ignore[union-attr]
+                    into(data, raw if there else view)
                 else:
                     raw = plain(data)
                 if raw is not scratch and len(raw) != size:
@@ -194,15 +215,19 @@ def _stream(
                 raise _named(flats[i], e, describe) from e
             if codec.cache is not None and need == size:
                 codec.cache.put(codec.path, flats[i], raw)  # copied: the scratch is the next chunk's
-        layout.place(rows[i], values if raw is scratch and values is not None else codec.values(raw, 1))
+        if dest is not None:  # unshuffled (or copied, unless decoded there) straight into the output
+            if not there:
+                codec.values(raw, 1, out=dest.reshape(1, -1))
+        else:
+            layout.place(rows[i], values if raw is scratch and values is not None else codec.values(raw, 1))
 
 
-def _keep(codec: Codec, flats: list[int], datas: list[Any], decoded: Callable[[int], Any]) -> None:
-    """Chunks just decoded put in the store's cache of them, if it keeps them."""
+def _keep(codec: Codec, flats: list[int], datas: list[Any], done: range, decoded: Callable[[int], Any]) -> None:
+    """Chunks ``done`` just decoded put in the store's cache of them, if it keeps them."""
     if codec.cache is not None:
-        for i, (flat, data) in enumerate(zip(flats, datas, strict=True)):
-            if data.__class__ is not Decoded:
-                codec.cache.put(codec.path, flat, decoded(i))
+        for i in done:
+            if datas[i].__class__ is not Decoded:
+                codec.cache.put(codec.path, flats[i], decoded(i))
 
 
 def _named(flat: int, error: Exception, describe: Callable[[int], str]) -> SourceReadError:

@@ -33,6 +33,10 @@ class Layout(Protocol):
     def place(self, first: int, values: np.ndarray) -> None:
         """Place the values ``(n, *chunk_shape)`` of chunks ``chunks[first : first + n]``."""
 
+    def target(self, row: int) -> np.ndarray | None:
+        """Where the whole of chunk ``chunks[row]`` goes, if that is one C-contiguous part of
+        the output: a streamed chunk is then decoded (or unshuffled) there, not placed."""
+
     def result(self, present: Container[int]) -> Any:
         """What the read gives, once every chunk is placed (``present``: the stored ones)."""
 
@@ -64,17 +68,28 @@ class Region:
             self.out = whole[tuple(slice(b[0] - o, b[1] - o) for b, o in zip(self.bounds, origin, strict=True))]
             return
         for i, chunk_values in enumerate(values, first):
-            position = np.unravel_index(i, self.counts)
-            within, into = [], []
-            for axis, (g, c) in enumerate(zip(position, self.chunk_shape, strict=True)):
-                start = (int(g) + int(self.lo[axis])) * c
-                begin, end = max(self.bounds[axis][0], start), min(self.bounds[axis][1], start + c)
-                within.append(slice(begin - start, end - start))
-                into.append(slice(begin - self.bounds[axis][0], end - self.bounds[axis][0]))
-            self.out[tuple(into)] = chunk_values[tuple(within)]
+            within, into = self._slices(i)
+            self.out[into] = chunk_values[within]
+
+    def target(self, row: int) -> np.ndarray | None:
+        within, into = self._slices(row)
+        if any(part.stop - part.start != c for part, c in zip(within, self.chunk_shape, strict=True)):
+            return None
+        found = self.out[into]
+        return found if found.flags.c_contiguous else None
 
     def result(self, present: Container[int]) -> np.ndarray:
         return self.out
+
+    def _slices(self, row: int) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+        """Chunk ``row``'s part in the region: where in the chunk, where in the output."""
+        within, into = [], []
+        for axis, (g, c) in enumerate(zip(np.unravel_index(row, self.counts), self.chunk_shape, strict=True)):
+            start = (int(g) + int(self.lo[axis])) * c
+            begin, end = max(self.bounds[axis][0], start), min(self.bounds[axis][1], start + c)
+            within.append(slice(begin - start, end - start))
+            into.append(slice(begin - self.bounds[axis][0], end - self.bounds[axis][0]))
+        return tuple(within), tuple(into)
 
 
 class Runs:
@@ -120,6 +135,12 @@ class Runs:
         positions = np.arange(len(out), dtype=np.int64) + np.repeat(starts - before, lengths)  # no loop over runs
         out[...] = flat_values[np.searchsorted(flats, positions // chunk) * chunk + positions % chunk]
 
+    def target(self, row: int) -> np.ndarray | None:
+        pieces = self.pieces[self.chunks[row]] if self.needs is not None else ()
+        if len(pieces) != 1 or pieces[0][1] != 0 or pieces[0][2] != self.chunk:
+            return None
+        return self.out[pieces[0][0] : pieces[0][0] + self.chunk]
+
     def result(self, present: Container[int]) -> np.ndarray:
         return self.out
 
@@ -161,6 +182,9 @@ class Selected:
             for item in self.items[self.chunks[i]]:
                 part = chunk_values[selection.chunk[item]]
                 out[selection.out[item]] = part.squeeze(axis=selection.drop_axes) if selection.drop_axes else part
+
+    def target(self, row: int) -> None:
+        return None  # zarr's selections: placed by place()
 
     def result(self, present: Container[int]) -> list[bool]:
         return [flat in present for flat in self.listed]

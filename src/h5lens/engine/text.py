@@ -34,11 +34,13 @@ class TextCodec:
     chunk_shape: tuple[int, ...]
     fill: str
     dtype: np.dtype = field(default=np.dtype(object))
+    stored: np.dtype = field(default=np.dtype(object))
     chunk_nbytes = 0
     streams = False
     into = None
     head = None
     head_below = 0
+    unshuffle = 0
     cache = None
 
     @cached_property
@@ -56,12 +58,17 @@ class TextCodec:
             raise ValueError(f"{problem}; the manifest or its source is damaged")
         return VLenUTF8().decode(data)
 
-    def values_of(self, decoded: Sequence[np.ndarray]) -> np.ndarray:
-        """Chunks' strings → their values ``(n, *chunk_shape)``."""
-        out = np.empty((len(decoded), self.decoded_len), dtype=object)
+    def decode_many(self, datas: Sequence[bytes | memoryview]) -> list[np.ndarray]:
+        return list(map(self.decode, datas))
+
+    def values_of(self, decoded: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+        """Chunks' strings → their values ``(n, *chunk_shape)`` (into ``out`` if given)."""
+        if out is None:
+            out = np.empty((len(decoded), *self.chunk_shape), dtype=object)
+        rows = out.reshape(len(decoded), -1)
         for row, strings in enumerate(decoded):
-            out[row] = strings
-        return out.reshape(len(decoded), *self.chunk_shape)
+            rows[row] = strings
+        return out
 
 
 def text_codec(path: str, doc: Mapping[str, Any]) -> TextCodec | None:
