@@ -101,7 +101,7 @@ class ArrayCodec:
     @cached_property
     def head(self) -> Into | None:
         last = self.decoders[-1] if self.decoders else None
-        if last is None or last.head is None or self.unshuffle:  # shuffled bytes: the head is not the first values
+        if last is None or last.head is None or self.unshuffle or self.into is None:  # (shuffled: not the first values)
             return None
         if len(self.decoders) == 1:
             return last.head

@@ -9,11 +9,12 @@ once (``values``); a chunk a read needs only the first values of is inflated onl
 (``head``); chunks the store keeps decoded are used as they are, and those decoded are kept
 (``cache``).
 
-Two ways through. Small chunks are decoded into one block of them all, then laid out at
-once: no Python work per chunk beyond its decompression. Big chunks (``codec.streams``) and
-layouts that need only part of some chunks (``layout.needs``: a loader's runs of rows) stream:
-each chunk is decoded into a buffer of its thread's own, a chunk long (it stays in the CPU's
-cache), and placed as it comes.
+Two ways through, one loop. Small chunks are decoded a batch at a time into one block of
+them all, then laid out at once: no Python work per chunk beyond its decompression. Big
+chunks (``codec.streams``) and layouts that need only part of some chunks (``layout.needs``:
+a loader's runs of rows) stream: each chunk is decoded into its own place in the output
+where it has one, else into a buffer of its thread's own (it stays in the CPU's cache), and
+placed as it comes.
 
 A chunk that does not decode raises SourceReadError naming it, here and nowhere else.
 """
@@ -88,8 +89,6 @@ def decode(codec: Codec, payloads: Payloads, layout: Layout, nbytes: int, descri
     """Decode the chunks of ``layout`` found in ``payloads`` into it (absent ones are the fill
     value) and give its result. ``nbytes``: the stored bytes read (the thread policy's measure)."""
     chunks = layout.chunks
-    if not chunks:
-        return layout.result(payloads)
     if len(payloads) == len(chunks) and list(payloads) == chunks:  # every chunk, in order (no lookup each)
         rows, flats, datas = list(range(len(chunks))), chunks, list(payloads.values())
     else:
@@ -100,61 +99,89 @@ def decode(codec: Codec, payloads: Payloads, layout: Layout, nbytes: int, descri
     if THREADS > 1 and len(rows) > 1 and not decodes_here(nbytes) and codec.chunk_nbytes >= _THREADS_CHUNK:
         step = -(-len(rows) // THREADS)
         parts = [range(lo, min(lo + step, len(rows))) for lo in range(0, len(rows), step)]
-    if codec.streams or layout.needs is not None:
+    if codec.streams or layout.needs is not None:  # each chunk placed as it comes
         blank = np.full((1, *codec.chunk_shape), codec.fill, dtype=codec.dtype)
         for row in sorted(set(range(len(chunks))) - set(rows)):
             layout.place(row, blank)
-        in_parallel(lambda part: _stream(codec, layout, rows, flats, datas, part, describe), parts)
+        in_parallel(lambda part: _decode_part(codec, layout, rows, flats, datas, part, None, describe), parts)
         return layout.result(payloads)
-    values = np.empty((len(rows), *codec.chunk_shape), dtype=codec.stored)
-    batch = max(1, _BATCH // max(1, codec.chunk_nbytes))
-    in_parallel(lambda part: _block(codec, flats, datas, part, batch, values, describe), parts)
+    values = np.empty((len(rows), *codec.chunk_shape), dtype=codec.stored)  # every chunk, placed at once
+    in_parallel(lambda part: _decode_part(codec, layout, rows, flats, datas, part, values, describe), parts)
     if len(rows) < len(chunks):
         every = np.full((len(chunks), *codec.chunk_shape), codec.fill, dtype=codec.dtype)
         every[rows] = values
         values = every
-    layout.place(0, values)
+    if chunks:
+        layout.place(0, values)
     return layout.result(payloads)
 
 
-def _block(
-    codec: Codec, flats: list[int], datas: list[Any], part: range, batch: int, values: np.ndarray, describe: Callable[[int], str]
-) -> None:
-    """The values of chunks ``part`` of ``datas`` into their rows of ``values``, ``batch`` chunks
-    at a time (joined and unshuffled while they are in the CPU's cache): each written into its
-    place where the codec can, else decoded to bytes joined once."""
-    size = codec.decoded_len
-    into = codec.into
-    scratch = bytearray(min(batch, len(part)) * size) if into is not None and codec.unshuffle else None
+def _decode_part(
+    codec: Codec, layout: Layout, rows: list[int], flats: list[int], datas: list[Any], part: range,
+    values: np.ndarray | None, describe: Callable[[int], str],
+) -> None:  # fmt: skip
+    """Chunks ``part`` of ``datas`` decoded a batch at a time (joined and unshuffled while in
+    the CPU's cache) into their rows of ``values``; or, where chunks stream (no ``values``), one
+    at a time, each into its own place in the output (``layout.target``) or placed as it comes."""
+    size, into, needs, head_below = codec.decoded_len, codec.into, layout.needs, codec.head_below
+    batch = max(1, _BATCH // max(1, codec.chunk_nbytes)) if values is not None else 1
+    scratch = memoryview(bytearray(min(batch, len(part)) * size)) if into is not None else None
     for lo in range(part.start, part.stop, batch):
         hi = min(lo + batch, part.stop)
-        if into is not None:
-            # straight into the values' own bytes, unless a shuffle is still to be undone
-            view = memoryview(scratch) if scratch is not None else memoryview(values[lo:hi].reshape(-1).view(np.uint8))
-            i = lo
-            try:
-                for i in range(lo, hi):
-                    data, slot = datas[i], view[(i - lo) * size : (i - lo + 1) * size]
-                    if data.__class__ is Decoded:
-                        slot[:] = data
-                    else:
-                        into(data, slot)
-            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
-                raise _named(flats[i], e, describe) from e
-            _keep(codec, flats, datas, range(lo, hi), lambda i: view[(i - lo) * size : (i - lo + 1) * size])
-            if scratch is not None:
-                codec.values(scratch, hi - lo, out=values[lo:hi])  # type: ignore[union-attr]  # into: numbers
-            continue
-        raws = _decoded(codec, flats, datas, lo, hi, describe)
-        _keep(codec, flats, datas, range(lo, hi), lambda i: raws[i - lo])
-        codec.values_of(raws, out=values[lo:hi])
+        out: np.ndarray | None = None
+        if values is not None:
+            out = values[lo:hi]
+        else:
+            dest = layout.target(rows[lo])
+            if dest is not None and dest.dtype == codec.stored:
+                out = dest.reshape(1, -1)
+        if into is None:
+            raws = _decoded(codec, flats, datas, lo, hi, describe)
+            _keep(codec, flats, datas, range(lo, hi), lambda i: raws[i - lo])
+            found = codec.values_of(raws, out=out)
+        else:
+            assert isinstance(codec, ArrayCodec) and scratch is not None  # text writes into no buffer
+            there = out is not None and not codec.unshuffle  # decoded in place: the values' own bytes
+            buffer = memoryview(out.reshape(-1).view(np.uint8)) if out is not None and there else scratch
+            need = size if needs is None else needs[flats[lo]] * codec.stored.itemsize
+            _write(codec, flats, datas, lo, hi, buffer, need if need < head_below else size, describe)
+            if need >= head_below:
+                _keep(codec, flats, datas, range(lo, hi), lambda i: buffer[(i - lo) * size : (i - lo + 1) * size])
+            found = out if there and out is not None else codec.values(buffer, hi - lo, out=out)
+        if values is None and out is None:
+            layout.place(rows[lo], found)
+
+
+def _write(
+    codec: ArrayCodec, flats: list[int], datas: list[Any], lo: int, hi: int, buffer: memoryview, need: int,
+    describe: Callable[[int], str],
+) -> None:  # fmt: skip
+    """Chunks ``lo:hi`` of ``datas`` written into ``buffer`` one after the other (``into``);
+    a chunk of which ``need`` bytes are enough only that far, where the codec can (``head``)."""
+    size, into, head = codec.chunk_nbytes, codec.into, codec.head
+    i = lo
+    try:
+        for i in range(lo, hi):
+            data, slot = datas[i], buffer[(i - lo) * size : (i - lo + 1) * size]
+            if data.__class__ is Decoded:
+                slot[:] = data
+                continue
+            if need < size:
+                try:
+                    head(data, slot[:need])  # type: ignore[misc]  # need < size only where head is set
+                    continue
+                except Exception:  # noqa: BLE001 - the whole stream decides
+                    pass
+            into(data, slot)  # type: ignore[misc]  # set: a codec that writes into buffers
+    except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+        raise _named(flats[i], e, describe) from e
 
 
 def _decoded(codec: Codec, flats: list[int], datas: list[Any], lo: int, hi: int, describe: Callable[[int], str]) -> list[Any]:
     """Chunks ``lo:hi`` of ``datas`` decoded to bytes (strings, for text), each checked whole;
     those the store kept decoded as they are."""
     mine = datas[lo:hi]
-    kept = [i for i, data in enumerate(mine) if data.__class__ is Decoded]
+    kept = [i for i, data in enumerate(mine) if data.__class__ is Decoded] if codec.cache is not None else []
     try:
         raws = codec.decode_many([data for data in mine if data.__class__ is not Decoded] if kept else mine)
     except Exception:  # noqa: BLE001 - found again one by one, to name the chunk
@@ -173,53 +200,6 @@ def _decoded(codec: Codec, flats: list[int], datas: list[Any], lo: int, hi: int,
         unit = "strings" if isinstance(codec, TextCodec) else "bytes"
         raise _named(flats[lo + i], ValueError(f"decoded to {len(raws[i])} {unit}; a chunk holds {size}"), describe)
     return raws
-
-
-def _stream(
-    codec: Codec, layout: Layout, rows: list[int], flats: list[int], datas: list[Any], part: range, describe: Callable[[int], str]
-) -> None:
-    """Chunks ``part`` of ``datas`` decoded one at a time into a buffer of this thread's own,
-    each placed as it comes; only as far as the layout needs where that pays (``head``)."""
-    assert isinstance(codec, ArrayCodec)  # text never streams
-    size = codec.chunk_nbytes
-    scratch = bytearray(size)
-    view = memoryview(scratch)
-    values = codec.values(scratch, 1) if not codec.unshuffle else None  # the scratch's values, where no copy is made
-    into, plain, head, head_below, needs = codec.into, codec.decode, codec.head, codec.head_below, layout.needs
-    itemsize = codec.stored.itemsize
-    for i in part:
-        data, there = datas[i], False
-        need = size if needs is None else needs[flats[i]] * itemsize
-        dest = layout.target(rows[i])  # the chunk's own place in the output, if it has one
-        if dest is not None and dest.dtype != codec.stored:
-            dest = None
-        if data.__class__ is Decoded:
-            raw: Any = data
-        else:
-            try:
-                raw = scratch
-                if need < head_below:
-                    try:
-                        head(data, view[:need])  # type: ignore[misc]  # head_below > 0: head is set
-                    except Exception:  # noqa: BLE001 - the whole stream decides
-                        raw, need = plain(data), size
-                elif into is not None:
-                    there = dest is not None and not codec.unshuffle  # decoded in its place: nothing to copy
-                    raw = memoryview(dest.reshape(-1).view(np.uint8)) if there else scratch  # type: ignore[union-attr]
-                    into(data, raw if there else view)
-                else:
-                    raw = plain(data)
-                if raw is not scratch and len(raw) != size:
-                    raise ValueError(f"decoded to {len(raw)} bytes; a chunk holds {size}")
-            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
-                raise _named(flats[i], e, describe) from e
-            if codec.cache is not None and need == size:
-                codec.cache.put(codec.path, flats[i], raw)  # copied: the scratch is the next chunk's
-        if dest is not None:  # unshuffled (or copied, unless decoded there) straight into the output
-            if not there:
-                codec.values(raw, 1, out=dest.reshape(1, -1))
-        else:
-            layout.place(rows[i], values if raw is scratch and values is not None else codec.values(raw, 1))
 
 
 def _keep(codec: Codec, flats: list[int], datas: list[Any], done: range, decoded: Callable[[int], Any]) -> None:
