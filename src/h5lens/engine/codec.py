@@ -101,7 +101,8 @@ class ArrayCodec:
     @cached_property
     def head(self) -> Into | None:
         last = self.decoders[-1] if self.decoders else None
-        if last is None or last.head is None or self.unshuffle or self.into is None:  # (shuffled: not the first values)
+        # not for shuffled bytes (a head is not the first values), nor a store that keeps chunks (whole)
+        if last is None or last.head is None or self.unshuffle or self.into is None or self.cache is not None:
             return None
         if len(self.decoders) == 1:
             return last.head

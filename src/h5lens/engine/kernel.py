@@ -122,20 +122,21 @@ def _decode_part(
 ) -> None:  # fmt: skip
     """Chunks ``part`` of ``datas`` decoded a batch at a time (joined and unshuffled while in
     the CPU's cache) into their rows of ``values``; or, where chunks stream (no ``values``), one
-    at a time, each into its own place in the output (``layout.target``) or placed as it comes."""
-    size, into, needs, head_below = codec.decoded_len, codec.into, layout.needs, codec.head_below
+    at a time, each into its own place in the output (``layout.target``) or placed as it comes.
+    A chunk of which the layout needs only the first bytes is inflated that far where that pays."""
+    size, into, head, head_below, needs = codec.decoded_len, codec.into, codec.head, codec.head_below, layout.needs
     batch = max(1, _BATCH // max(1, codec.chunk_nbytes)) if values is not None else 1
     scratch = memoryview(bytearray(min(batch, len(part)) * size)) if into is not None else None
+    streamed = values is None and scratch is not None and not codec.unshuffle
+    mine = codec.values(scratch, 1) if streamed else None  # type: ignore[union-attr,arg-type]  # numbers: a scratch
     for lo in range(part.start, part.stop, batch):
         hi = min(lo + batch, part.stop)
-        out: np.ndarray | None = None
-        if values is not None:
-            out = values[lo:hi]
-        else:
-            dest = layout.target(rows[lo])
-            if dest is not None and dest.dtype == codec.stored:
-                out = dest.reshape(1, -1)
-        if into is None:
+        out = values[lo:hi] if values is not None else None
+        if values is None and (dest := layout.target(rows[lo])) is not None and dest.dtype == codec.stored:
+            out = dest.reshape(1, -1)
+        if values is None and datas[lo].__class__ is Decoded:  # kept decoded: read where it is
+            found = codec.values(datas[lo], 1, out=out)  # type: ignore[union-attr]  # (numbers: text never streams)
+        elif into is None:
             raws = _decoded(codec, flats, datas, lo, hi, describe)
             _keep(codec, flats, datas, range(lo, hi), lambda i: raws[i - lo])
             found = codec.values_of(raws, out=out)
@@ -144,37 +145,26 @@ def _decode_part(
             there = out is not None and not codec.unshuffle  # decoded in place: the values' own bytes
             buffer = memoryview(out.reshape(-1).view(np.uint8)) if out is not None and there else scratch
             need = size if needs is None else needs[flats[lo]] * codec.stored.itemsize
-            _write(codec, flats, datas, lo, hi, buffer, need if need < head_below else size, describe)
-            if need >= head_below:
+            i = lo
+            try:
+                for i in range(lo, hi):
+                    data, slot = datas[i], buffer[(i - lo) * size : (i - lo + 1) * size]
+                    if data.__class__ is Decoded:
+                        slot[:] = data
+                    elif need < head_below:
+                        try:
+                            head(data, slot[:need])  # type: ignore[misc]  # head_below > 0: head is set
+                        except Exception:  # noqa: BLE001 - the whole stream decides
+                            into(data, slot)
+                    else:
+                        into(data, slot)
+            except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
+                raise _named(flats[i], e, describe) from e
+            if codec.cache is not None and need >= head_below:
                 _keep(codec, flats, datas, range(lo, hi), lambda i: buffer[(i - lo) * size : (i - lo + 1) * size])
-            found = out if there and out is not None else codec.values(buffer, hi - lo, out=out)
+            found = (out if there else mine if mine is not None else codec.values(buffer, hi - lo, out=out))
         if values is None and out is None:
             layout.place(rows[lo], found)
-
-
-def _write(
-    codec: ArrayCodec, flats: list[int], datas: list[Any], lo: int, hi: int, buffer: memoryview, need: int,
-    describe: Callable[[int], str],
-) -> None:  # fmt: skip
-    """Chunks ``lo:hi`` of ``datas`` written into ``buffer`` one after the other (``into``);
-    a chunk of which ``need`` bytes are enough only that far, where the codec can (``head``)."""
-    size, into, head = codec.chunk_nbytes, codec.into, codec.head
-    i = lo
-    try:
-        for i in range(lo, hi):
-            data, slot = datas[i], buffer[(i - lo) * size : (i - lo + 1) * size]
-            if data.__class__ is Decoded:
-                slot[:] = data
-                continue
-            if need < size:
-                try:
-                    head(data, slot[:need])  # type: ignore[misc]  # need < size only where head is set
-                    continue
-                except Exception:  # noqa: BLE001 - the whole stream decides
-                    pass
-            into(data, slot)  # type: ignore[misc]  # set: a codec that writes into buffers
-    except Exception as e:  # noqa: BLE001 - any decoder's failure, named with its chunk
-        raise _named(flats[i], e, describe) from e
 
 
 def _decoded(codec: Codec, flats: list[int], datas: list[Any], lo: int, hi: int, describe: Callable[[int], str]) -> list[Any]:

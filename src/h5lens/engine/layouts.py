@@ -111,13 +111,14 @@ class Runs:
         self.chunks = self.flats.tolist()
         self.needs: dict[int, int] | None = None
         if total >= _LONG_RUN * len(self.lengths) or codec.streams:
-            self.pieces, self.needs = _run_pieces(chunk, self.starts, self.stops)
+            self.pieces, self.needs, self.whole = _run_pieces(chunk, self.starts, self.stops)
 
     def place(self, first: int, values: np.ndarray) -> None:
         out = self.out
         if self.needs is not None:
-            for i, chunk_values in enumerate(values.reshape(len(values), -1), first):
-                for at, offset, take in self.pieces[self.chunks[i]]:
+            for i in range(len(values)):
+                chunk_values = values[i]  # 1-d: the array's chunks are
+                for at, offset, take in self.pieces[self.chunks[first + i]]:
                     out[at : at + take] = chunk_values[offset : offset + take]
             return
         flats, chunk, starts, lengths = self.flats, self.chunk, self.starts, self.lengths
@@ -136,10 +137,8 @@ class Runs:
         out[...] = flat_values[np.searchsorted(flats, positions // chunk) * chunk + positions % chunk]
 
     def target(self, row: int) -> np.ndarray | None:
-        pieces = self.pieces[self.chunks[row]] if self.needs is not None else ()
-        if len(pieces) != 1 or pieces[0][1] != 0 or pieces[0][2] != self.chunk:
-            return None
-        return self.out[pieces[0][0] : pieces[0][0] + self.chunk]
+        at = self.whole.get(self.chunks[row]) if self.needs is not None else None
+        return None if at is None else self.out[at : at + self.chunk]
 
     def result(self, present: Container[int]) -> np.ndarray:
         return self.out
@@ -219,11 +218,14 @@ def run_chunks(chunk: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     return np.unique(np.cumsum(steps))
 
 
-def _run_pieces(chunk: int, starts: np.ndarray, stops: np.ndarray) -> tuple[dict[int, list[tuple[int, int, int]]], dict[int, int]]:
+def _run_pieces(
+    chunk: int, starts: np.ndarray, stops: np.ndarray
+) -> tuple[dict[int, list[tuple[int, int, int]]], dict[int, int], dict[int, int]]:
     """Non-empty runs ``[starts[i], stops[i])`` of a 1-d array of chunks of ``chunk`` values,
     one after the other, cut where they cross chunks: per chunk, its pieces as (where in the
-    runs' values, where in the chunk, how many values), and how far into the chunk they reach
-    (the values before that are all a read needs of it). Computed for all runs at once."""
+    runs' values, where in the chunk, how many values), how far into the chunk they reach
+    (the values before that are all a read needs of it), and, for the chunks one piece takes
+    whole, where it goes. Computed for all runs at once."""
     first, last = starts // chunk, (stops - 1) // chunk
     counts = last - first + 1
     run = np.repeat(np.arange(len(starts)), counts)
@@ -239,7 +241,9 @@ def _run_pieces(chunk: int, starts: np.ndarray, stops: np.ndarray) -> tuple[dict
     flat_list = flats.tolist()
     reach = np.maximum.reduceat(inside + take[by_chunk], begins) if len(begins) else np.empty(0, dtype=np.int64)
     pieces = {f: rows[b:e] for f, b, e in zip(flat_list, begins.tolist(), ends, strict=True)}
-    return pieces, dict(zip(flat_list, reach.tolist(), strict=True))
+    alone = (np.diff(np.r_[begins, len(rows)]) == 1) & (take[by_chunk][begins] == chunk)
+    whole = dict(zip(flats[alone].tolist(), at[by_chunk][begins][alone].tolist(), strict=True))
+    return pieces, dict(zip(flat_list, reach.tolist(), strict=True)), whole
 
 
 def runs_out(codec: ArrayCodec, starts: np.ndarray, stops: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:

@@ -14,7 +14,6 @@ threads), and each read resumes with its own result.
 from __future__ import annotations
 
 import asyncio
-import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,14 +55,12 @@ def _flush(loop: asyncio.AbstractEventLoop) -> None:
     turn = _turns.pop(loop, None)
     if turn is None or not turn.jobs:
         return
-    jobs = turn.jobs
-    if decodes_here(sum(job.nbytes for job in jobs)):
-        for job in jobs:
+    if decodes_here(sum(job.nbytes for job in turn.jobs)):
+        for job in turn.jobs:
             _settle(job, *_run(job))
         return
-    for group in _share(jobs, THREADS):
-        task = loop.run_in_executor(pool(), _run_group, group)
-        task.add_done_callback(functools.partial(_settle_group, group))
+    for group in _share(turn.jobs, THREADS):  # each job resumes its reader on the loop as it ends
+        pool().submit(lambda jobs: [loop.call_soon_threadsafe(_settle, job, *_run(job)) for job in jobs], group)
 
 
 def _share(jobs: list[_Job], count: int) -> list[list[_Job]]:
@@ -74,7 +71,7 @@ def _share(jobs: list[_Job], count: int) -> list[list[_Job]]:
         lightest = loads.index(min(loads))
         groups[lightest].append(job)
         loads[lightest] += job.nbytes
-    return [g for g in groups if g]
+    return groups
 
 
 def _run(job: _Job) -> tuple[bool, Any]:
@@ -86,10 +83,6 @@ def _run(job: _Job) -> tuple[bool, Any]:
         return False, e
 
 
-def _run_group(group: list[_Job]) -> list[tuple[bool, Any]]:
-    return [_run(job) for job in group]
-
-
 def _settle(job: _Job, ok: bool, value: Any) -> None:
     if job.future.done():
         return
@@ -97,18 +90,3 @@ def _settle(job: _Job, ok: bool, value: Any) -> None:
         job.future.set_result(value)
     else:
         job.future.set_exception(value)
-
-
-def _settle_group(group: list[_Job], done: asyncio.Future[list[tuple[bool, Any]]]) -> None:
-    if done.cancelled():
-        for job in group:
-            if not job.future.done():
-                job.future.cancel()
-        return
-    error = done.exception()
-    if error is not None:
-        for job in group:
-            _settle(job, False, error)
-        return
-    for job, (ok, value) in zip(group, done.result(), strict=True):
-        _settle(job, ok, value)
