@@ -56,29 +56,33 @@ class Region:
         positions = np.indices(self.counts).reshape(len(bounds), -1) + self.lo[:, None]
         self.flats = np.ravel_multi_index(tuple(positions), grid).astype(np.int64)
         self.chunks = self.flats.tolist()
-        self.out = np.empty(tuple(stop - start for start, stop in self.bounds), dtype=codec.dtype)
+        self.dtype = codec.dtype
+        # where chunks stream, each is placed into the output as it comes; else it is their block, laid out
+        self.out = np.empty(tuple(stop - start for start, stop in self.bounds), dtype=codec.dtype) if codec.streams else None
 
     def place(self, first: int, values: np.ndarray) -> None:
         if first == 0 and len(values) == len(self.chunks):  # every chunk: laid side by side with one transpose
             nd = len(self.bounds)
-            laid = values.astype(self.out.dtype, copy=False).reshape(*self.counts, *self.chunk_shape)
+            laid = values.astype(self.dtype, copy=False).reshape(*self.counts, *self.chunk_shape)
             laid = laid.transpose(*(k for axis in range(nd) for k in (axis, nd + axis)))  # (g0, c0, g1, c1, ...)
             whole = laid.reshape(*(n * c for n, c in zip(self.counts, self.chunk_shape, strict=True)))
             origin = (self.lo * np.asarray(self.chunk_shape)).tolist()
             self.out = whole[tuple(slice(b[0] - o, b[1] - o) for b, o in zip(self.bounds, origin, strict=True))]
             return
+        assert self.out is not None  # chunks stream
         for i, chunk_values in enumerate(values, first):
             within, into = self._slices(i)
             self.out[into] = chunk_values[within]
 
     def target(self, row: int) -> np.ndarray | None:
         within, into = self._slices(row)
-        if any(part.stop - part.start != c for part, c in zip(within, self.chunk_shape, strict=True)):
+        if self.out is None or any(part.stop - part.start != c for part, c in zip(within, self.chunk_shape, strict=True)):
             return None
         found = self.out[into]
         return found if found.flags.c_contiguous else None
 
     def result(self, present: Container[int]) -> np.ndarray:
+        assert self.out is not None  # every chunk placed
         return self.out
 
     def _slices(self, row: int) -> tuple[tuple[slice, ...], tuple[slice, ...]]:

@@ -48,15 +48,19 @@ class TextCodec:
         """The items of one chunk out of :meth:`decode`."""
         return math.prod(self.chunk_shape)
 
-    def decode(self, data: bytes | memoryview) -> np.ndarray:
-        """One chunk's stored bytes → its strings (a ValueError if it does not hold a whole chunk)."""
+    @cached_property
+    def _vlen(self) -> Any:
         from numcodecs import VLenUTF8
 
+        return VLenUTF8()
+
+    def decode(self, data: bytes | memoryview) -> np.ndarray:
+        """One chunk's stored bytes → its strings (a ValueError if it does not hold a whole chunk)."""
         # numcodecs allocates the item count it reads before reading an item: checked first
         problem = vlen_count_problem(data, self.decoded_len)
         if problem is not None:
             raise ValueError(f"{problem}; the manifest or its source is damaged")
-        return VLenUTF8().decode(data)
+        return self._vlen.decode(data)
 
     def decode_many(self, datas: Sequence[bytes | memoryview]) -> list[np.ndarray]:
         return list(map(self.decode, datas))
