@@ -54,6 +54,7 @@ bench-scale: $(STAMP)
 
 # Reads, locally and on a simulated S3 (benchmarks/README.md); `--quick` for a few minutes' version.
 bench-read: $(STAMP)
+	$(VENV)/bin/python -m pip install --quiet hidefix==0.12  # the hidefix route: a Rust HDF5 reader, the per-chunk cost to reach
 	$(VENV)/bin/python benchmarks/read_bench.py
 
 # annbatch minibatches over h5lens, VirtualiZarr and annbatch's converted copy, locally and on a

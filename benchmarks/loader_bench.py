@@ -377,7 +377,7 @@ def inflation_cap(info: dict[str, Any], args: argparse.Namespace, preloads: int 
     import h5py
     from imagecodecs import deflate_decode
 
-    from h5lens.codecs.table import IntoDecoder, decoder
+    from h5lens.codecs.table import ChunkDecoder, decoder
 
     if info.get("dense"):
         return {"note": "X is dense (measured for csr X only)"}
@@ -407,7 +407,7 @@ def inflation_cap(info: dict[str, Any], args: argparse.Namespace, preloads: int 
                 deflate_decode(raw, out=size)
             seconds.append(time.perf_counter() - t0)
             inflater = decoder({"name": "numcodecs.zlib", "configuration": {"level": 4}}, 4)  # h5lens's own
-            assert isinstance(inflater, IntoDecoder) and inflater.head is not None
+            assert isinstance(inflater, ChunkDecoder) and inflater.head is not None
             scratch = memoryview(bytearray(max(size for _, size, _ in raws)))
             t0 = time.perf_counter()
             for raw, size, needed in raws:

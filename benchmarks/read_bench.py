@@ -29,7 +29,15 @@ an h5lens store (zarr and xarray's zarr engine over ``h5lens.open_store``,
 without it, under zarr's default and ``FusedCodecPipeline`` (what plain zarr gives, shown
 without targets), VirtualiZarr 2.8's
 ``HDFParser`` → ``ManifestStore`` and kerchunk 0.2.10 references (``SingleHdf5ToZarr``,
-``inline_threshold=0``) → fsspec ``ReferenceFileSystem`` → ``zarr.storage.FsspecStore``.
+``inline_threshold=0``) → fsspec ``ReferenceFileSystem`` → ``zarr.storage.FsspecStore``; and,
+locally, hidefix 0.12 (a Rust HDF5 reader: ``hidefix.Index(path).dataset(name)[()]``, its chunk
+index built at open and every chunk decoded in parallel straight into the output), the
+per-chunk cost h5lens's decode kernel is held to on the netCDF rows (``make bench-read``
+installs it; without it its route is skipped).
+
+``--baseline SRC`` runs every h5lens route a second time from another h5lens source tree (a
+checkout's ``src/``: the commit before a change), as ``route@base`` beside it, round-robin in
+the same run: a change's before and after, measured alike.
 
 Where: ``local`` (the file on disk, page cache warm) and ``s3``: moto on 127.0.0.1 behind
 ``h5lens.testing.s3.CountingProxy(latency_ms=20, bandwidth=100e6, cache_objects=True)``
@@ -55,11 +63,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import faulthandler
 import fnmatch
 import gc
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -300,6 +310,8 @@ class Route:
     peer: bool = False  # VirtualiZarr / kerchunk: slow over S3, --peer-repeat runs
     group: str = ""  # the name targets refer to (default: key)
     not_on_s3: str = ""  # why the route cannot run on S3 (it is skipped there, with this reason)
+    module: str = ""  # a module the route needs (skipped where it is not installed)
+    baseline: bool = False  # run from --baseline's h5lens, beside the same route from this one
 
     @property
     def target_group(self) -> str:
@@ -310,7 +322,7 @@ class Route:
         """Held to a target: h5lens's own routes with nothing switched on, and routes
         through zarr's API (third-party readers) with ``fast_reads()``; the others are
         shown for comparison."""
-        return not self.native and not self.peer and (self.own != self.fast)
+        return not self.native and not self.peer and not self.baseline and (self.own != self.fast)
 
 
 ARRAYS = ("nc", "sweep")
@@ -321,9 +333,11 @@ ROUTES = [
     Route("h5lens-fused", ARRAYS, "h5lens.open_store, zarr FusedCodecPipeline (nothing of h5lens's)", "arrays_h5lens", pipeline="fused"),
     Route("h5lens-fast", ARRAYS, "h5lens.open_store under h5lens.fast_reads()", "arrays_h5lens", fast=True),
     Route("h5lens-engine", ("nc",), "xr.open_dataset(manifest, engine='h5lens')", "arrays_h5lens_engine", own=True),
-    Route("h5lens-open", ("sweep",), "h5lens.open(manifest)[name][()]", "arrays_h5lens_open", own=True),
+    Route("h5lens-open", ARRAYS, "h5lens.open(manifest)[name][()]", "arrays_h5lens_open", own=True),
     Route("virtualizarr", ARRAYS, "VirtualiZarr HDFParser -> ManifestStore", "arrays_virtualizarr", peer=True),
     Route("kerchunk", ARRAYS, "kerchunk refs -> ReferenceFileSystem -> FsspecStore (v2)", "arrays_kerchunk", peer=True),
+    Route("hidefix", ARRAYS, "hidefix.Index(path).dataset(name)[()] (Rust; index built at open)", "arrays_hidefix",
+          module="hidefix", not_on_s3="hidefix reads local files only"),
     Route("native", ("anndata",), "anndata.read_h5ad", "anndata_native", native=True),
     Route("read_anndata", ("anndata",), "h5lens.read_anndata(m)", "anndata_h5lens", own=True),
     Route("read_zarr", ("anndata",), "anndata.read_zarr(open_store(m)) (nothing switched on)", "anndata_read_zarr"),
@@ -352,6 +366,9 @@ TARGETS: list[tuple[str, tuple[str, ...], str, str, float, str, float | None]] =
     ("h5lens-[feo]*", ARRAYS, "big", "local", 1.2, "native", None),
     ("h5lens-[feo]*", ARRAYS, "any", "s3", 0.5, "native", None),
     ("h5lens-[feo]*", ARRAYS, "any", "s3", 1.0, "virtualizarr", None),
+    # the decode kernel's per-chunk cost against a native parallel reader (issue 44)
+    ("h5lens-[eo]*", ("nc",), "small", "local", 1.5, "hidefix", None),
+    ("h5lens-[eo]*", ("nc",), "big", "local", 1.0, "hidefix", None),
     ("read_anndata", ("anndata",), "any", "local", 1.0, "native", 0.7),
     ("read_anndata", ("anndata",), "any", "s3", 0.5, "native", None),
     ("read_zarr", ("anndata",), "any", "local", 1.5, "native", None),
@@ -479,6 +496,13 @@ def arrays_h5lens_open(ctx: Ctx) -> Callable[[], Any]:
 
     manifest = ctx.manifest_obj()
     return lambda: h5lens.open(manifest, storage_options=ctx.options)[ctx.param][()]
+
+
+def arrays_hidefix(ctx: Ctx) -> Callable[[], Any]:
+    """hidefix (Rust) on the local file: its chunk index is built when the file is opened."""
+    import hidefix
+
+    return lambda: hidefix.Index(ctx.path).dataset(ctx.param)[()]
 
 
 def obstore_s3(options: dict[str, Any], prefix: str | None = None) -> Any:
@@ -820,10 +844,12 @@ def fork_run(cmd: dict[str, Any]) -> dict[str, Any]:
 
 
 class Zygote:
-    def __init__(self) -> None:
+    def __init__(self, source: str | None = None) -> None:
+        """``source``: the h5lens source tree its runs import (the baseline's), else this one's."""
+        env = None if source is None else {**os.environ, "PYTHONPATH": os.path.abspath(source)}
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), ZYGOTE_COMMAND], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True,
+            text=True, env=env,
         )
 
     def run(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -1047,7 +1073,7 @@ def row_chunks(row: Row, infos: dict[str, Any]) -> int:
 def measure(args: argparse.Namespace, rows: list[Row], routes: list[Route], wheres: list[str], infos: dict[str, Any],
             warm_infos: dict[str, Any], s3: SimulatedS3 | None, has_fast: bool) -> dict[tuple[str, str, str], Result]:
     results: dict[tuple[str, str, str], Result] = {}
-    zygote = Zygote()
+    zygotes = {False: Zygote(), True: Zygote(args.baseline) if args.baseline else None}
     try:
         for where in wheres:
             for row in rows:
@@ -1061,6 +1087,8 @@ def measure(args: argparse.Namespace, rows: list[Row], routes: list[Route], wher
                         res.skipped = "another layout of a row: the peers run on the row's first layout"
                     elif where == "s3" and route.not_on_s3:
                         res.skipped = route.not_on_s3
+                    elif route.module and importlib.util.find_spec(route.module) is None:
+                        res.skipped = f"{route.module} is not installed (make bench-read installs it)"
                 ctx, warm = contexts(row, where, infos, warm_infos, s3.options if (s3 and where == "s3") else None)
                 for rep in range(args.repeat):  # round-robin: drift hits every route alike
                     for route in mine:
@@ -1069,7 +1097,7 @@ def measure(args: argparse.Namespace, rows: list[Row], routes: list[Route], wher
                             continue
                         cmd = {"route": asdict(route), "ctx": asdict(ctx), "warm": asdict(warm), "timeout": args.timeout,
                                "control": s3.control if (s3 and where == "s3") else None}
-                        answer = zygote.run(cmd)
+                        answer = zygotes[route.baseline].run(cmd)  # type: ignore[union-attr]  # set if asked
                         if "error" in answer:
                             res.error = answer["error"]
                             print(f"  {route.key:<18} ERROR {res.error}", flush=True)
@@ -1083,7 +1111,9 @@ def measure(args: argparse.Namespace, rows: list[Row], routes: list[Route], wher
                     if res.skipped:
                         print(f"  {route.key:<18} skipped: {res.skipped}")
     finally:
-        zygote.stop()
+        for zygote in zygotes.values():
+            if zygote is not None:
+                zygote.stop()
     return results
 
 
@@ -1141,7 +1171,10 @@ def summarize(rows: list[Row], routes: list[Route], wheres: list[str], infos: di
                 for t in targets_for(route, row, where):
                     if t["against"] == "native":
                         t["against"] = ref_key
-                    ratio = entry["vs_virtualizarr"] if t["against"] == "virtualizarr" else entry["vs_native"]
+                    peer = results.get((row.key, where, t["against"]))
+                    peer_med = peer.median() if peer is not None else None
+                    ratio = (entry["vs_virtualizarr"] if t["against"] == "virtualizarr" else entry["vs_native"]
+                             if t["against"] == ref_key else med / peer_med if med and peer_med else None)
                     t = dict(t, ratio=ratio, met=None if ratio is None or entry["status"] != "ok" else ratio <= t["limit"])
                     entry["targets"].append(t)
                 out.append(entry)
@@ -1181,7 +1214,8 @@ def target_text(entry: dict[str, Any]) -> str:
         against = "VZ" if t["against"] == "virtualizarr" else t["against"]
         state = "?" if t["met"] is None else "met" if t["met"] else "MISS"
         aim = f" (aim {t['aim']:g}x)" if t.get("aim") else ""
-        parts.append(f"<={t['limit']:g}x {against}{aim}: {state}")
+        ratio = "" if t.get("ratio") is None or t["against"] in ("native", "virtualizarr") else f" ({t['ratio']:.2f}x)"
+        parts.append(f"<={t['limit']:g}x {against}{aim}{ratio}: {state}")
     return "; ".join(parts)
 
 
@@ -1317,6 +1351,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, help="seconds before a run counts as hung (default 1800, --quick 300)")
     p.add_argument("--json", default=DEFAULT_JSON, help=f"write the numbers here (default {DEFAULT_JSON}; '' for none)")
     p.add_argument("--plot", default=DEFAULT_PLOT, help=f"plot per-chunk cost here (default {DEFAULT_PLOT}; '' for none)")
+    p.add_argument("--baseline", help="another h5lens source tree (a checkout's src/): every h5lens route also runs "
+                   "from it, as ROUTE@base, side by side in the same run")
     args = p.parse_args(argv)
     args.repeat = args.repeat or (1 if args.quick else 3)
     args.peer_repeat = min(args.repeat, args.peer_repeat or 1)
@@ -1335,6 +1371,10 @@ def main(argv: list[str]) -> int:
     wheres = [w for w in ("local", "s3") if w in args.where.split(",")]
     rows = [r for r in ROWS if not args.rows or any(fnmatch.fnmatch(r.key, p) for p in args.rows.split(","))]
     routes = [r for r in ROUTES if r.native or not args.routes or any(fnmatch.fnmatch(r.key, p) for p in args.routes.split(","))]
+    if args.baseline:  # each h5lens route twice: this tree's, then the baseline's
+        routes = [twin for r in routes for twin in (r, *(
+            [dataclasses.replace(r, key=f"{r.key}@base", label=f"{r.label} [baseline {args.baseline}]", baseline=True,
+                                 group=r.target_group)] if not (r.native or r.peer or r.module) else []))]
 
     import h5lens
 

@@ -23,9 +23,9 @@ from zarr.storage import MemoryStore
 
 import h5lens
 from h5lens.codecs import register
-from h5lens.codecs.table import FILTERS, IntoDecoder
+from h5lens.codecs.table import FILTERS
 from h5lens.manifest.model import INLINE
-from h5lens.engine.bulk import array_codec
+from h5lens.engine.codec import array_codec
 from h5lens.scan.codecs import read_pipeline, translate_pipeline
 
 INTS = ["|i1", "|u1", "<i2", ">u2", "<i4", ">i4", "<u4", "<i8", ">u8"]
@@ -114,21 +114,32 @@ def _arrays(draw: st.DrawFn, dtype: str) -> tuple[np.ndarray, tuple[int, ...]]:
     return values.reshape(shape), chunks
 
 
-def _decode_both(path: str, doc: dict[str, Any], raw: bytes, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """One stored chunk decoded by h5lens's engine codec, by its ``into`` route (where the
-    last decoder writes into a buffer), and by zarr through the codecs ``doc`` names."""
+def _decode_both(
+    path: str, doc: dict[str, Any], raw: bytes, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[bytes, bytes] | None]:
+    """One stored chunk decoded by h5lens's engine codec (to bytes, as the decode kernel does
+    where the codec writes into no buffer), by its last decoder's ``into`` (where it has one:
+    the kernel's other route), by its ``head`` (the first half of the chunk's bytes, with
+    what the whole decoding gives there), and by zarr through the codecs ``doc`` names."""
     codec = array_codec(path, doc)
     assert codec is not None, f"{path}: h5lens does not decode {doc['codecs']}"
-    ours = codec.chunk_values(codec.decode_bytes(raw))
+    decoded = codec.decode(raw)
+    assert len(decoded) == codec.chunk_nbytes
+    ours = codec.values_of([decoded])[0]
     into = None
-    last = codec.decoders[-1] if codec.decoders else None
-    if isinstance(last, IntoDecoder):
-        data: bytes | memoryview = raw
-        for step in codec.decoders[:-1]:
-            data = step(data, codec.chunk_nbytes)
+    last = codec.decoders[-1]
+    data: Any = raw
+    for step, size in zip(codec.decoders[:-1], codec.sizes, strict=False):
+        data = step(data, size)
+    if last.into is not None:
         buffer = bytearray(codec.chunk_nbytes)
         last.into(data, memoryview(buffer))
-        into = codec.chunk_values(buffer)
+        into = codec.values(buffer, 1)[0]
+    head = None
+    if last.head is not None:
+        half = bytearray(codec.chunk_nbytes // 2)
+        last.head(data, memoryview(half))
+        head = bytes(half), bytes(bytearray().join([decoded]))[: len(half)]
     register()
     store = MemoryStore()
     one = {**doc, "shape": list(codec.chunk_shape), "attributes": {}}
@@ -142,7 +153,7 @@ def _decode_both(path: str, doc: dict[str, Any], raw: bytes, dtype: np.dtype) ->
     zarr.core.sync.sync(store.set("zarr.json", cpu.Buffer.from_bytes(json.dumps(one).encode())))
     zarr.core.sync.sync(store.set("c/" + "/".join("0" * len(codec.chunk_shape)), cpu.Buffer.from_bytes(raw)))
     theirs = zarr.open_array(store, mode="r")[...]
-    return ours, theirs, into
+    return ours, theirs, into, head
 
 
 def _check(tmp_path_factory: pytest.TempPathFactory, name: str, dtype: str, data: st.DataObject) -> None:
@@ -185,7 +196,7 @@ def _check(tmp_path_factory: pytest.TempPathFactory, name: str, dtype: str, data
             grid = tuple(o // c for o, c in zip(info.chunk_offset, chunks, strict=True))
             assert source[grid] == INLINE, f"an LZF/ZFP chunk of ambiguous length is referenced: {label}"
             continue
-        ours, theirs, into = _decode_both("x", doc, raw, np.dtype(dtype))
+        ours, theirs, into, head = _decode_both("x", doc, raw, np.dtype(dtype))
         where = tuple(slice(o, min(o + c, n)) for o, c, n in zip(info.chunk_offset, chunks, values.shape, strict=True))
         inside = tuple(slice(0, s.stop - s.start) for s in where)
         want = _bits(expected[where])
@@ -194,6 +205,8 @@ def _check(tmp_path_factory: pytest.TempPathFactory, name: str, dtype: str, data
         assert _bits(ours) == _bits(theirs), f"whole chunk, padding included: {label}"
         if into is not None:
             assert _bits(into) == _bits(ours), f"h5lens into: {label}"
+        if head is not None:
+            assert head[0] == head[1], f"h5lens head: {label}"
 
 
 def _create_in_order(f: h5py.File, name: str, values: np.ndarray, chunks: tuple[int, ...], order: tuple[str, ...]) -> None:

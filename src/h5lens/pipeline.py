@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from zarr.core.metadata import ArrayMetadata
     from zarr.core.metadata.v3 import RectilinearChunkGridMetadata, RegularChunkGridMetadata
 
-    from h5lens.engine.bulk import Selection
+    from h5lens.engine.layouts import Selection
     from h5lens.engine.plan import ReadPlan
     from h5lens.read.whole_rows import WholeRowsStore
     from h5lens.store import ManifestStore
@@ -149,7 +149,7 @@ class H5LensCodecPipeline(CodecPipeline):
         out: NDBuffer,
         drop_axes: tuple[int, ...] = (),
     ) -> tuple[GetResult, ...]:
-        from h5lens.engine.bulk import Selection
+        from h5lens.engine.layouts import Selection
         from h5lens.read.whole_rows import WholeRowsStore
 
         batch = list(batch_info)

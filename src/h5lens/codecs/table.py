@@ -2,14 +2,15 @@
 
 For each HDF5 filter that a zarr codec can decode: the codec JSON to write for it (from
 the filter's ``cd_values`` and the item size), used by the scanner; and for each such
-zarr codec name, a bytes→bytes decoder, used by readers that decode chunks themselves
-(:mod:`h5lens.read.whole`). A filter missing here has no codec: the scanner decodes the
+zarr codec name, a bytes→bytes decoder (:class:`ChunkDecoder`, with the capabilities it
+declares), used by the read engine (:mod:`h5lens.engine.kernel`) and the scanner's checks
+of variable-length data (:mod:`h5lens.scan.global_heap`). A filter missing here has no codec: the scanner decodes the
 data with h5py and stores it inline, it never skips the filter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,32 +57,59 @@ FILTER_NAMES = {
 }
 
 Configure = Callable[[tuple[int, ...], int], "dict[str, Any] | None"]
-Decoder = Callable[[bytes, int], bytes]  # (stored bytes, decoded size) -> decoded bytes
+Buffer = bytes | memoryview
+Decode = Callable[[Any, int], Any]  # (stored bytes, decoded size) -> decoded bytes (any buffer)
+Into = Callable[[Buffer, memoryview], None]
+Many = Callable[[Sequence[Buffer]], list[Any]]
 
 
-Into = Callable[[bytes | memoryview, memoryview], None]
+class ChunkDecoder:
+    """One zarr codec of the table as a chunk decoder, with what it can do besides
+    decoding a chunk to new bytes: the capabilities the read engine's kernel
+    (:mod:`h5lens.engine.kernel`) uses, where it would otherwise need a loop per codec.
 
+    ``decoder(data, nbytes)`` gives the decoded bytes of a chunk of ``nbytes`` decoded bytes
+    (an upper bound, where only that is known); a decoder that can stop early never inflates
+    past ``nbytes``, whatever the stream claims. ``many(nbytes)`` decodes many such chunks at
+    once, bound to the size once per array: the cheapest way through them (small deflate
+    chunks go through zlib's own function, with no Python between two of them).
 
-class IntoDecoder:
-    """A decoder that can also write a chunk straight into a buffer of its decoded size
-    (``into``): no bytes object per chunk, no copy to join them (a 100 MB array of LZF
-    chunks reads 25% faster). ``into`` raises ValueError unless the chunk decodes to
-    exactly ``len(out)`` bytes.
+    ``into`` writes a chunk straight into a buffer of its decoded size: no bytes object per
+    chunk, no copy to join them (a 100 MB array of LZF chunks reads 25% faster). It raises
+    ValueError unless the chunk decodes to exactly ``len(out)`` bytes, and pays from
+    ``into_from`` decoded bytes (below, decoding to bytes and joining them is cheaper).
 
-    A stream format that can stop early also has ``head``: only the first ``len(out)``
-    decoded bytes, for a read that needs nothing further in the chunk (a loader's block
-    ending inside it). It pays when fewer than ``head_pays_below`` of the chunk's bytes
-    are needed; past that ``into`` is faster. ``head`` raises ValueError when the stream
-    holds fewer bytes."""
+    ``head`` (a stream format that can stop early) writes only the first ``len(out)`` decoded
+    bytes, for a read that needs nothing further in the chunk (a loader's block ending inside
+    it); it raises ValueError when the stream holds fewer. It pays when fewer than
+    ``head_pays_below`` of the chunk's bytes are needed; past that ``into`` is faster."""
 
-    def __init__(self, decode: Decoder, into: Into, head: Into | None = None, head_pays_below: float = 0.0) -> None:
+    def __init__(
+        self,
+        decode: Decode,
+        *,
+        many: Callable[[int], Many] | None = None,
+        into: Into | None = None,
+        into_from: int = 0,
+        head: Into | None = None,
+        head_pays_below: float = 0.0,
+    ) -> None:
         self._decode = decode
+        self._many = many
         self.into = into
+        self.into_from = into_from
         self.head = head
         self.head_pays_below = head_pays_below if head is not None else 0.0
 
-    def __call__(self, data: bytes, nbytes: int) -> bytes:
+    def __call__(self, data: Buffer, nbytes: int) -> Any:
         return self._decode(data, nbytes)
+
+    def many(self, nbytes: int) -> Many:
+        """This decoder for many chunks of ``nbytes`` decoded bytes: their stored bytes → their decoded bytes."""
+        if self._many is not None:
+            return self._many(nbytes)
+        decode = self._decode
+        return lambda datas: [decode(data, nbytes) for data in datas]
 
 
 @dataclass(frozen=True)
@@ -197,8 +225,8 @@ FILTERS: dict[int, FilterCodec] = {
 }
 
 
-def _numcodecs(codec_id: str, keep: tuple[str, ...]) -> Callable[[dict[str, Any], int], Decoder]:
-    def make(configuration: dict[str, Any], itemsize: int) -> Decoder:
+def _numcodecs(codec_id: str, keep: tuple[str, ...]) -> Callable[[dict[str, Any], int], Decode]:
+    def make(configuration: dict[str, Any], itemsize: int) -> Decode:
         import numcodecs
 
         config = {k: configuration[k] for k in keep if k in configuration}
@@ -213,26 +241,52 @@ def _numcodecs(codec_id: str, keep: tuple[str, ...]) -> Callable[[dict[str, Any]
 # Decoded chunk size (bytes) from which libdeflate beats zlib (measured: 400 B zlib 4.2 µs
 # against 8.7; 4 KB 36 µs against 23).
 _LIBDEFLATE_FROM = 2048
+# Stored streams shorter than this are inflated whole by one call, unbounded: deflate
+# expands at most 1032 times, so at most 64 MB; longer ones never past the chunk's size.
+_WHOLE_BELOW = 64 << 10
 
 
-def _zlib(configuration: dict[str, Any], itemsize: int) -> Decoder:
+def _zlib(configuration: dict[str, Any], itemsize: int) -> ChunkDecoder:
     import zlib
 
     from imagecodecs import deflate_decode
 
+    streams, pays_below = _head_inflater()
+
+    # zlib's verdict (and message) is the one libhdf5 would give; at most ``nbytes`` inflated
+    def bounded(data: Buffer, nbytes: int) -> bytes:
+        stream = zlib.decompressobj()
+        decoded = stream.decompress(data, nbytes + 1)
+        if len(decoded) > nbytes:
+            raise ValueError(f"the stream inflates past the {nbytes} bytes of a chunk")
+        if not stream.eof:
+            raise ValueError("incomplete or truncated stream")
+        return decoded
+
     # libdeflate (through imagecodecs) inflates a chunk of known size up to twice as fast
     # as zlib, without the GIL, but its call costs about 5 µs more: below a few KB zlib is
-    # faster (400 B chunks: 4 µs against 9). A stream libdeflate refuses goes to zlib, whose
-    # verdict (and message) is the one libhdf5 would give.
-    def decode(data: bytes, nbytes: int) -> bytes:
-        if nbytes < _LIBDEFLATE_FROM:
-            return zlib.decompress(data)
-        try:
-            return deflate_decode(data, out=nbytes)  # type: ignore[return-value]  # bytes when out is a size
-        except Exception:  # noqa: BLE001 - zlib decides
-            return zlib.decompress(data)
+    # faster (400 B chunks: 4 µs against 9). A stream libdeflate refuses goes to zlib.
+    def decode(data: Buffer, nbytes: int) -> bytes:
+        if nbytes >= _LIBDEFLATE_FROM:
+            try:
+                return deflate_decode(data, out=nbytes)  # type: ignore[return-value]  # bytes when out is a size
+            except Exception:  # noqa: BLE001 - zlib decides
+                pass
+        return bounded(data, nbytes)
 
-    def into(data: bytes | memoryview, out: memoryview) -> None:
+    def many(nbytes: int) -> Many:
+        if nbytes >= _LIBDEFLATE_FROM:
+            return lambda datas: [decode(data, nbytes) for data in datas]
+        whole = streams.decompress  # zlib-ng's: 8% faster than CPython's on 400 B chunks
+
+        def small(datas: Sequence[Buffer]) -> list[Any]:
+            if max(map(len, datas), default=0) < _WHOLE_BELOW:
+                return list(map(whole, datas))
+            return [bounded(data, nbytes) for data in datas]
+
+        return small
+
+    def into(data: Buffer, out: memoryview) -> None:
         if len(out) >= _LIBDEFLATE_FROM:
             try:
                 written = len(deflate_decode(data, out=out))
@@ -240,17 +294,19 @@ def _zlib(configuration: dict[str, Any], itemsize: int) -> Decoder:
                 written = -1
             if written == len(out):
                 return
-        _copy_exact(zlib.decompress(data), out)
+        _copy_exact(bounded(data, len(out)), out)
 
-    streams, pays_below = _head_inflater()
-
-    def head(data: bytes | memoryview, out: memoryview) -> None:
+    def head(data: Buffer, out: memoryview) -> None:
+        if not out:
+            return  # (a max_length of 0 is no limit at all)
         decoded = streams.decompressobj().decompress(data, len(out))
         if len(decoded) != len(out):
             raise ValueError(f"decoded to {len(decoded)} bytes; at least {len(out)} were needed")
         out[:] = decoded
 
-    return IntoDecoder(decode, into, head, pays_below)
+    return ChunkDecoder(
+        decode, many=many, into=into, into_from=_LIBDEFLATE_FROM, head=head, head_pays_below=pays_below
+    )
 
 
 def _head_inflater() -> tuple[Any, float]:
@@ -279,20 +335,20 @@ def _copy_exact(decoded: bytes | memoryview, out: memoryview) -> None:
     out[:] = decoded
 
 
-def _hdf5_shuffle(configuration: dict[str, Any], itemsize: int) -> Decoder:
+def _hdf5_shuffle(configuration: dict[str, Any], itemsize: int) -> Decode:
     from h5lens.codecs.shuffle import unshuffle
 
     elementsize = configuration.get("elementsize", itemsize)
     return lambda data, nbytes: unshuffle(data, elementsize)
 
 
-def _lzf(configuration: dict[str, Any], itemsize: int) -> Decoder:
+def _lzf(configuration: dict[str, Any], itemsize: int) -> ChunkDecoder:
     from h5lens.codecs.lzf import decode_hdf5_lzf, decode_hdf5_lzf_into
 
-    return IntoDecoder(decode_hdf5_lzf, decode_hdf5_lzf_into)
+    return ChunkDecoder(decode_hdf5_lzf, into=decode_hdf5_lzf_into)
 
 
-def _imagecodecs_lz4h5(configuration: dict[str, Any], itemsize: int) -> Decoder:
+def _imagecodecs_lz4h5(configuration: dict[str, Any], itemsize: int) -> Decode:
     def decode(data: bytes, nbytes: int) -> bytes:
         import imagecodecs
 
@@ -301,7 +357,7 @@ def _imagecodecs_lz4h5(configuration: dict[str, Any], itemsize: int) -> Decoder:
     return decode
 
 
-def _imagecodecs_szip(configuration: dict[str, Any], itemsize: int) -> Decoder:
+def _imagecodecs_szip(configuration: dict[str, Any], itemsize: int) -> Decode:
     keys = ("options_mask", "pixels_per_block", "bits_per_pixel", "pixels_per_scanline", "header")
     params = {k: configuration[k] for k in keys if k in configuration}
 
@@ -313,25 +369,25 @@ def _imagecodecs_szip(configuration: dict[str, Any], itemsize: int) -> Decoder:
     return decode
 
 
-def _h5lens_bitshuffle(configuration: dict[str, Any], itemsize: int) -> Decoder:
+def _h5lens_bitshuffle(configuration: dict[str, Any], itemsize: int) -> Decode:
     codec = bitshuffle.BitshuffleCodec.from_dict({"name": bitshuffle.CODEC_NAME, "configuration": configuration})
     return lambda data, nbytes: bitshuffle.decode_hdf5_bitshuffle(
         data, codec.elementsize, codec.blocksize, codec.compression
     )
 
 
-def _h5lens_blosc2(configuration: dict[str, Any], itemsize: int) -> Decoder:
+def _h5lens_blosc2(configuration: dict[str, Any], itemsize: int) -> Decode:
     return lambda data, nbytes: blosc2.decode_hdf5_blosc2(data)
 
 
-def _h5lens_zfp(configuration: dict[str, Any], itemsize: int) -> Decoder:
+def _h5lens_zfp(configuration: dict[str, Any], itemsize: int) -> Decode:
     codec = zfp.ZFPCodec.from_dict({"name": zfp.CODEC_NAME, "configuration": configuration})
     return lambda data, nbytes: zfp.decode_hdf5_zfp(data, codec.header, nbytes)
 
 
 # zarr v3 codec name -> decoder factory (configuration, itemsize): every codec the table
 # writes, plus zstd for arrays h5lens compresses inline.
-DECODERS: dict[str, Callable[[dict[str, Any], int], Decoder]] = {
+DECODERS: dict[str, Callable[[dict[str, Any], int], Decode | ChunkDecoder]] = {
     "numcodecs.zlib": _zlib,
     # numcodecs' shuffle on whole elements is HDF5's (numcodecs refuses a remainder; HDF5
     # keeps it): the numpy transpose, several times faster than numcodecs on small chunks
@@ -350,7 +406,10 @@ DECODERS: dict[str, Callable[[dict[str, Any], int], Decoder]] = {
 }
 
 
-def decoder(codec: Mapping[str, Any], itemsize: int) -> Decoder | None:
+def decoder(codec: Mapping[str, Any], itemsize: int) -> ChunkDecoder | None:
     """The bytes→bytes decoder for one zarr v3 codec JSON; None for a codec not in the table."""
     make = DECODERS.get(codec.get("name", ""))
-    return None if make is None else make(dict(codec.get("configuration") or {}), itemsize)
+    if make is None:
+        return None
+    found = make(dict(codec.get("configuration") or {}), itemsize)
+    return found if isinstance(found, ChunkDecoder) else ChunkDecoder(found)

@@ -4,30 +4,22 @@ One small read decodes best on the event loop itself: a hop to a thread costs mo
 than its decoding, and a lazy AnnData makes dozens of such reads. But a minibatch loader
 (annbatch) sends hundreds of small reads in one event-loop turn (256 blocks of `data` and
 `indices` per preload), and decoded one after the other on the loop they keep one core
-busy while the other waits. So the decodings asked for in one turn are taken together:
-few bytes in all, they run on the loop as before; more, they are shared out between a few
-threads in one hop each (libdeflate, zlib on big inputs and the other decompressors release
-the GIL), and each read resumes with its own result.
+busy while the other waits. So the decodings asked for in one turn are taken together, by
+the kernel's one policy (:mod:`h5lens.engine.kernel`): fewer stored bytes in all than its
+threshold, they run on the loop as before; more, they are shared out between its threads
+in one hop each (and a plan among them shares its own chunks out further, on the same
+threads), and each read resumes with its own result.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import os
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# Below this many stored bytes in a turn, decoding stays on the event loop.
-_INLINE_BYTES = 256 << 10
-_THREADS = max(1, min(4, os.cpu_count() or 1))
-
-
-def decodes_here(nbytes: int) -> bool:
-    """Whether ``nbytes`` of stored chunks are too few for a hop to another thread to pay."""
-    return nbytes < _INLINE_BYTES
+from h5lens.engine.kernel import THREADS, decodes_here, pool
 
 
 @dataclass
@@ -46,10 +38,9 @@ class _Turn:
 _turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turn] = weakref.WeakKeyDictionary()
 
 
-async def off_loop(payloads: dict[int, bytes | memoryview], work: Callable[..., Any], *args: Any) -> Any:
-    """``work(*args)``, decoding ``payloads``: with the other decodings asked for in this
-    event-loop turn, on the loop if they are few bytes in all, else on a few threads."""
-    nbytes = sum(len(p) for p in payloads.values())
+async def off_loop(nbytes: int, work: Callable[..., Any], *args: Any) -> Any:
+    """``work(*args)``, decoding ``nbytes`` stored bytes: with the other decodings asked for
+    in this event-loop turn, on the loop if they are few bytes in all, else on the threads."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     turn = _turns.get(loop)
@@ -64,14 +55,12 @@ def _flush(loop: asyncio.AbstractEventLoop) -> None:
     turn = _turns.pop(loop, None)
     if turn is None or not turn.jobs:
         return
-    jobs = turn.jobs
-    if decodes_here(sum(job.nbytes for job in jobs)):
-        for job in jobs:
+    if decodes_here(sum(job.nbytes for job in turn.jobs)):
+        for job in turn.jobs:
             _settle(job, *_run(job))
         return
-    for group in _share(jobs, _THREADS):
-        task = loop.run_in_executor(None, _run_group, group)  # not h5lens's decode pool: work may use it
-        task.add_done_callback(functools.partial(_settle_group, group))
+    for group in _share(turn.jobs, THREADS):  # each job resumes its reader on the loop as it ends
+        pool().submit(lambda jobs: [loop.call_soon_threadsafe(_settle, job, *_run(job)) for job in jobs], group)
 
 
 def _share(jobs: list[_Job], count: int) -> list[list[_Job]]:
@@ -82,7 +71,7 @@ def _share(jobs: list[_Job], count: int) -> list[list[_Job]]:
         lightest = loads.index(min(loads))
         groups[lightest].append(job)
         loads[lightest] += job.nbytes
-    return [g for g in groups if g]
+    return groups
 
 
 def _run(job: _Job) -> tuple[bool, Any]:
@@ -94,10 +83,6 @@ def _run(job: _Job) -> tuple[bool, Any]:
         return False, e
 
 
-def _run_group(group: list[_Job]) -> list[tuple[bool, Any]]:
-    return [_run(job) for job in group]
-
-
 def _settle(job: _Job, ok: bool, value: Any) -> None:
     if job.future.done():
         return
@@ -105,18 +90,3 @@ def _settle(job: _Job, ok: bool, value: Any) -> None:
         job.future.set_result(value)
     else:
         job.future.set_exception(value)
-
-
-def _settle_group(group: list[_Job], done: asyncio.Future[list[tuple[bool, Any]]]) -> None:
-    if done.cancelled():
-        for job in group:
-            if not job.future.done():
-                job.future.cancel()
-        return
-    error = done.exception()
-    if error is not None:
-        for job in group:
-            _settle(job, False, error)
-        return
-    for job, (ok, value) in zip(group, done.result(), strict=True):
-        _settle(job, ok, value)

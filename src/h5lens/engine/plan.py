@@ -3,55 +3,42 @@
 Every route h5lens takes to read an array's values goes through a :class:`ReadPlan`:
 regions (``store.read_region``: the xarray engine, navigation, ``read_anndata``'s whole
 arrays, text), runs of a 1-d array (lazy sparse rows), and the chunk list zarr hands
-h5lens's codec pipeline (:mod:`h5lens.pipeline`). A plan is
-
-1. the chunks: flat indices into the array's chunk grid, from the chunk table
-   (:func:`region_plan`, :func:`runs_plan`, :func:`chunks_plan`);
-2. their stored bytes, asked for at once (:class:`~h5lens.fetch.sources.SourceReads`:
-   inline bytes from the manifest, ``pread`` of local files, merged and parallel requests
-   to object storage);
-3. decoded by the array's codec (:func:`decoder`: numbers through the filter table,
-   text through ``vlen-utf8``), the one place that decides whether h5lens decodes an array;
-4. laid out by the plan's layout (a region, runs one after the other, or zarr's
-   per-chunk selections), :mod:`h5lens.engine.bulk`.
+h5lens's codec pipeline (:mod:`h5lens.pipeline`). A plan is a value: the array's path, its
+codec (:func:`decoder`, the one place that decides whether h5lens decodes an array) and a
+layout (:mod:`h5lens.engine.layouts`: a region, runs, or zarr's per-chunk selections), which
+names the chunks. Running it asks for their stored bytes at once (the chunk source's
+``read_many``: inline bytes from the manifest, ``pread`` or a map of local files, merged and
+parallel requests to object storage) and hands them to the one decode kernel
+(:func:`h5lens.engine.kernel.decode`).
 
 It runs two ways, the same steps either way: :meth:`ReadPlan.now` on the calling thread,
 for chunks that are inline or in local files and few enough bytes to decode without a
 thread (no hop to an event loop, which costs more than such a read), and
-:meth:`ReadPlan.run` on the event loop (decoding moved to a thread when it is long).
+:meth:`ReadPlan.run` on the event loop (decoding moved to threads when it is long).
 
 :func:`region_of` is the one converter from a selection to a region.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from h5lens.errors import H5LensError
-from h5lens.engine.bulk import (
-    ArrayCodec,
-    Selection,
-    assemble,
-    gather_runs,
-    region_chunks,
-    run_chunks,
-    runs_out,
-    scatter,
-)
+from h5lens.engine.codec import ArrayCodec
 from h5lens.engine.decoded_cache import Decoded
-from h5lens.engine.offload import decodes_here, off_loop
+from h5lens.engine.kernel import decode, decodes_here
+from h5lens.engine.layouts import Layout, Region, Runs, Selected, Selection
+from h5lens.engine.offload import off_loop
 from h5lens.engine.text import TextCodec
 
 if TYPE_CHECKING:
     from h5lens.engine.reader import ReadEngine
 
 Codec = ArrayCodec | TextCodec
-Payloads = dict[int, bytes | memoryview]
 Bounds = list[tuple[int, int]]
 
 
@@ -86,13 +73,15 @@ def decoder(engine: ReadEngine, path: str, *, text: bool = True) -> Codec | None
 
 @dataclass(frozen=True)
 class ReadPlan:
-    """The chunks ``flats`` of array ``path``, and how their values are laid out
-    (``layout(payloads)``, given every present chunk's stored bytes)."""
+    """The chunks of array ``path`` its ``layout`` names, decoded by ``codec`` into it."""
 
     path: str
     codec: Codec
-    flats: np.ndarray
-    layout: Callable[[Payloads], Any]
+    layout: Layout
+
+    @property
+    def flats(self) -> np.ndarray:
+        return self.layout.flats
 
     def stored_bytes(self, engine: ReadEngine) -> int:
         """The stored bytes the plan reads (from the chunk table, nothing fetched)."""
@@ -101,13 +90,17 @@ class ReadPlan:
 
     def now(self, engine: ReadEngine) -> Any:
         """The plan run on the calling thread, if its chunks are inline or local and few
-        enough bytes (:func:`~h5lens.engine.bulk.decodes_here`); None otherwise (run it with
-        :meth:`run`)."""
-        if not decodes_here(self.stored_bytes(engine)) or not engine.source.chunk_bytes.reads_here(self.path, self.flats):
+        enough bytes (:func:`~h5lens.engine.kernel.decodes_here`); None otherwise (run it
+        with :meth:`run`)."""
+        nbytes = self.stored_bytes(engine)
+        if not decodes_here(nbytes) or not engine.source.chunk_bytes.reads_here(self.path, self.flats):
             return None  # decided before the kept chunks are taken: run() takes them, once
         kept, missing = self._kept()
         payloads = engine.read_many_now(self.path, missing)
-        return None if payloads is None else self.layout({**payloads, **kept})
+        if payloads is None:
+            return None
+        payloads.update(kept)
+        return decode(self.codec, payloads, self.layout, nbytes, engine.describer(self.path))
 
     async def run(self, engine: ReadEngine) -> Any:
         """The plan run on the event loop: fetched at once, decoded with the other reads of
@@ -115,11 +108,12 @@ class ReadPlan:
         kept, missing = self._kept()
         payloads = await engine.read_many_async(self.path, missing) if missing.size else {}
         payloads.update(kept)
-        return await off_loop(payloads, self.layout, payloads)
+        nbytes = self.stored_bytes(engine)
+        return await off_loop(nbytes, decode, self.codec, payloads, self.layout, nbytes, engine.describer(self.path))
 
     def _kept(self) -> tuple[dict[int, Decoded], np.ndarray]:
         """The chunks the store keeps decoded (``decoded_cache_bytes``) and the others."""
-        cache = getattr(self.codec, "cache", None)
+        cache = self.codec.cache
         if cache is None or not self.flats.size:
             return {}, self.flats
         kept = cache.take(self.path, self.flats.tolist())
@@ -136,49 +130,30 @@ def region_plan(engine: ReadEngine, path: str, bounds: Sequence[tuple[int, int]]
         return None
     if any(stop <= start for start, stop in bounds):
         return np.empty(tuple(max(0, stop - start) for start, stop in bounds), dtype=codec.dtype)
-    lo, flats = region_chunks(codec, engine.source.tables[path].grid_shape, bounds)
-    describe = engine.describer(path)
-
-    def layout(payloads: Payloads) -> np.ndarray:
-        return assemble(codec, bounds, lo, flats, payloads, describe)
-
-    return ReadPlan(path, codec, flats, layout)
+    return ReadPlan(path, codec, Region(codec, engine.source.tables[path].grid_shape, bounds))
 
 
 def runs_plan(
     engine: ReadEngine, path: str, starts: np.ndarray, stops: np.ndarray, out: np.ndarray | None = None
 ) -> ReadPlan | None:
     """The plan of runs ``[starts[i], stops[i])`` of 1-d array ``path``, one after the
-    other (into ``out`` where :func:`~h5lens.engine.bulk.runs_out` takes it); None if h5lens
-    does not decode its numbers."""
+    other (into ``out`` where :func:`~h5lens.engine.layouts.runs_out` takes it); None if
+    h5lens does not decode its numbers."""
     codec = decoder(engine, path, text=False)
     if not isinstance(codec, ArrayCodec) or len(codec.shape) != 1:
         return None
-    starts = np.asarray(starts, dtype=np.int64)
-    stops = np.asarray(stops, dtype=np.int64)
-    flats = run_chunks(codec.chunk_shape[0], starts, stops)
-    describe = engine.describer(path)
-    target = runs_out(codec, starts, stops, out)
-
-    def layout(payloads: Payloads) -> np.ndarray:
-        return gather_runs(codec, starts, stops, flats, payloads, describe, target)
-
-    return ReadPlan(path, codec, flats, layout)
+    layout = Runs(codec, np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64), out)
+    return ReadPlan(path, codec, layout)
 
 
 def chunks_plan(engine: ReadEngine, path: str, flats: np.ndarray, selection: Selection, out: np.ndarray) -> ReadPlan | None:
     """The plan of the chunks ``flats`` of array ``path`` that zarr lists for a selection (its
-    pipeline's ``read``): each chunk's part written into ``out`` (the layout returns, per
+    pipeline's ``read``): each chunk's part written into ``out`` (the result says, per
     chunk, whether it was present); None unless h5lens decodes the array's numbers."""
     codec = decoder(engine, path, text=False)
     if not isinstance(codec, ArrayCodec):
         return None
-    describe = engine.describer(path)
-
-    def layout(payloads: Payloads) -> list[bool]:
-        return scatter(codec, flats, payloads, selection, out, describe)
-
-    return ReadPlan(path, codec, flats, layout)
+    return ReadPlan(path, codec, Selected(codec, flats, selection, out))
 
 
 # -- selections -> regions -----------------------------------------------------------------

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.engine.bulk import ArrayCodec, array_codec
-from h5lens.engine.plan import region_plan, runs_plan
+from h5lens.engine.codec import ArrayCodec, array_codec
+from h5lens.engine.plan import ReadPlan, region_plan, runs_plan
 from h5lens.engine.source import ChunkSource, Payloads
 from h5lens.engine.text import TextCodec, text_codec
 from h5lens.errors import H5LensError
@@ -52,43 +52,28 @@ class ReadEngine:
             self._text_codecs[path] = None if doc is None or path not in self.source.tables else text_codec(path, doc)
         return self._text_codecs[path]
 
-    # -- regions and runs -----------------------------------------------------------------
+    # -- regions and runs: each one read plan; None where h5lens does not decode the array ----
     def read_region(self, path: str, bounds: Sequence[tuple[int, int]]) -> np.ndarray | None:
-        """The values of array ``path`` in ``[start, stop)`` per axis (within its shape), read
-        in bulk (:func:`h5lens.engine.plan.region_plan`): on the calling thread when its chunks
-        are inline or local and few bytes, else on the event loop. None if h5lens does not
-        decode this array itself (read it through zarr)."""
-        plan = region_plan(self, path, bounds)
-        if plan is None or isinstance(plan, np.ndarray):
-            return plan
-        found = plan.now(self)
-        return found if found is not None else _sync(plan.run(self))
+        """The values of array ``path`` in ``[start, stop)`` per axis (within its shape)
+        (:func:`h5lens.engine.plan.region_plan`): on the calling thread when its chunks are
+        inline or local and few bytes, else on the event loop."""
+        return _now_or_loop(self, region_plan(self, path, bounds))
 
     async def read_region_async(self, path: str, bounds: Sequence[tuple[int, int]]) -> np.ndarray | None:
         """:meth:`read_region` on the event loop."""
         plan = region_plan(self, path, bounds)
-        if plan is None or isinstance(plan, np.ndarray):
-            return plan
-        return await plan.run(self)
+        return plan if plan is None or isinstance(plan, np.ndarray) else await plan.run(self)
 
     def read_region_now(self, path: str, bounds: Sequence[tuple[int, int]]) -> np.ndarray | None:
         """:meth:`read_region` on the calling thread only: None where that does not apply
         (remote chunks, too many bytes, an array h5lens does not decode)."""
         plan = region_plan(self, path, bounds)
-        if plan is None or isinstance(plan, np.ndarray):
-            return plan
-        return plan.now(self)
+        return plan if plan is None or isinstance(plan, np.ndarray) else plan.now(self)
 
     def read_runs(self, path: str, starts: np.ndarray, stops: np.ndarray) -> np.ndarray | None:
         """The values of runs ``[starts[i], stops[i])`` of 1-d array ``path`` (within its
-        length), one after the other, every chunk they touch read at once
-        (:func:`h5lens.engine.plan.runs_plan`); None if h5lens does not decode this array
-        itself (read it through zarr)."""
-        plan = runs_plan(self, path, starts, stops)
-        if plan is None:
-            return None
-        found = plan.now(self)
-        return found if found is not None else _sync(plan.run(self))
+        length), one after the other (:func:`h5lens.engine.plan.runs_plan`)."""
+        return _now_or_loop(self, runs_plan(self, path, starts, stops))
 
     async def read_runs_async(
         self, path: str, starts: np.ndarray, stops: np.ndarray, out: np.ndarray | None = None
@@ -133,10 +118,15 @@ class ReadEngine:
             error.add_note(f"while reading chunk {key!r} (/{path}, bytes {offset}-{offset + length})")
 
 
-def _sync(coroutine: Any) -> Any:
+def _now_or_loop(engine: ReadEngine, plan: ReadPlan | np.ndarray | None) -> Any:
+    if plan is None or isinstance(plan, np.ndarray):
+        return plan
+    found = plan.now(engine)
+    if found is not None:
+        return found
     from zarr.core.sync import sync
 
-    return sync(coroutine)
+    return sync(plan.run(engine))
 
 
 __all__ = ["ReadEngine"]

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     import zarr
     from zarr.core.buffer import Buffer, BufferPrototype
 
-    from h5lens.engine.bulk import Selection
+    from h5lens.engine.layouts import Selection
     from h5lens.store import ManifestStore
 
 EMPTY = np.uint64(2**64 - 1)  # the sharding spec's offset and length of an absent inner chunk
@@ -321,7 +321,7 @@ def stored_parts(
     of one preload, each an item) become one part per stored chunk, whose rows are an index
     array: each chunk is decoded once, not once per block, and the columns are cut at the
     stored chunks' edges once per band."""
-    from h5lens.engine.bulk import Selection
+    from h5lens.engine.layouts import Selection
 
     if drop_axes:
         return None

@@ -11,7 +11,8 @@ So before h5py reads a variable-length dataset, the collections its elements poi
 walked here the way libhdf5 walks them, and one that would not parse is refused with an
 error naming the dataset. The element descriptors are read from the dataset's storage:
 contiguous, or chunked with the filters variable-length data is written with (deflate,
-shuffle, fletcher32); attribute values from the attribute messages of the object header,
+shuffle, fletcher32), undone by the filter table's decoders (:mod:`h5lens.codecs.table`),
+which never inflate past a chunk's size whatever the stream claims; attribute values from the attribute messages of the object header,
 read by h5lens's own header parser. Compact datasets and attributes in dense storage (a
 fractal heap) are not reached, nor are variable-length fields inside compounds.
 """
@@ -25,7 +26,7 @@ from collections.abc import Callable
 import h5py
 import numpy as np
 
-from h5lens.codecs.shuffle import unshuffle
+from h5lens.codecs.table import DEFLATE, FILTERS, FLETCHER32, SHUFFLE, ChunkDecoder, decoder
 from h5lens.errors import NotHDF5Error
 from h5lens.scan.chunks import contiguous_offset
 from h5lens.scan.hdf5 import Superblock, UnsupportedIndexError, unfiltered_edges
@@ -36,7 +37,7 @@ from h5lens.scan.hdf5.object_header import object_header_messages
 ReadRange = Callable[[int, int], bytes]
 
 _UNDEFINED = (0, 2**64 - 1, 2**32 - 1)
-_FILTER_DEFLATE, _FILTER_SHUFFLE, _FILTER_FLETCHER32 = 1, 2, 3
+_FILTERS_READ = (DEFLATE, SHUFFLE, FLETCHER32)  # what variable-length data is written with
 _MSG_ATTRIBUTE = 0x000C
 
 
@@ -92,7 +93,7 @@ class HeapCheck:
             return
         try:
             descriptors = self._descriptors(ds)
-        except (zlib.error, ValueError, OSError, RuntimeError):
+        except (zlib.error, ValueError, LookupError, OSError, RuntimeError):  # a short or failing checksum too
             return
         if descriptors is not None:
             self._check_collections(set(np.unique(descriptors).tolist()), path)
@@ -172,14 +173,20 @@ class HeapCheck:
     def _chunked_storage(self, ds: h5py.Dataset, dcpl: h5py.h5p.PropDCID) -> bytes | None:
         element = 4 + self.sizeof_addr + 4
         pipeline = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
-        filters = [f[0] for f in pipeline]
-        # the element size libhdf5 shuffles by is the one the filter recorded
-        shuffled = [f[2][0] if f[0] == _FILTER_SHUFFLE and f[2] and f[2][0] > 0 else element for f in pipeline]
-        if any(f not in (_FILTER_DEFLATE, _FILTER_SHUFFLE, _FILTER_FLETCHER32) for f in filters):
+        if any(f[0] not in _FILTERS_READ for f in pipeline):
             return None
-        chunk_bytes = int(np.prod(ds.chunks)) * element
+        # the filter table's decoders, configured from the filters' own cd_values (the element
+        # size libhdf5 shuffles by is the one the filter recorded)
+        undo: list[ChunkDecoder] = []
+        for f in pipeline:
+            found = decoder(FILTERS[f[0]].codec_json(tuple(f[2]), element) or {}, element)
+            if found is None:
+                return None
+            undo.append(found)
+        # a checksum may come before the other filters: their output is at most 4 bytes more
+        most = int(np.prod(ds.chunks)) * element + 4
         pieces: list[bytes] = []
-        raw_edges = self._unfiltered_edges(ds) if filters else False
+        raw_edges = self._unfiltered_edges(ds) if pipeline else False
         if raw_edges is None:
             return None  # not known which chunks skip the filters: not read here
         shape = np.asarray(ds.shape, np.int64)
@@ -190,10 +197,9 @@ class HeapCheck:
             if raw_edges and np.any(np.asarray(info.chunk_offset, np.int64) + chunk_shape > shape):
                 pieces.append(data)  # a partial edge chunk stored without the filters
                 return
-            for position in reversed(range(len(filters))):  # undo the pipeline, last filter first
-                if info.filter_mask & (1 << position):
-                    continue
-                data = _undo(filters[position], data, shuffled[position], chunk_bytes)
+            for position in reversed(range(len(undo))):  # undo the pipeline, last filter first
+                if not info.filter_mask & (1 << position):
+                    data = bytes(undo[position](data, most))
             pieces.append(data)
 
         ds.id.chunk_iter(take)
@@ -246,11 +252,3 @@ def _element_count(space: bytes, superblock: Superblock) -> int:
     n = superblock.sizeof_lengths
     dims = [int.from_bytes(space[start + i * n : start + (i + 1) * n], "little") for i in range(rank)]
     return int(np.prod(dims, dtype=np.int64)) if dims else 1
-
-
-def _undo(filter_id: int, data: bytes, element: int, chunk_bytes: int) -> bytes:
-    if filter_id == _FILTER_DEFLATE:  # no more than a chunk's bytes, whatever the stream claims
-        return zlib.decompressobj().decompress(data, chunk_bytes + 4)
-    if filter_id == _FILTER_FLETCHER32:
-        return data[:-4]
-    return unshuffle(data, element)  # HDF5's rule: the remainder is left as it is
