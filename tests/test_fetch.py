@@ -182,7 +182,7 @@ def test_s3_clients_of_one_event_loop_share_one_aiobotocore_session(s3):
     the user passes is the one used."""
     from aiobotocore.session import AioSession
 
-    from h5lens.fetch.clients import FsspecClient
+    from h5lens.fetch.obstore_client import FsspecClient
 
     url = "s3://bucket/any.h5"
     options = s3.storage_options()

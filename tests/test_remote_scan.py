@@ -30,7 +30,7 @@ from h5lens.scan import hdf5
 from h5lens.scan.hdf5 import walk as hdf5_walk
 from h5lens.scan.build import build_manifest
 from h5lens.scan.options import ScanOptions
-from h5lens.fetch.clients import CLIENT_ENV
+from h5lens.fetch.obstore_client import CLIENT_ENV
 from h5lens.scan.source import TrackedFile, open_source
 from h5lens.testing.s3 import CountingProxy
 

@@ -1,6 +1,6 @@
 """Reading the bytes of HDF5 files: one layer for scans and reads.
 
-* :mod:`~h5lens.fetch.clients`: byte clients (pread, obstore, fsspec): ``get(offset,
+* :mod:`~h5lens.fetch.obstore_client`: byte clients (pread, obstore, fsspec): ``get(offset,
   length)`` and ``stat()``, errors named with the URL and the bytes;
 * :mod:`~h5lens.fetch.retry`: the one retry policy of every request;
 * :mod:`~h5lens.fetch.planner`: which requests fetch a set of ranges (merged across
@@ -12,7 +12,7 @@
 """
 
 from h5lens.fetch.blocks import ChunkFetcher
-from h5lens.fetch.clients import ByteReader, Client, FsspecClient, LocalClient, ObstoreClient, open_client
+from h5lens.fetch.obstore_client import ByteReader, Client, FsspecClient, LocalClient, ObstoreClient, open_client
 from h5lens.fetch.planner import READS, SCAN, Planner
 from h5lens.fetch.sources import ChunkRead, ReadStats, SourceReads
 

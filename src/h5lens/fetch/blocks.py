@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from h5lens.fetch.clients import BATCH, ByteReader
+from h5lens.fetch.obstore_client import BATCH, ByteReader
 from h5lens.fetch.planner import READS, Planner, union_bytes
 
 READAHEAD_CACHE_BYTES = 256 << 20

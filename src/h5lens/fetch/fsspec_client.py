@@ -1,5 +1,5 @@
 """The fsspec byte client: any fsspec URL (s3 through s3fs, http, gcs, azure, ssh ...), and
-whatever obstore cannot be relied on for (:mod:`h5lens.fetch.clients` chooses).
+whatever obstore cannot be relied on for (:mod:`h5lens.fetch.obstore_client` chooses).
 
 A client owns what it opens: one asynchronous filesystem per event loop it is used on, and
 the HTTP session that filesystem's ``set_session`` made, closed by :meth:`FsspecClient.close`

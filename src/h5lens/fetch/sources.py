@@ -17,7 +17,7 @@ import numpy as np
 from h5lens.errors import H5LensError
 from h5lens.fetch import planner as planners
 from h5lens.fetch.blocks import READAHEAD_CACHE_BYTES, ChunkFetcher
-from h5lens.fetch.clients import ByteReader, LocalClient, open_client
+from h5lens.fetch.obstore_client import ByteReader, LocalClient, open_client
 from h5lens.fetch.planner import Planner
 from h5lens.fetch.readahead import ReadAhead
 from h5lens.manifest.tables import INLINE, MISSING, ChunkTable

@@ -96,7 +96,7 @@ class FileRanges:
     def _remote(self) -> Any:
         with self._lock:
             if self._client is None:
-                from h5lens.fetch.clients import open_client
+                from h5lens.fetch.obstore_client import open_client
 
                 self._client = open_client(self.url, self.storage_options)
             return self._client
