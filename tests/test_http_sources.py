@@ -21,7 +21,7 @@ from anndata.tests.helpers import assert_equal
 
 import h5lens
 from cli_runner import h5lens as run_cli
-from h5lens.fetch.obstore_client import CLIENT_ENV, FsspecClient, ObstoreClient, open_client
+from h5lens.fetch.clients import CLIENT_ENV, FsspecClient, ObstoreClient, open_client
 from h5lens.sample import write_sample
 from h5lens.testing.http import FileServer
 

@@ -132,7 +132,7 @@ def unraisable(monkeypatch):
 
 @pytest.mark.parametrize("client", ["auto", "fsspec"])
 def test_loading_a_missing_manifest_leaves_no_session_open(s3, client, monkeypatch, unraisable):
-    from h5lens.fetch.obstore_client import CLIENT_ENV
+    from h5lens.fetch.clients import CLIENT_ENV
 
     monkeypatch.setenv(CLIENT_ENV, client)
     with warnings.catch_warnings():
@@ -148,7 +148,7 @@ def test_loading_a_missing_manifest_leaves_no_session_open(s3, client, monkeypat
 
 @pytest.mark.parametrize("client", ["auto", "fsspec"])
 def test_an_endpoint_nobody_listens_on_leaves_no_session_open(client, monkeypatch, unraisable):
-    from h5lens.fetch.obstore_client import CLIENT_ENV
+    from h5lens.fetch.clients import CLIENT_ENV
 
     monkeypatch.setenv(CLIENT_ENV, client)
     options = {"key": "k", "secret": "s", "endpoint_url": f"http://127.0.0.1:{free_port()}"}

@@ -30,7 +30,7 @@ from h5lens.scan import hdf5
 from h5lens.scan.hdf5 import walk as hdf5_walk
 from h5lens.scan.build import build_manifest
 from h5lens.scan.options import ScanOptions
-from h5lens.fetch.obstore_client import CLIENT_ENV
+from h5lens.fetch.clients import CLIENT_ENV
 from h5lens.scan.source import TrackedFile, open_source
 from h5lens.testing.s3 import CountingProxy
 
@@ -283,9 +283,10 @@ def test_round_trips_follow_the_depth_not_the_nodes(s3, files) -> None:
         gets, waves = proxy.stats.gets, proxy.waves
     assert manifest.chunks["x"].n_present == 30_000
     # one batch per level (the object header came with libhdf5's blocks); the 500-odd leaves
-    # sit close together (2-byte chunks between them): one request for them all
+    # sit close together (2-byte chunks between them): a few requests for them all (the cost
+    # model sends their 1.2 MB as five parallel streams rather than one: 100 MB/s each)
     assert stats["batches"] <= depth + 1
-    assert stats["requests"] <= upper + depth
+    assert stats["requests"] <= upper + depth + 4
     # at the server: libhdf5's own (sequential) block reads, then one wave per batch
     assert gets == stats["libhdf5_requests"] + stats["requests"]
     assert waves <= stats["libhdf5_requests"] + stats["batches"]

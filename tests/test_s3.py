@@ -151,7 +151,7 @@ def test_every_kind_of_fault_is_survived_exactly(s3, chunky, client, monkeypatch
     """One request in five fails (503, 500, a body cut off halfway, a reset connection):
     indexing through the faults and reading through them give libhdf5's values."""
     from h5lens.fetch import retry
-    from h5lens.fetch.obstore_client import CLIENT_ENV
+    from h5lens.fetch.clients import CLIENT_ENV
     from h5lens.testing.s3 import FAULTS
 
     monkeypatch.setenv(CLIENT_ENV, client)
@@ -461,7 +461,7 @@ def test_a_failing_request_makes_the_policys_attempts_and_no_more(s3, chunky, fa
     its own) nor botocore (five more) multiplies the attempts the policy allows."""
     from h5lens.errors import SourceReadError
     from h5lens.fetch import retry
-    from h5lens.fetch.obstore_client import CLIENT_ENV, open_client
+    from h5lens.fetch.clients import CLIENT_ENV, open_client
 
     monkeypatch.setenv(CLIENT_ENV, "fsspec")
     monkeypatch.setattr(retry, "POLICY", retry.RetryPolicy(attempts=3, first_backoff=0.001, max_backoff=0.002))
@@ -560,7 +560,7 @@ def test_a_missing_object_is_said_by_obstore_itself(s3, s3_proxy):
     the object's absence, said at once, not an obstore failure to go on through fsspec (whose
     session each of index-many's workers left open, looking for a manifest not written yet).
     One listing tells a missing bucket from a missing object (obstore's error does not)."""
-    from h5lens.fetch.obstore_client import ObstoreClient, open_client
+    from h5lens.fetch.clients import ObstoreClient, open_client
 
     options = s3.storage_options(s3_proxy.endpoint_url)
     for url, said in (

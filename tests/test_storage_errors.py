@@ -158,7 +158,7 @@ def test_an_endpoint_nobody_listens_on_is_a_storage_error_within_the_probe(s3, u
     policy's 8, whose backoff took 7-9 s): a StorageError, not a SourceReadError (nothing was
     read: the endpoint is what to check)."""
     from h5lens.backend_errors import PROBE_ATTEMPTS
-    from h5lens.fetch.obstore_client import CLIENT_ENV
+    from h5lens.fetch.clients import CLIENT_ENV
 
     monkeypatch.setenv(CLIENT_ENV, kind)
     down = {"key": "k", "secret": "s", "endpoint_url": f"http://127.0.0.1:{free_port()}"}
@@ -186,7 +186,7 @@ def test_a_first_request_is_bounded_and_later_ones_get_the_whole_policy(s3, uplo
     answered, obstore's requests get the retry policy's attempts."""
     from h5lens.backend_errors import PROBE_ATTEMPTS, PROBE_CONNECT_TIMEOUT, probe_options
     from h5lens.fetch import retry
-    from h5lens.fetch.obstore_client import ObstoreClient, open_client
+    from h5lens.fetch.clients import ObstoreClient, open_client
     from h5lens.fetch.fsspec_client import fsspec_options
 
     client = open_client(uploaded, s3.storage_options())

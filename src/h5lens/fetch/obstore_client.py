@@ -1,48 +1,33 @@
-"""Byte clients: the one way h5lens reads bytes of a file, local or remote.
+"""The obstore byte reader: ``s3://`` and plain ``http(s)://`` URLs through obstore (Rust,
+``object_store``): about a tenth of s3fs's CPU per request, requests in parallel without the
+GIL, its HTTP connections shared by every client of the same store (made once per process,
+:func:`_shared_store`), and many ranges asked for in one call (:meth:`ObstoreClient.get_many`).
 
-Every read of a source (a scan's, a store's, ``validate``'s, ``index-many``'s) goes
-through a client made by :func:`open_client`, which says ``get(offset, length)`` for
-exactly those bytes (or an h5lens error naming the URL and the bytes) and ``stat()``
-for what identifies the file's version. Three kinds:
-
-* :class:`LocalClient`: ``os.pread`` on a file descriptor (synchronous; a page-cache read
-  costs less than a thread hop), and many ranges at once as views of a read-only map of
-  the file (:mod:`h5lens.fetch.mapped`);
-* :class:`ObstoreClient`: obstore (Rust, ``object_store``) for ``s3://`` and plain
-  ``http(s)://`` URLs: about a tenth of s3fs's CPU per request, requests in parallel
-  without the GIL, and its HTTP connections shared by every client of the same store
-  (made once per process, :func:`_shared_store`);
-* :class:`FsspecClient`: any fsspec URL (gcs, azure, ssh ...) and anything obstore cannot
-  be relied on for: S3 options that only botocore understands (a profile, ``client_kwargs``,
-  ``config_kwargs``), HTTP with headers or query strings.
-
-obstore is used when the options say all it needs (:mod:`h5lens.fetch.obstore_options`); if its
-first request fails for a reason other than the object's absence, the client goes on
-through fsspec (whatever s3fs can read, h5lens reads). ``H5LENS_CLIENT=fsspec`` (or
-``obstore``) forces a choice. Retries follow :mod:`h5lens.fetch.retry`, one policy for all;
-HTTP servers that ignore ``Range`` are found once (:mod:`h5lens.fetch.ranges`).
+If its first request fails for a reason other than the object's absence, the client goes on
+through fsspec (:class:`~h5lens.fetch.fsspec_client.FsspecClient`: whatever s3fs can read,
+h5lens reads); :mod:`h5lens.fetch.clients` chooses which client a URL gets.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
-from h5lens.backend_errors import PROBE_CONNECT_TIMEOUT, storage_error
+from h5lens.backend_errors import PROBE_CONNECT_TIMEOUT
 from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError, first_line
+from h5lens.fetch import cost as costs
 from h5lens.fetch import retry
+from h5lens.fetch.cost import CostModel
 from h5lens.fetch.fsspec_client import FsspecClient
-from h5lens.fetch.mapped import MAP_FROM, FileMap, maps_wanted
-from h5lens.fetch.obstore_options import obstore_config
+from h5lens.fetch.protocol import FetchedOrFailed, each_alone
 from h5lens.fetch.ranges import FirstRequest, RangeIgnoredError, past_end
-from h5lens.locations import is_remote
 
 logger = logging.getLogger("h5lens.fetch")
 
@@ -56,96 +41,11 @@ OBSTORE_CONCURRENCY = 256
 # Ranges one obstore call fetches (get_ranges sends at most 10 requests in parallel).
 BATCH = 10
 
+
 def forced_client() -> str:
     """``auto``, ``obstore`` or ``fsspec`` (``H5LENS_CLIENT``; ``H5LENS_SCAN_CLIENT``, its
     earlier name, is still read)."""
     return (os.environ.get(CLIENT_ENV) or os.environ.get("H5LENS_SCAN_CLIENT") or "auto").strip().lower()
-
-
-# -- local files ------------------------------------------------------------------------
-class LocalClient:
-    """``os.pread`` on a file descriptor opened on first use (so clients pickle)."""
-
-    local = True
-    concurrency = 1
-    name = "pread"
-
-    def __init__(self, path: str) -> None:
-        self.url = path
-        self.path = path.removeprefix("file://")
-        self._fd: int | None = None
-        self._file_map: FileMap | None = None
-
-    def _open(self) -> int:
-        if self._fd is None:
-            try:
-                self._fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                raise SourceNotFoundError(f"{self.path}: source file not found") from None
-            except OSError as e:
-                raise storage_error(e, self.path, "opening") from None
-        return self._fd
-
-    def get_sync(self, offset: int, length: int, *, exact: bool = True) -> bytes:
-        """Bytes ``[offset, offset + length)``; with ``exact=False``, fewer at the end of the file."""
-        fd = self._open()
-        try:
-            data = os.pread(fd, length, offset)
-        except OSError as e:
-            raise SourceReadError(f"{self.path}: reading bytes {offset}-{offset + length} failed ({e.strerror})") from None
-        if len(data) != length and exact:
-            raise past_end(self.path, offset, length, f"the file ({os.fstat(fd).st_size} bytes)")
-        return data
-
-    async def get(self, offset: int, length: int) -> bytes:
-        # A page-cache read of one chunk takes microseconds; a thread hop costs more than it.
-        return self.get_sync(offset, length)
-
-    def views(self, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview] | None:
-        """Many ranges at once as views of a read-only map of the file (:mod:`h5lens.fetch.mapped`:
-        no copy); a range past the file's end is refused as :meth:`get_sync` refuses it. None
-        for fewer than ``MAP_FROM`` ranges (a lazy AnnData's small reads: a pread or two costs
-        less than the size check) and where local reads do not map (read them with :meth:`get_sync`)."""
-        if len(offsets) < MAP_FROM or not maps_wanted() or (self._file_map is not None and self._file_map.failed):
-            return None
-        fd = self._open()
-        try:
-            size = os.fstat(fd).st_size
-        except OSError as e:
-            raise storage_error(e, self.path, "checking") from None
-        ends = offsets + lengths
-        if int(ends.max()) > size:
-            first = int(np.argmax(ends > size))
-            raise past_end(self.path, int(offsets[first]), int(lengths[first]), f"the file ({size} bytes)")
-        if self._file_map is None:
-            self._file_map = FileMap()
-        return self._file_map.views(fd, size, offsets.tolist(), lengths.tolist())
-
-    def stat(self, *, fingerprint: bool = False, probe: bool = False) -> dict[str, Any]:
-        """Size and mtime; with ``fingerprint``, also the content fingerprint (two preads)."""
-        del probe  # a local file answers at once
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            raise SourceNotFoundError(f"{self.path}: source file not found") from None
-        except OSError as e:
-            raise storage_error(e, self.path, "checking") from None
-        found: dict[str, Any] = {"size": st.st_size, "mtime": st.st_mtime}
-        if fingerprint:
-            from h5lens.identity import fingerprint as content
-
-            found["fingerprint"] = content(self.get_sync, st.st_size)
-        return found
-
-    def close(self) -> None:
-        if self._file_map is not None:
-            self._file_map.release()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "path": self.path, "_fd": None, "_file_map": None}
 
 
 # -- obstore ----------------------------------------------------------------------------
@@ -199,9 +99,11 @@ class ObstoreClient:
 
     local = False
     concurrency = OBSTORE_CONCURRENCY
+    maps = False
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None, config: dict[str, Any]) -> None:
         self.url = url
+        self._cost = costs.from_environment(replace(costs.OBJECT_STORE, in_flight=self.concurrency))
         self.storage_options = dict(storage_options or {})
         self.config = config
         self._fallback: FsspecClient | None = None
@@ -212,6 +114,13 @@ class ObstoreClient:
     @property
     def name(self) -> str:
         return "fsspec" if self._fallback is not None else "obstore"
+
+    @property
+    def cost(self) -> CostModel:
+        return self._fallback.cost if self._fallback is not None else self._cost
+
+    def views(self, offsets: np.ndarray, lengths: np.ndarray) -> None:
+        return None  # nothing to map: every range is a request
 
     @property
     def _confirmed(self) -> bool:
@@ -240,12 +149,12 @@ class ObstoreClient:
         self._answered = True
         return self._checked(memoryview(data), offset, length)
 
-    def batches(self) -> bool:
-        """Whether :meth:`get_many` asks obstore for its ranges in one call (once the first
-        request has been answered through obstore: until then each goes alone)."""
-        return self._fallback is None and self._confirmed and self._first.passed
+    def batches(self) -> int:
+        """How many ranges :meth:`get_many` asks obstore for in one call: :data:`BATCH` once
+        the first request has been answered through obstore (until then each goes alone: 0)."""
+        return BATCH if self._fallback is None and self._confirmed and self._first.passed else 0
 
-    async def get_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes | memoryview | BaseException]:
+    async def get_many(self, ranges: Sequence[tuple[int, int]]) -> list[FetchedOrFailed]:
         """The bytes of each ``(offset, length)``, as :meth:`get` gives them, asked for in
         one call (obstore's ``get_ranges``: at most :data:`BATCH` requests, sent in
         parallel, handed over to Python once: about half the CPU per request of a call
@@ -264,7 +173,7 @@ class ObstoreClient:
             )
         except Exception:  # noqa: BLE001 - which range failed: each asked for alone says
             return await self._each(ranges, _shared_store(self.config, ALONE_POLICY))
-        out: list[bytes | memoryview | BaseException] = []
+        out: list[FetchedOrFailed] = []
         for data, (offset, length) in zip(found, ranges, strict=True):
             try:
                 out.append(self._checked(memoryview(data), offset, length))
@@ -272,11 +181,10 @@ class ObstoreClient:
                 out.append(e)
         return out
 
-    async def _each(self, ranges: Sequence[tuple[int, int]], store: Any = None) -> list[bytes | memoryview | BaseException]:
+    async def _each(self, ranges: Sequence[tuple[int, int]], store: Any = None) -> list[FetchedOrFailed]:
         """Each range asked for on its own (through ``store``, default the policy's): its
         bytes or its error."""
-        ask = self.get if store is None else lambda o, n: self._get(o, n, store)
-        return list(await asyncio.gather(*(ask(o, n) for o, n in ranges), return_exceptions=True))
+        return await each_alone(self.get if store is None else lambda o, n: self._get(o, n, store), ranges)
 
     def get_sync(self, offset: int, length: int, *, exact: bool = True) -> bytes | memoryview:
         """Bytes ``[offset, offset + length)`` without an event loop; with ``exact=False``,
@@ -407,61 +315,4 @@ class ObstoreClient:
         return {**self.__dict__, "_fallback": None}
 
 
-@runtime_checkable
-class ByteReader(Protocol):
-    """What every reader of h5lens reads bytes through: a local file, object storage or
-    HTTP, all alike (:func:`open_client` makes the one that fits a URL). ``local`` readers
-    answer ``get_sync`` at once (a page-cache read), so planners read them on the calling
-    thread; the others are read on zarr's event loop, ``concurrency`` requests at a time."""
-
-    url: str
-    local: bool
-    concurrency: int
-
-    @property
-    def name(self) -> str:
-        """How the bytes are read (``pread``, ``obstore``, ``fsspec``), for logs and reports."""
-        ...
-
-    async def get(self, offset: int, length: int) -> bytes | memoryview:
-        """Bytes ``[offset, offset + length)``, or an h5lens error naming the URL and bytes."""
-        ...
-
-    def get_sync(self, offset: int, length: int, *, exact: bool = True) -> bytes | memoryview:
-        """:meth:`get` without an event loop; with ``exact=False``, fewer at the end."""
-        ...
-
-    def stat(self, *, fingerprint: bool = False, probe: bool = False) -> dict[str, Any]:
-        """What identifies the source's version (size, and ETag, mtime or fingerprint)."""
-        ...
-
-    def close(self) -> None: ...
-
-
-Client = ByteReader  # the name the readers have used
-
-
-def open_client(url: str, storage_options: dict[str, Any] | None = None) -> ByteReader:
-    """The client that reads ``url`` (see the module docstring). Nothing is sent yet."""
-    if not is_remote(url):
-        return LocalClient(url)
-    forced = forced_client()
-    config = obstore_config(url, storage_options) if forced != "fsspec" else None
-    if forced == "obstore" and config is None:
-        logger.info("%s: obstore cannot be configured from these storage options; using fsspec", url)
-    if config is not None:
-        return ObstoreClient(url, storage_options, config)
-    return FsspecClient(url, storage_options)
-
-
-__all__ = [
-    "ByteReader",
-    "CLIENT_ENV",
-    "Client",
-    "FsspecClient",
-    "LocalClient",
-    "ObstoreClient",
-    "PROBE_POLICY",
-    "obstore_config",
-    "open_client",
-]
+__all__ = ["BATCH", "OBSTORE_CONCURRENCY", "PROBE_POLICY", "ObstoreClient", "forced_client"]

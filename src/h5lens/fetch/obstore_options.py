@@ -2,7 +2,7 @@
 
 h5lens reads ``s3://`` and plain ``http(s)://`` sources through obstore when the options
 can be given to obstore exactly (:func:`obstore_config`); anything only botocore or aiohttp
-understands goes through fsspec instead (:mod:`h5lens.fetch.obstore_client`).
+understands goes through fsspec instead (:mod:`h5lens.fetch.clients`).
 """
 
 from __future__ import annotations

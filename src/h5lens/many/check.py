@@ -99,7 +99,7 @@ def check_orphan(job: Job, settings: IndexSettings) -> FileRecord | None:
 
 def _stat(url: str, storage_options: dict[str, Any]) -> None:
     """Raise the file's error if it is not there (SourceNotFoundError) or not reachable."""
-    from h5lens.fetch.obstore_client import open_client
+    from h5lens.fetch.clients import open_client
 
     client = open_client(url, storage_options or None)
     try:

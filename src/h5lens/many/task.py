@@ -157,7 +157,7 @@ def out_of_date(job: Job, existing: Any, storage_options: dict[str, Any]) -> tup
     or nothing but the size to tell. The file's own errors raise (a vanished source:
     :class:`~h5lens.errors.SourceNotFoundError`)."""
     from h5lens import identity
-    from h5lens.fetch.obstore_client import open_client
+    from h5lens.fetch.clients import open_client
     from h5lens.locations import absolute, resolve
 
     recorded_urls = [resolve(source.url, existing.location) for source in existing.sources]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from h5lens.fetch.obstore_client import ByteReader, open_client
+from h5lens.fetch.clients import ByteReader, open_client
 from h5lens.locations import absolute, is_remote, local_path, resolve, same_location
 from h5lens.manifest.tables import Source
 

@@ -6,7 +6,7 @@ h5lens reads itself (chunk indexes, the chunks of small arrays) goes through her
 ranges asked for together are fetched together, in one batch of concurrent requests
 (:meth:`~h5lens.fetch.blocks.ChunkFetcher.read_together`, the batcher a store's reads use
 too, keeping all it fetched). Requests run on zarr's event loop thread,
-through the byte client of :func:`h5lens.fetch.obstore_client.open_client` (obstore where the
+through the byte client of :func:`h5lens.fetch.clients.open_client` (obstore where the
 options allow it, fsspec otherwise), as every other read of h5lens does.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from h5lens.fetch import planner
 from h5lens.fetch.blocks import BatchStats, ChunkFetcher
-from h5lens.fetch.obstore_client import open_client
-from h5lens.fetch.planner import SCAN
+from h5lens.fetch.clients import open_client
 
 T = TypeVar("T")
 
@@ -35,7 +35,9 @@ class RemoteRanges:
     ) -> None:
         self.url = url
         self.source = open_client(url, storage_options)
-        self.fetcher = ChunkFetcher(self.source, planner=SCAN, keep="all", cached=cached, on_batch=on_batch)
+        self.fetcher = ChunkFetcher(
+            self.source, planner=planner.scan(self.source.cost), keep="all", cached=cached, on_batch=on_batch
+        )
         self.batched = self.fetcher.read_together  # ``await batched([(offset, length), ...])``
 
     @property

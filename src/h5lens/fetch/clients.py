@@ -1,0 +1,90 @@
+"""Which byte reader reads a URL, and the two questions asked of a URL before reading it.
+
+:func:`open_client` makes the :class:`~h5lens.fetch.protocol.ByteReader` that fits a URL:
+
+* a local path: :class:`~h5lens.fetch.local.LocalClient` (``os.pread``, views of a map);
+* ``s3://`` and plain ``http(s)://``, where the options say all obstore needs
+  (:mod:`h5lens.fetch.obstore_options`): :class:`~h5lens.fetch.obstore_client.ObstoreClient`
+  (which goes on through fsspec if its first request fails for another reason than the
+  object's absence);
+* anything else (gcs, azure, ssh ...; S3 options only botocore understands, HTTP with
+  headers): :class:`~h5lens.fetch.fsspec_client.FsspecClient`.
+
+``H5LENS_CLIENT=fsspec`` (or ``obstore``) forces a choice. Retries follow
+:mod:`h5lens.fetch.retry`, one policy for all; HTTP servers that ignore ``Range`` are found
+once (:mod:`h5lens.fetch.ranges`). :func:`exists` and :func:`read_head` ask a URL whether
+it names a file, and for its first bytes, through the same readers (a destination's
+check, the manifest an external link names).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from h5lens.errors import NotHDF5Error, SourceNotFoundError
+from h5lens.fetch.fsspec_client import FsspecClient
+from h5lens.fetch.local import LocalClient
+from h5lens.fetch.obstore_client import CLIENT_ENV, PROBE_POLICY, ObstoreClient, forced_client
+from h5lens.fetch.obstore_options import obstore_config
+from h5lens.fetch.protocol import ByteReader
+from h5lens.locations import is_remote
+
+logger = logging.getLogger("h5lens.fetch")
+
+
+def open_client(url: str, storage_options: dict[str, Any] | None = None) -> ByteReader:
+    """The reader of ``url`` (see the module docstring). Nothing is sent yet."""
+    if not is_remote(url):
+        return LocalClient(url)
+    forced = forced_client()
+    config = obstore_config(url, storage_options) if forced != "fsspec" else None
+    if forced == "obstore" and config is None:
+        logger.info("%s: obstore cannot be configured from these storage options; using fsspec", url)
+    if config is not None:
+        return ObstoreClient(url, storage_options, config)
+    return FsspecClient(url, storage_options)
+
+
+def exists(url: str, storage_options: dict[str, Any] | None = None) -> bool:
+    """Whether ``url`` names a file (an object) there is: a stat (a HEAD), asked as a first
+    request (a down endpoint is an error within seconds, not "no"). A directory is no file."""
+    client = open_client(url, storage_options)
+    try:
+        client.stat(probe=True)
+    except (SourceNotFoundError, NotHDF5Error):
+        return False
+    finally:
+        client.close()
+    return True
+
+
+def read_head(url: str, length: int, storage_options: dict[str, Any] | None = None) -> bytes | None:
+    """The first ``length`` bytes of the file at ``url`` (all of it if it is shorter), or None
+    if there is none: a stat, then a read of what there is."""
+    client = open_client(url, storage_options)
+    try:
+        try:
+            size = client.stat(probe=True).get("size")
+        except SourceNotFoundError:
+            return None
+        wanted = length if size is None else min(length, int(size))
+        return bytes(client.get_sync(0, wanted, exact=False)) if wanted else b""
+    finally:
+        client.close()
+
+
+Client = ByteReader  # the name the readers have used
+
+__all__ = [
+    "CLIENT_ENV",
+    "PROBE_POLICY",
+    "ByteReader",
+    "Client",
+    "FsspecClient",
+    "LocalClient",
+    "ObstoreClient",
+    "exists",
+    "open_client",
+    "read_head",
+]
