@@ -119,21 +119,21 @@ class BandwidthMeter:
 
     It follows the requests in flight: from the moment one goes out with none in flight
     until none is left (a busy period, however many batches overlap in it), the bytes that
-    came and the time they took. The round trips and the requests' own work explain part of
-    that time: one round trip per batch begun in it (an upper bound of the waves), each as
-    long as the model's or as the quickest request of the period, whichever is longer (a
-    far endpoint's round trips are not taken for bytes); where the rest is most of the
-    period, the bytes were what took the time, and ``bytes / rest`` is a sample of the
-    bandwidth in all (the estimate moves half way to it, as a ratio). Any busy period also
-    shows the bandwidth is at least ``bytes / its duration``: an estimate under that is
-    raised to it (a link that widened is found again)."""
-
-    TRUST = 0.5  # the share of a busy period the bytes must explain for it to be a sample
+    came and the time they took. The model explains part of that time by round trips (one
+    per batch begun in the period, an upper bound of its waves; each as long as the model's
+    or as the quickest request yet, whichever is longer: a far endpoint's round trips are
+    not taken for bytes) and by the requests' own work; the rest is what the bytes took,
+    and ``bytes / rest`` a sample of the bandwidth in all, never above the model's assumed
+    bandwidth (a period the round trips and requests explain whole says only that the link
+    is no narrower than assumed). Periods of fewer bytes than one stream carries in a round
+    trip say nothing of the link and are not sampled. The estimate moves half way to each
+    sample (as a ratio), and never stays under what a period achieved (``bytes / duration``)."""
 
     def __init__(self, costs: CostModel, clock: Callable[[], float] = time.monotonic) -> None:
         self.costs = costs
         self.measured: float | None = None
         self.samples = 0
+        self.quickest = math.inf  # the shortest request yet, in seconds: at least a round trip
         self._clock = clock
         self._lock = threading.Lock()
         self._in_flight = 0
@@ -141,7 +141,6 @@ class BandwidthMeter:
         self._batches = 0
         self._requests = 0
         self._bytes = 0
-        self._quickest = math.inf  # the shortest request of the busy period, in seconds
         self._failed = False
 
     @property
@@ -162,7 +161,6 @@ class BandwidthMeter:
                 self._begun = now
                 self._requests = self._bytes = 0
                 self._batches = max(1, self._batches)
-                self._quickest = math.inf
                 self._failed = False
             self._in_flight += requests
             self._requests += requests
@@ -174,28 +172,24 @@ class BandwidthMeter:
             now = self._clock()
             self._in_flight -= requests
             self._bytes += nbytes
-            self._quickest = min(self._quickest, now - started)
+            self.quickest = min(self.quickest, now - started)
             self._failed |= failed
             if self._in_flight > 0:
                 return
             batches, self._batches = self._batches, 0
             if not self._failed:
-                self._record(self._requests, batches, self._bytes, now - self._begun, self._quickest)
+                self._record(self._requests, batches, self._bytes, now - self._begun)
 
-    def _record(self, requests: int, batches: int, nbytes: int, seconds: float, quickest: float) -> None:
+    def _record(self, requests: int, batches: int, nbytes: int, seconds: float) -> None:
         costs = self.costs
-        if costs.total_bandwidth is not None or seconds <= 0 or nbytes <= 0:
+        if costs.total_bandwidth is not None or seconds <= 0 or nbytes < costs.stream_bandwidth * costs.round_trip:
             return
         waves = max(batches, math.ceil(requests / costs.in_flight))
-        transfer = seconds - waves * max(costs.round_trip, quickest) - requests * costs.request_cost
-        streams = min(requests, costs.in_flight)
-        if transfer >= self.TRUST * seconds:
-            sample = nbytes / transfer
-            if sample < streams * costs.stream_bandwidth / 2:  # else the streams, not the link, set the pace
-                self.measured = sample if self.measured is None else math.sqrt(self.measured * sample)
-                self.samples += 1
-        if self.measured is not None:
-            self.measured = max(self.measured, nbytes / seconds)
+        transfer = seconds - waves * max(costs.round_trip, self.quickest) - requests * costs.request_cost
+        sample = nbytes / max(transfer, nbytes / costs.assumed_bandwidth)
+        self.measured = sample if self.measured is None else math.sqrt(self.measured * sample)
+        self.measured = max(self.measured, nbytes / seconds)
+        self.samples += 1
 
 
 __all__ = ["BANDWIDTH_ENV", "LOCAL", "OBJECT_STORE", "BandwidthMeter", "CostModel", "from_environment"]
