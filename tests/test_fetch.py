@@ -71,7 +71,7 @@ def test_scattered_ranges_are_bridged_within_a_budget():
 def test_many_chunks_at_once_bridge_only_small_gaps():
     """A read of many chunks at once (BULK: their requests go out together) bridges small
     gaps only, not the read-ahead's 1 MiB: a bridged gap costs its bytes at the bandwidth in
-    all, where a request more costs only its own work (0.2 ms: 100 kB at the 500 MB/s the
+    all, where a request more costs only its own work (0.3 ms: 150 kB at the 500 MB/s the
     model assumes until it has measured)."""
     from h5lens.fetch.planner import BULK
 

@@ -19,15 +19,16 @@ A batch of ``requests`` requests sent together, ``nbytes`` in all, is taken to l
 ``request_cost``
     the work of one request that sending requests in parallel does not hide: the client's
     CPU, the server's handling of it. On the simulated S3 of ``benchmarks/`` (moto behind a
-    proxy on the same two cores) a loader's preloads cost about 0.22 ms a request and 2 ns
-    a byte (fits of ``loader_bench.py``'s runs); obstore's own CPU is a fraction of that,
-    s3fs's about 1 ms.
+    proxy on the same two cores) a loader's preloads cost 0.2-0.8 ms a request against 2-4
+    ns a byte (fits of ``loader_bench.py``'s runs at 4×10⁵ and 10⁶ cells, bridging 0, 64,
+    128 and 256 KiB): a request is worth 100-200 KB there. Taken as 0.3 ms for obstore
+    (150 KB at the assumed 500 MB/s); s3fs spends about 1 ms of its own.
 
 The planner (:mod:`h5lens.fetch.planner`) bridges the gap between two ranges where the
 request it saves costs more than the gap's bytes. For requests that go out together, a
 request saved is ``request_cost`` (and a round trip only where it saves a wave), a gap's
 bytes cost ``1 / rate``: where bandwidth is short, almost nothing is bridged; where it is
-not, gaps of ~100 KB are. For reads that follow one another (read-ahead), a request saved is
+not, gaps of ~150 KB are. For reads that follow one another (read-ahead), a request saved is
 a round trip, counted at half: the bridged bytes are fetched for certain, the round trip is
 saved only if the reader goes on.
 
@@ -96,8 +97,8 @@ LOCAL = CostModel(round_trip=0.0, stream_bandwidth=3.2e9, total_bandwidth=3.2e9,
 
 
 # Object storage (S3 in-region: 20 ms to a first byte, 100 MB/s a connection; the bandwidth
-# in all measured) read by obstore: 256 requests in flight, 0.2 ms a request (see above).
-OBJECT_STORE = CostModel(round_trip=0.020, stream_bandwidth=100e6, total_bandwidth=None, in_flight=256, request_cost=0.2e-3)
+# in all measured) read by obstore: 256 requests in flight, 0.3 ms a request (see above).
+OBJECT_STORE = CostModel(round_trip=0.020, stream_bandwidth=100e6, total_bandwidth=None, in_flight=256, request_cost=0.3e-3)
 
 
 def from_environment(costs: CostModel) -> CostModel:
