@@ -398,8 +398,10 @@ def test_requests_merge_only_where_it_costs_few_bytes() -> None:
 
     # overlapping and touching ranges share a request, in any order
     assert plan([(100, 50), (0, 100), (120, 10)]) == [(0, 150)]
-    # nodes 2 KiB apart: bridged (the gaps cost less than the nodes); 100 KiB apart: not
-    assert plan([(0, 2048), (4096, 2048), (8192, 2048)]) == [(0, 10240)]
+    # nodes 128 bytes apart: bridged (the gaps cost less than a request, and a tenth of the
+    # nodes' bytes); 2 KiB apart: not (more than a tenth); 100 KiB apart: not
+    assert plan([(0, 2048), (2176, 2048), (4352, 2048)]) == [(0, 6400)]
+    assert plan([(0, 2048), (4096, 2048), (8192, 2048)]) == [(0, 2048), (4096, 6144), (8192, 10240)]
     spread = [(i * 100_000, 2048) for i in range(10)]
     assert plan(spread) == [(o, o + n) for o, n in spread]
     # the smallest gaps first, within the byte budget (here: as many bytes again as asked)
