@@ -16,7 +16,7 @@ from h5lens.fetch import blocks as fetch
 from h5lens.errors import SourceNotFoundError
 from h5lens.fetch import READS, ChunkFetcher, LocalClient
 
-MAX_GAP, MAX_SPAN = READS.gap, READS.span
+MAX_GAP, MAX_SPAN = READS.gap(), READS.span
 
 
 def merge_plan(offsets: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
@@ -69,15 +69,17 @@ def test_scattered_ranges_are_bridged_within_a_budget():
 
 
 def test_many_chunks_at_once_bridge_only_small_gaps():
-    """A read of many chunks at once (BULK: their requests go out together) bridges gaps of
-    up to 128 KiB, not the read-ahead's 1 MiB: a bridged gap delays the whole read by its
-    bytes, where a request more costs little."""
+    """A read of many chunks at once (BULK: their requests go out together) bridges small
+    gaps only, not the read-ahead's 1 MiB: a bridged gap costs its bytes at the bandwidth in
+    all, where a request more costs only its own work (0.3 ms: 150 kB at the 500 MB/s the
+    model assumes until it has measured)."""
     from h5lens.fetch.planner import BULK
 
     lengths = np.full(50, 40_000, dtype=np.int64)
     close = np.arange(50, dtype=np.int64) * 70_000  # 30 kB gaps: within the budget too
     far = np.arange(50, dtype=np.int64) * 300_000  # 260 kB gaps
-    assert BULK.runs(close, lengths) == [(0, 50)]
+    # bridged into requests of ~1 MiB parts (one more than the fewest: five streams beat four)
+    assert len(BULK.runs(close, lengths)) <= 2
     assert BULK.runs(far, lengths) == [(i, i + 1) for i in range(50)]
     assert READS.runs(far, lengths) != BULK.runs(far, lengths)  # the read-ahead's bridges them
 

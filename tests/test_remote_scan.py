@@ -283,9 +283,10 @@ def test_round_trips_follow_the_depth_not_the_nodes(s3, files) -> None:
         gets, waves = proxy.stats.gets, proxy.waves
     assert manifest.chunks["x"].n_present == 30_000
     # one batch per level (the object header came with libhdf5's blocks); the 500-odd leaves
-    # sit close together (2-byte chunks between them): one request for them all
+    # sit close together (2-byte chunks between them): a few requests for them all (the cost
+    # model sends their 1.2 MB as five parallel streams rather than one: 100 MB/s each)
     assert stats["batches"] <= depth + 1
-    assert stats["requests"] <= upper + depth
+    assert stats["requests"] <= upper + depth + 4
     # at the server: libhdf5's own (sequential) block reads, then one wave per batch
     assert gets == stats["libhdf5_requests"] + stats["requests"]
     assert waves <= stats["libhdf5_requests"] + stats["batches"]
@@ -397,8 +398,10 @@ def test_requests_merge_only_where_it_costs_few_bytes() -> None:
 
     # overlapping and touching ranges share a request, in any order
     assert plan([(100, 50), (0, 100), (120, 10)]) == [(0, 150)]
-    # nodes 2 KiB apart: bridged (the gaps cost less than the nodes); 100 KiB apart: not
-    assert plan([(0, 2048), (4096, 2048), (8192, 2048)]) == [(0, 10240)]
+    # nodes 128 bytes apart: bridged (the gaps cost less than a request, and a tenth of the
+    # nodes' bytes); 2 KiB apart: not (more than a tenth); 100 KiB apart: not
+    assert plan([(0, 2048), (2176, 2048), (4352, 2048)]) == [(0, 6400)]
+    assert plan([(0, 2048), (4096, 2048), (8192, 2048)]) == [(0, 2048), (4096, 6144), (8192, 10240)]
     spread = [(i * 100_000, 2048) for i in range(10)]
     assert plan(spread) == [(o, o + n) for o, n in spread]
     # the smallest gaps first, within the byte budget (here: as many bytes again as asked)

@@ -26,8 +26,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from h5lens.fetch.clients import BATCH, ByteReader
+from h5lens.fetch.cost import BandwidthMeter
 from h5lens.fetch.planner import READS, Planner, union_bytes
+from h5lens.fetch.protocol import ByteReader
 
 READAHEAD_CACHE_BYTES = 256 << 20
 SPENT_CACHE_BYTES = 4 << 20  # blocks already read, kept for reads of the same bytes soon after
@@ -89,6 +90,7 @@ class ChunkFetcher:
         self.cached = cached  # bytes someone else fetched already (a scan: libhdf5's block cache)
         self.on_batch = on_batch  # called when a turn's batch has arrived
         self.stats = BatchStats()
+        self.meter = BandwidthMeter(planner.costs)  # the bandwidth in all these requests find
         self._tasks: set[asyncio.Task[None]] = set()
         self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
         self._batch_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
@@ -204,7 +206,7 @@ class ChunkFetcher:
             order = missing[np.argsort(offsets[missing], kind="stable")]
             sorted_offsets, sorted_lengths = offsets[order], lengths[order]
             new: list[_Block] = []
-            for lo, hi in (planner or self.planner).runs(sorted_offsets, sorted_lengths):
+            for lo, hi in (planner or self.planner).runs(sorted_offsets, sorted_lengths, self.meter.measured):
                 start = int(sorted_offsets[lo])
                 end = int((sorted_offsets[lo:hi] + sorted_lengths[lo:hi]).max())
                 unclaimed = 0 if claimed else int(sorted_lengths[lo:hi].sum())
@@ -241,11 +243,14 @@ class ChunkFetcher:
         return block
 
     def _fetch_all(self, blocks: list[_Block]) -> None:
-        """Fetch new blocks: where the client fetches many ranges in one call
-        (``get_many``), ten at a time, each one request; alone otherwise (and blocks of
-        several parallel parts)."""
-        batches = getattr(self.client, "batches", None)
-        if len(blocks) < 2 or batches is None or not batches():
+        """Fetch new blocks, together: where the client fetches many ranges in one call
+        (:meth:`~h5lens.fetch.protocol.ByteReader.get_many`), as many at a time as it says,
+        each one request; alone otherwise (and blocks of several parallel parts)."""
+        if not blocks:
+            return
+        self.meter.batch()
+        batch = self.client.batches()
+        if len(blocks) < 2 or batch < 2:
             for block in blocks:
                 self._spawn(self._fetch(block))
             return
@@ -256,8 +261,8 @@ class ChunkFetcher:
             else:
                 whole.append(block)
         whole.sort(key=lambda b: b.start)  # neighbours in a call: as the requests would go anyway
-        for lo in range(0, len(whole), BATCH):
-            group = whole[lo : lo + BATCH]
+        for lo in range(0, len(whole), batch):
+            group = whole[lo : lo + batch]
             self._spawn(self._fetch(group[0]) if len(group) == 1 else self._fetch_group(group))
 
     def _spawn(self, coro: Any) -> None:
@@ -336,7 +341,7 @@ class ChunkFetcher:
         if any(p.together for p in pending):
             turn = asyncio.get_running_loop().create_future()
         blocks = []
-        for lo, hi in self.planner.runs(offsets, lengths):
+        for lo, hi in self.planner.runs(offsets, lengths, self.meter.measured):
             items = pending[lo:hi]
             end = int((offsets[lo:hi] + lengths[lo:hi]).max())
             block = self._new_block(items[0].offset, end, sum(p.length for p in items if p.waiter is None), fetch=False)
@@ -368,13 +373,17 @@ class ChunkFetcher:
 
     async def _fetch(self, block: _Block) -> None:
         self._count(block)
+        requests = len(self.planner.parts(block.start, block.end))
+        began = self.meter.started(requests)
         try:
             data = memoryview(await self.read_split(block.start, block.end))
         except BaseException as e:
+            self.meter.finished(requests, 0, began, failed=True)
             self._failed_block(block, e)
             if isinstance(e, asyncio.CancelledError):
                 raise
             return
+        self.meter.finished(requests, len(data), began)
         if not block.future.done():
             block.future.set_result(data)
 
@@ -384,13 +393,15 @@ class ChunkFetcher:
             self._count(block)
         gate = self._gate()
         held = 0
+        began = self.meter.started(len(group))
         try:
             async with self._batch_lock():  # a call takes all its slots at once: no deadlock between calls
                 for _ in group:
                     await gate.acquire()
                     held += 1
-            found = await self.client.get_many([(b.start, b.end - b.start) for b in group])  # type: ignore[attr-defined]
+            found = await self.client.get_many([(b.start, b.end - b.start) for b in group])
         except BaseException as e:
+            self.meter.finished(len(group), 0, began, failed=True)
             for block in group:
                 self._failed_block(block, e)
             if isinstance(e, asyncio.CancelledError):
@@ -399,6 +410,9 @@ class ChunkFetcher:
         finally:
             for _ in range(held):
                 gate.release()
+        failed = any(isinstance(data, BaseException) for data in found)
+        fetched = sum(len(data) for data in found if not isinstance(data, BaseException))
+        self.meter.finished(len(group), fetched, began, failed=failed)
         for block, data in zip(group, found, strict=True):
             if isinstance(data, BaseException):
                 self._failed_block(block, data)

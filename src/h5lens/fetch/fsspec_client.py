@@ -17,8 +17,11 @@ import atexit
 import concurrent.futures
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
+
+import numpy as np
 
 from h5lens.backend_errors import (
     PROBE_CONNECT_TIMEOUT,
@@ -29,12 +32,17 @@ from h5lens.backend_errors import (
     unreachable,
 )
 from h5lens.errors import SourceReadError, StorageError
+from h5lens.fetch import cost as costs
 from h5lens.fetch import retry
+from h5lens.fetch.cost import CostModel
+from h5lens.fetch.protocol import FetchedOrFailed, each_alone
 from h5lens.fetch.ranges import FirstRequest, RangeIgnoredError, past_end
 
 T = TypeVar("T")
 
 FSSPEC_CONCURRENCY = 64  # s3fs spends ~1 ms of CPU per request: more in flight does not help
+# object storage as the cost model has it, read at s3fs's pace
+FSSPEC_COST = replace(costs.OBJECT_STORE, in_flight=FSSPEC_CONCURRENCY, request_cost=1e-3)
 
 
 class FsspecClient:
@@ -47,9 +55,11 @@ class FsspecClient:
     local = False
     concurrency = FSSPEC_CONCURRENCY
     name = "fsspec"
+    maps = False
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         self.url = url
+        self.cost: CostModel = costs.from_environment(FSSPEC_COST)
         self.storage_options = fsspec_options(url, storage_options)
         self._fs: Any = None
         self._path: str | None = None
@@ -125,6 +135,15 @@ class FsspecClient:
         if len(data) != length and exact:  # the object is shorter than the reference: no retry helps
             raise past_end(self.url, offset, length, f"the object ({len(data)} of {length} bytes came back)")
         return data
+
+    async def get_many(self, ranges: Sequence[tuple[int, int]]) -> list[FetchedOrFailed]:
+        return await each_alone(self.get, ranges)
+
+    def batches(self) -> int:
+        return 0  # fsspec's cat_ranges is a gather of single requests: nothing saved
+
+    def views(self, offsets: np.ndarray, lengths: np.ndarray) -> None:
+        return None  # nothing to map: every range is a request
 
     def get_sync(self, offset: int, length: int, *, exact: bool = True) -> bytes:
         from zarr.core.sync import sync
@@ -209,7 +228,7 @@ class FsspecClient:
 
     def __getstate__(self) -> dict[str, Any]:
         return {
-            "url": self.url, "storage_options": self.storage_options, "_fs": None, "_path": None,
+            "url": self.url, "storage_options": self.storage_options, "cost": self.cost, "_fs": None, "_path": None,
             "_client": None, "_loop": None, "_first": FirstRequest(self.url), "_answered": False,
             "_making": weakref.WeakKeyDictionary(),
         }  # fmt: skip
@@ -299,4 +318,4 @@ def _aiobotocore_session(loop: asyncio.AbstractEventLoop) -> Any:
     return session
 
 
-__all__ = ["FSSPEC_CONCURRENCY", "FsspecClient", "fsspec_options"]
+__all__ = ["FSSPEC_CONCURRENCY", "FSSPEC_COST", "FsspecClient", "fsspec_options"]

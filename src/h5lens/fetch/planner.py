@@ -1,38 +1,55 @@
 """Which requests fetch a set of byte ranges: the one planner of every reader.
 
-Two knobs decide it, measured on a simulated S3 (``benchmarks/read_bench.py``):
+A planner decides from a stated cost model (:mod:`h5lens.fetch.cost`: round trip,
+bandwidth per stream and in all, requests in flight, a request's own work) whether the gap
+between two ranges is fetched with them, saving a request, or not:
 
-``gap``
-    ranges at most this far apart share a request (a request costs a round trip; bytes in
-    between cost transfer time). Optionally only within a byte budget (``extra_ratio``:
-    the gaps bridged may add at most that many bytes per byte asked for, or ``extra_floor``
-    bytes in all if that is more, smallest gaps first): for files whose index nodes sit
-    between the data they index (a scan), and reads of scattered chunks (a loader's blocks).
-``part``
-    a request longer than this is fetched as parts of this size on parallel connections
-    and joined: one S3 connection streams ~100 MB/s, and they add up (as the AWS CRT and
-    s5cmd split large objects).
+requests that go out together (``together``: a read of many chunks, a scan's level)
+    the smallest gaps first, as many as make the batch's time in the model least: a
+    request saved saves its work (and a round trip where it saves a wave), a gap costs its
+    bytes at the bandwidth in all. Where requests go out in parallel and bandwidth is what
+    is short, almost nothing is bridged;
+reads that follow one another (read-ahead; a turn's chunk reads; local preads)
+    gaps up to :meth:`~h5lens.fetch.cost.CostModel.following_gap`: what half a round trip
+    and a request's work would have streamed.
 
-and ``span`` bounds a merged request (a range longer than it is still fetched whole).
+Either way within a byte budget, if one is set (``extra_ratio``: the gaps bridged add at
+most that many bytes per byte asked for, or ``extra_floor`` bytes in all if that is more,
+smallest gaps first): for files whose index nodes sit between the data they index (a
+scan), and reads of scattered chunks (a loader's blocks), which must not fetch most of
+the file. ``span`` bounds a merged request (a range longer than it is still fetched whole),
+and ``part`` splits one: a request longer than it is fetched as parts of that size on
+parallel connections and joined (one S3 connection streams ~100 MB/s, and they add up, as
+the AWS CRT and s5cmd split large objects).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
+
+from h5lens.fetch import cost as costs_
+from h5lens.fetch.cost import CostModel
 
 
 @dataclass(frozen=True)
 class Planner:
-    gap: int  # ranges at most this far apart share a request
+    costs: CostModel  # what requests and bytes cost (see the module docstring)
+    together: bool  # the ranges' requests go out together (else: one after another)
     span: int  # no merged request longer than this
     part: int  # requests longer than this are fetched as parallel parts of this size
     extra_ratio: float | None = None  # bridge gaps only within this many extra bytes per byte asked
     extra_floor: int = 0  # ... or within this many bytes in all, whichever is more
 
-    def runs(self, offsets: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
-        """``[lo, hi)`` runs of offset-sorted ranges, one request each (see the module docstring).
+    def gap(self, measured: float | None = None) -> int:
+        """The widest gap bridged between reads that follow one another (at the bandwidth
+        in all ``measured``, where the model states none)."""
+        return self.costs.following_gap(measured)
+
+    def runs(self, offsets: np.ndarray, lengths: np.ndarray, measured: float | None = None) -> list[tuple[int, int]]:
+        """``[lo, hi)`` runs of offset-sorted ranges, one request each (see the module
+        docstring), at the bandwidth in all ``measured`` where the model states none.
         Overlapping and touching ranges always share a request."""
         n = len(offsets)
         if n <= 1:  # one range (a small region, a single chunk): its own request
@@ -40,14 +57,22 @@ class Planner:
         reach = np.maximum.accumulate(offsets + lengths)
         gaps = offsets[1:] - reach[:-1]
         bridge = gaps <= 0
-        candidates = np.flatnonzero((gaps > 0) & (gaps <= self.gap))
-        if self.extra_ratio is None:
-            bridge[candidates] = True
-        elif candidates.size:
-            union = _union_bytes(offsets, reach, gaps)
-            candidates = candidates[np.argsort(gaps[candidates], kind="stable")]
-            spent = np.cumsum(gaps[candidates])
-            bridge[candidates[spent <= max(self.extra_ratio * union, self.extra_floor)]] = True
+        positive = np.flatnonzero(~bridge)
+        candidates = positive[np.argsort(gaps[positive], kind="stable")]  # smallest first
+        if not self.together:
+            candidates = candidates[gaps[candidates] <= self.gap(measured)]
+        spent = np.cumsum(gaps[candidates])
+        asked = _union_bytes(offsets, reach, gaps) if self.extra_ratio is not None or self.together else 0
+        if self.extra_ratio is not None:
+            allowed = int(np.searchsorted(spent, max(self.extra_ratio * asked, self.extra_floor), side="right"))
+            candidates, spent = candidates[:allowed], spent[:allowed]
+        if self.together and candidates.size:
+            nbytes = asked + np.r_[0, spent]
+            # a request longer than ``part`` goes as parallel parts: a request more per ``part`` bytes
+            sent = positive.size + 1 - np.arange(candidates.size + 1) + nbytes // self.part
+            seconds = self.costs.seconds(sent, nbytes, measured)
+            candidates = candidates[: int(np.argmin(seconds))]  # the first least: fewest bytes on a tie
+        bridge[candidates] = True
         breaks = (np.flatnonzero(~bridge) + 1).tolist()
         plan: list[tuple[int, int]] = []
         for lo, hi in zip([0, *breaks], [*breaks, n], strict=True):
@@ -58,7 +83,7 @@ class Planner:
                 lo = cut
         return plan
 
-    def requests(self, offsets: np.ndarray, lengths: np.ndarray) -> list[tuple[int, int]]:
+    def requests(self, offsets: np.ndarray, lengths: np.ndarray, measured: float | None = None) -> list[tuple[int, int]]:
         """``(start, end)`` of the requests that fetch every range (in any order)."""
         if not len(offsets):
             return []
@@ -66,7 +91,7 @@ class Planner:
         starts = np.asarray(offsets, np.int64)[order]
         sizes = np.asarray(lengths, np.int64)[order]
         reach = np.maximum.accumulate(starts + sizes)
-        return [(int(starts[lo]), int(reach[hi - 1])) for lo, hi in self.runs(starts, sizes)]
+        return [(int(starts[lo]), int(reach[hi - 1])) for lo, hi in self.runs(starts, sizes, measured)]
 
     def parts(self, start: int, end: int) -> list[tuple[int, int]]:
         """``(start, end)`` of the parallel parts of one request."""
@@ -95,26 +120,38 @@ def _union_bytes(offsets: np.ndarray, reach: np.ndarray, gaps: np.ndarray) -> in
     return int((reach[lasts] - offsets[firsts]).sum())
 
 
-# Store reads (a read of many chunks; read-ahead; prefetch): a request costs about as much
-# as 1 MiB of transfer at S3's 20 ms and 100 MB/s per connection; the gaps bridged add at
-# most as many bytes as were asked for, or 1 MiB (a minibatch loader's scattered blocks would
-# otherwise fetch, and hold, most of the file per preload: 470 against 384 MiB peak, and
-# 73k against 80k cells/s, on benchmarks/loader_bench.py's S3 route).
-READS = Planner(gap=1 << 20, span=32 << 20, part=1 << 20, extra_ratio=1.0, extra_floor=1 << 20)
-# A read of many chunks at once (SourceReads.read_many: a loader's preload, a region): its
-# requests go out together, hundreds in flight, so one request more costs little time, while
-# a gap bridged costs its bytes on that one request, which the whole read then waits for
-# (at 100 MB/s per connection, 1 MiB is 10 ms). So only gaps of up to 128 KiB are bridged
-# (1.3 ms), within the same budget: a loader's preload of 10^6 lognormal cells over the
-# simulated S3 fetched 42 MB instead of 73, 53.1k against 47.7k cells/s (runs side by side);
-# counts (smaller gaps) unchanged. Reads one chunk after another (read-ahead) keep READS:
-# there a bridged gap saves a round trip (small.nc through zarr's pipeline: 5 GETs, 114
-# with 128 KiB).
-BULK = replace(READS, gap=128 << 10)
-# Local files: a pread costs a few microseconds, about what copying 16 KiB does.
-LOCAL = Planner(gap=16 << 10, span=32 << 20, part=1 << 62)
-# A scan's reads of index nodes and small arrays: they sit between the data chunks they
-# index, so gaps are bridged only where they cost few bytes.
-SCAN = Planner(gap=32 << 10, span=8 << 20, part=8 << 20, extra_ratio=1.0)
+def reads(costs: CostModel) -> Planner:
+    """A store's chunk reads one after another, their read-ahead and prefetch: within the
+    budget of as many bytes again as asked for, or 1 MiB (a minibatch loader's scattered
+    blocks would otherwise fetch, and hold, most of the file per preload: 470 against 384
+    MiB peak, and 73k against 80k cells/s, on benchmarks/loader_bench.py's S3 route)."""
+    return Planner(costs, together=False, span=32 << 20, part=1 << 20, extra_ratio=1.0, extra_floor=1 << 20)
 
-__all__ = ["BULK", "LOCAL", "READS", "SCAN", "Planner", "union_bytes"]
+
+def bulk(costs: CostModel) -> Planner:
+    """A read of many chunks at once (``SourceReads.read_many``: a loader's preload, a
+    region): its requests go out together, so a request more costs little time, while a
+    bridged gap costs its bytes. Over the simulated S3 (loader_bench.py, 400,000 cells, one
+    run): bridging up to 128 KiB drew 81k cells/s where bridging nothing drew 68k; behind a
+    25 MB/s link, 8.9k where bridging nothing drew 13.7k (and zarr's per-chunk route 9.7k).
+    The cost model tells the two apart (the link's bandwidth, measured)."""
+    return Planner(costs, together=True, span=32 << 20, part=1 << 20, extra_ratio=1.0, extra_floor=1 << 20)
+
+
+def scan(costs: CostModel) -> Planner:
+    """A scan's reads of index nodes and small arrays: they sit between the data chunks
+    they index, which the scan is not for, so the gaps bridged add at most a tenth of the
+    nodes' bytes (benchmarks/remote_scan.py's 100 MB h5ad at +20 ms: 3.95 MB in 812 GETs,
+    0.73 s; with as many bytes again as the nodes allowed, 5.4 MB in 793 GETs, 0.80 s)."""
+    return Planner(costs, together=True, span=8 << 20, part=8 << 20, extra_ratio=0.1)
+
+
+# The planners of object storage read through obstore (each client's own: planner.reads(client.cost) ...).
+READS = reads(costs_.OBJECT_STORE)
+BULK = bulk(costs_.OBJECT_STORE)
+SCAN = scan(costs_.OBJECT_STORE)
+# Local files: preads one after another, each bridging gaps of up to 16 KB (a copy costs no
+# more than another pread would); many ranges at once are views of a map, unmerged.
+LOCAL = Planner(costs_.LOCAL, together=False, span=32 << 20, part=1 << 62)
+
+__all__ = ["BULK", "LOCAL", "READS", "SCAN", "Planner", "bulk", "reads", "scan", "union_bytes"]

@@ -14,20 +14,28 @@ from typing import Any
 
 from h5lens.errors import SourceReadError
 
-__all__ = ["FirstRequest", "RangeIgnoredError", "past_end"]
+__all__ = ["FirstRequest", "PastEndError", "RangeIgnoredError", "past_end"]
 
 
 class RangeIgnoredError(SourceReadError):
     """The server answers ranged requests with the whole file (a SourceReadError)."""
 
 
-def past_end(url: str, offset: int, length: int, end: str) -> SourceReadError:
+class PastEndError(SourceReadError):
+    """Bytes asked for run past the end of their source (a SourceReadError); ``bytes_said``
+    says which bytes and which end, for a caller that words it otherwise (a scan: the file
+    is truncated)."""
+
+    bytes_said = ""
+
+
+def past_end(url: str, offset: int, length: int, end: str) -> PastEndError:
     """A reference whose bytes run past the end of its source (``end``: which end, and how
     it showed): no retry helps, the manifest does not fit the source."""
-    return SourceReadError(
-        f"{url}: bytes {offset}-{offset + length} end past the end of {end}: "
-        "the manifest's reference does not fit this source"
-    )
+    said = f"bytes {offset}-{offset + length} end past the end of {end}"
+    error = PastEndError(f"{url}: {said}: the manifest's reference does not fit this source")
+    error.bytes_said = said
+    return error
 
 
 class FirstRequest:

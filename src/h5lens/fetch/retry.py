@@ -7,7 +7,7 @@ doubles up to a cap; anything else fails at once. obstore retries inside its Rus
 retried here (:meth:`RetryPolicy.run`), the failure classified by exception type and
 HTTP status (:func:`h5lens.backend_errors.is_transient`). Either way a request makes at
 most ``attempts`` attempts (a range of a batched obstore call that failed, one more, alone,
-to find which range it was: :meth:`~h5lens.fetch.clients.ObstoreClient.get_many`), and a
+to find which range it was: :meth:`~h5lens.fetch.obstore_client.ObstoreClient.get_many`), and a
 total outage ends in a few seconds with an error that names the URL and the bytes.
 
 An endpoint that has never answered a client is given less patience: a request it cannot
@@ -127,7 +127,7 @@ POLICY = RetryPolicy()
 # The first request to an object through obstore, and every probe (is the file there: its size
 # and ETag): an endpoint that does not answer is reported within seconds. obstore's failures
 # carry no type that says "no connection", so its first request gets these attempts whatever
-# the failure; in auto mode a failure then goes on through fsspec (see :mod:`h5lens.fetch.clients`).
+# the failure; in auto mode a failure then goes on through fsspec (see :mod:`h5lens.fetch.obstore_client`).
 PROBE = RetryPolicy(attempts=PROBE_ATTEMPTS, first_backoff=0.1, max_backoff=0.4, deadline=20.0)
 
 

@@ -17,8 +17,10 @@ import numpy as np
 from h5lens.errors import H5LensError
 from h5lens.fetch import planner as planners
 from h5lens.fetch.blocks import READAHEAD_CACHE_BYTES, ChunkFetcher
-from h5lens.fetch.clients import ByteReader, LocalClient, open_client
+from h5lens.fetch.clients import open_client
+from h5lens.fetch.local import read_now
 from h5lens.fetch.planner import Planner
+from h5lens.fetch.protocol import ByteReader
 from h5lens.fetch.readahead import ReadAhead
 from h5lens.manifest.tables import INLINE, MISSING, ChunkTable
 
@@ -78,8 +80,9 @@ class SourceReads:
         self.tables = tables
         self.options = options
         self.stats = ReadStats()
-        self.planner: Planner = planners.READS  # read when the store opens: settable for measurements
-        self.bulk_planner: Planner = planners.BULK  # read_many's, likewise
+        # None: each source's from its client's cost model (planner.reads / planner.bulk); settable for measurements
+        self.planner: Planner | None = None
+        self.bulk_planner: Planner | None = None
         self._clients: list[ByteReader] | None = None
         self._fetchers: dict[int, ChunkFetcher] = {}
         self._streaks: dict[str, _Streak] = {}  # per array: its reads in grid order so far
@@ -97,8 +100,9 @@ class SourceReads:
     def _fetcher(self, source: int) -> ChunkFetcher:
         fetcher = self._fetchers.get(source)
         if fetcher is None:
+            client = self.client(source)
             fetcher = self._fetchers[source] = ChunkFetcher(
-                self.client(source), on_request=self.stats.record, planner=self.planner
+                client, on_request=self.stats.record, planner=self.planner or planners.reads(client.cost)
             )
         return fetcher
 
@@ -153,7 +157,9 @@ class SourceReads:
             return []  # still well inside what was fetched ahead
         window = streak.ahead.next(sequential=True)
         begin = max(streak.frontier, flat + 1)
-        ahead = _adjacent(self.tables[chunk.path], chunk.source, flat, begin, begin + window, self.planner)
+        fetcher = self._fetcher(chunk.source)
+        gap = fetcher.planner.gap(fetcher.meter.measured)
+        ahead = _adjacent(self.tables[chunk.path], chunk.source, flat, begin, begin + window, gap, fetcher.planner.span)
         streak.frontier = begin + len(ahead)
         return ahead
 
@@ -166,8 +172,9 @@ class SourceReads:
         for src, chosen, found in self._read_here(path, flats):
             if found is None:
                 offsets, lengths = self._ranges(path, chosen)
+                fetcher = self._fetcher(src)
                 try:
-                    found = await self._fetcher(src).read_ranges(offsets, lengths, self.bulk_planner)
+                    found = await fetcher.read_ranges(offsets, lengths, self.bulk_planner or planners.bulk(fetcher.planner.costs))
                 except H5LensError as e:
                     raise self._blame(e, self.client(src), chosen, offsets, lengths) from e.__cause__
             out.update(zip(chosen.tolist(), found, strict=True))
@@ -216,7 +223,7 @@ class SourceReads:
                 continue
             offsets, lengths = self._ranges(path, chosen)
             try:
-                found = self._read_local(client, offsets, lengths)
+                found = read_now(client, offsets, lengths, self.stats.record)
             except H5LensError as e:
                 raise self._blame(e, client, chosen, offsets, lengths) from e.__cause__
             yield src, chosen, found
@@ -243,27 +250,6 @@ class SourceReads:
         first = int(np.flatnonzero(inside)[0]) if inside.any() else 0
         error.chunk = (int(flats[first]), int(offsets[first]), int(lengths[first]))  # type: ignore[attr-defined]
         return error
-
-    def _read_local(self, client: ByteReader, offsets: np.ndarray, lengths: np.ndarray) -> list[memoryview]:
-        """Many ranges of a local file: views of the file's map where local reads map
-        (:meth:`LocalClient.views`), else one pread per run of neighbours (the planner's
-        merged requests), sliced; each range a view of its run's buffer."""
-        views = client.views(offsets, lengths) if isinstance(client, LocalClient) else None
-        if views is not None:
-            self.stats.record(int(lengths.sum()))
-            return views
-        order = np.argsort(offsets, kind="stable")
-        sorted_offsets, sorted_lengths = offsets[order], lengths[order]
-        out: list[memoryview] = [memoryview(b"")] * len(offsets)
-        order_list = order.tolist()
-        for lo, hi in planners.LOCAL.runs(sorted_offsets, sorted_lengths):
-            start = int(sorted_offsets[lo])
-            end = int((sorted_offsets[lo:hi] + sorted_lengths[lo:hi]).max())
-            block = memoryview(client.get_sync(start, end - start))
-            self.stats.record(end - start)
-            for i, begin, n in zip(order_list[lo:hi], (sorted_offsets[lo:hi] - start).tolist(), sorted_lengths[lo:hi].tolist(), strict=True):
-                out[i] = block[begin : begin + n]
-        return out
 
     def prefetch(
         self, budget: int = READAHEAD_CACHE_BYTES, paths: Callable[[str], bool] | None = None
@@ -311,9 +297,11 @@ class SourceReads:
         return self.client(source).stat(fingerprint=fingerprint)
 
 
-def _adjacent(table: ChunkTable, source: int, flat: int, begin: int, stop: int, plan: Planner) -> list[tuple[int, int]]:
+def _adjacent(
+    table: ChunkTable, source: int, flat: int, begin: int, stop: int, gap: int, span: int
+) -> list[tuple[int, int]]:
     """(offset, length) of the chunks ``begin:stop`` in grid order that follow chunk ``flat``
-    closely in the same source (within the planner's gap, the whole within its span)."""
+    closely in the same source (within ``gap`` bytes of each other, the whole within ``span``)."""
     sources = table.source.reshape(-1)
     offsets = table.offset.reshape(-1)
     lengths = table.length.reshape(-1)
@@ -324,7 +312,7 @@ def _adjacent(table: ChunkTable, source: int, flat: int, begin: int, stop: int, 
         if sources[j] != source:
             break
         offset, length = int(offsets[j]), int(lengths[j])
-        if offset < first or offset - end > plan.gap or offset + length - first > plan.span:
+        if offset < first or offset - end > gap or offset + length - first > span:
             break
         ahead.append((offset, length))
         end = max(end, offset + length)

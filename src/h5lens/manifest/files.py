@@ -10,8 +10,7 @@ import os
 import threading
 from typing import Any
 
-from h5lens.errors import ManifestLimitError
-from h5lens.locations import is_remote
+from h5lens.errors import H5LensError, ManifestLimitError
 
 
 def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, Any] | None = None) -> None:
@@ -45,10 +44,10 @@ def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, 
 
 class FileRanges:
     """Byte ranges of one file, local or remote (picklable: a manifest's lazily loaded chunk
-    tables travel to dask workers with it). Remote files are read through the byte client
-    of :func:`h5lens.fetch.open_client`, as sources are.
+    tables travel to dask workers with it), read through the byte reader of
+    :func:`h5lens.fetch.open_client`, as sources are.
 
-    The client is this object's to close: inside ``with ranges:`` one client serves every
+    The reader is this object's to close: inside ``with ranges:`` one reader serves every
     read (reading a manifest: its head, then the rest); a read outside opens one and closes
     it before returning (a compact manifest's chunk table, loaded when first used). Nothing
     is left open after a read that failed (a manifest that does not exist)."""
@@ -93,36 +92,28 @@ class FileRanges:
 
         return storage_error(error, self.url, "reading the manifest", anon=anon_requested(self.storage_options))
 
-    def _remote(self) -> Any:
+    def _reader(self) -> Any:
         with self._lock:
             if self._client is None:
-                from h5lens.fetch.clients import open_client
+                from h5lens.fetch.clients import open_client  # the manifest layer needs no reader until it reads
 
                 self._client = open_client(self.url, self.storage_options)
             return self._client
 
     def __call__(self, offset: int, length: int) -> bytes:
         """Up to ``length`` bytes from ``offset`` (fewer at the end of the file)."""
-        if is_remote(self.url):
-            with self:
-                return bytes(self._remote().get_sync(offset, length, exact=False))
-        try:
-            with open(self.url.removeprefix("file://"), "rb") as f:
-                f.seek(offset)
-                return f.read(length)
-        except OSError as e:  # not found, denied: named with the path
-            raise self._fail(e) from None
+        with self:
+            try:
+                return bytes(self._reader().get_sync(offset, length, exact=False))
+            except H5LensError:
+                raise
+            except OSError as e:  # a backend's own failure: named with the path
+                raise self._fail(e) from None
 
     def whole(self, limit: int) -> bytes:
         """The whole file, refused before reading if it is larger than ``limit`` bytes."""
         with self:
-            if is_remote(self.url):
-                size = self._remote().stat(probe=True).get("size")
-            else:
-                try:
-                    size = os.path.getsize(self.url.removeprefix("file://"))
-                except OSError as e:
-                    raise self._fail(e) from None
+            size = self._reader().stat(probe=True).get("size")
             if size is not None and size > limit:
                 raise ManifestLimitError(
                     f"{self.url}: a manifest of {size:,} bytes exceeds the limit of {limit:,} "

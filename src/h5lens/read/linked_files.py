@@ -9,12 +9,11 @@ HDF5 file, then the linked HDF5 file itself, indexed by the ``index`` function g
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 from h5lens.errors import SourceNotFoundError
-from h5lens.locations import is_remote, local_path, resolve
+from h5lens.locations import resolve
 from h5lens.manifest.model import Manifest
 from h5lens.read.options import OpenOptions
 
@@ -62,12 +61,10 @@ def external_url(manifest: Manifest, source: str) -> str:
 
 
 def exists(url: str, storage_options: dict[str, Any] | None) -> bool:
-    if not is_remote(url):
-        return os.path.isfile(local_path(url))
-    import fsspec
+    """Whether ``url`` names a file there is (:func:`h5lens.fetch.exists`: one stat)."""
+    from h5lens.fetch.clients import exists as file_exists
 
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    return bool(fs.exists(path))
+    return file_exists(url, storage_options)
 
 
 __all__ = ["Indexer", "exists", "external_url", "load_external"]

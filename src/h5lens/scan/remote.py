@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from h5lens.fetch import planner
 from h5lens.fetch.blocks import BatchStats, ChunkFetcher
 from h5lens.fetch.clients import open_client
-from h5lens.fetch.planner import SCAN
 
 T = TypeVar("T")
 
@@ -35,7 +35,9 @@ class RemoteRanges:
     ) -> None:
         self.url = url
         self.source = open_client(url, storage_options)
-        self.fetcher = ChunkFetcher(self.source, planner=SCAN, keep="all", cached=cached, on_batch=on_batch)
+        self.fetcher = ChunkFetcher(
+            self.source, planner=planner.scan(self.source.cost), keep="all", cached=cached, on_batch=on_batch
+        )
         self.batched = self.fetcher.read_together  # ``await batched([(offset, length), ...])``
 
     @property

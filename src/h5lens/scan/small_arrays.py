@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from h5lens.fetch.planner import LOCAL
 from h5lens.manifest.model import ChunkTable
 from h5lens.scan.source import OpenSource
 
@@ -16,8 +15,10 @@ def inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], thres
     bytes) into the manifest. The chunks of a big array stay references however small each
     one is: the manifest is a map of the data, not a copy of it.
 
-    Reads go in file order, neighbouring chunks merged into one read (for a remote
-    source, one request instead of thousands).
+    Read in one go through the file's byte reader (:meth:`OpenSource.read_ranges`): a local
+    file's through its map, a remote one's as one batch of concurrent requests, neighbours
+    merged where the planner finds it pays (for a remote source, one request instead of
+    thousands; the chunks of small arrays are scattered between big arrays' data).
     """
     if threshold <= 0:
         return
@@ -39,7 +40,7 @@ def inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], thres
     offset, length = np.concatenate(offsets).astype(np.int64), np.concatenate(lengths).astype(np.int64)
     order = np.argsort(offset, kind="stable")
     which, flat, offset, length = which[order], flat[order], offset[order], length[order]
-    payloads = read_merged(opened, offset, length)
+    payloads = opened.read_ranges(list(zip(offset.tolist(), length.tolist(), strict=True)))
     names = list(tables)
     # each table's reads, in file order: grouped by one stable sort (a comparison of every
     # read per table costs seconds for the tens of thousands of a MATLAB file)
@@ -49,22 +50,4 @@ def inline_small_chunks(opened: OpenSource, tables: dict[str, ChunkTable], thres
         tables[name] = tables[name].with_inline(flat[mine], [payloads[i] for i in mine.tolist()])
 
 
-def read_merged(opened: OpenSource, offset: np.ndarray, length: np.ndarray) -> list[bytes]:
-    """Read ranges sorted by offset. A local file: neighbours merged into one read as the
-    readers merge them (:data:`h5lens.fetch.planner.LOCAL`: one planner for every reader
-    of bytes). A remote one: one batch of concurrent requests, merged only where that costs
-    few bytes more (the chunks of small arrays are scattered between big arrays' data)."""
-    if opened.remote:
-        return opened.read_ranges(list(zip(offset.tolist(), length.tolist(), strict=True)))
-    out: list[bytes] = []
-    ends = offset + length
-    for lo, hi in LOCAL.runs(offset, length):
-        base = int(offset[lo])
-        block = memoryview(opened.read(base, int(ends[lo:hi].max()) - base))
-        for i in range(lo, hi):
-            start = int(offset[i]) - base
-            out.append(bytes(block[start : start + int(length[i])]))
-    return out
-
-
-__all__ = ["inline_small_chunks", "read_merged"]
+__all__ = ["inline_small_chunks"]

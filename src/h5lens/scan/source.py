@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import gc
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import h5py
+import numpy as np
 
 from h5lens.backend_errors import anon_requested, storage_error
-from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, SourceNotFoundError, first_line
+from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, first_line
+from h5lens.fetch.local import LocalClient, read_now
+from h5lens.fetch.protocol import ByteReader
+from h5lens.fetch.ranges import PastEndError
 from h5lens.fetch.readahead import ReadAhead
 from h5lens.locations import is_remote
 from h5lens.manifest.model import Source
@@ -155,13 +158,17 @@ class TrackedFile:
 class OpenSource:
     """An HDF5 file opened for scanning, plus handles for reading its bytes ourselves.
 
-    libhdf5 reads a remote file through ``raw`` (a block cache); what h5lens reads itself
-    (chunk indexes, small arrays' chunks) goes through ``ranges``: batches of concurrent
-    requests for exactly the bytes needed (:mod:`h5lens.scan.remote`)."""
+    Every byte goes through the file's byte reader (:mod:`h5lens.fetch`), ``reader``:
+    libhdf5 reads a remote file through ``raw`` (a block cache in front of it); what h5lens
+    reads itself (chunk indexes, small arrays' chunks) goes through ``ranges`` (batches of
+    concurrent requests for exactly the bytes needed: :mod:`h5lens.scan.remote`). A local
+    file libhdf5 reads with its own driver; h5lens, with preads and views of a map on the
+    descriptor of ``raw``."""
 
     h5: h5py.File
     raw: BinaryIO | TrackedFile  # a remote file's bytes go through a TrackedFile
     source: Source
+    reader: ByteReader  # the file's byte reader (local: over raw's descriptor)
     ranges: RemoteRanges | None = None  # remote files only
     storage_options: dict[str, Any] | None = None  # what the other files it names are read with
 
@@ -199,10 +206,16 @@ class OpenSource:
         return "; ".join(parts)
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes of each ``(offset, length)``: preads of a local file; one batch of
-        concurrent requests for a remote one (neighbours merged, nothing in between)."""
+        """The bytes of each ``(offset, length)``: a local file's through its map (or preads
+        of neighbours merged: :func:`h5lens.fetch.local.read_now`); a remote one's in one
+        batch of concurrent requests (neighbours merged where that costs few bytes)."""
         if self.ranges is None:
-            return [self.read(offset, length) for offset, length in ranges]
+            offsets = np.fromiter((o for o, _ in ranges), np.int64, len(ranges))
+            lengths = np.fromiter((n for _, n in ranges), np.int64, len(ranges))
+            try:
+                return [bytes(view) for view in read_now(self.reader, offsets, lengths)]
+            except PastEndError as e:
+                raise NotHDF5Error(f"{self.source.url}: {e.bytes_said}; the file is truncated") from None
         try:
             return self.ranges.read_ranges(ranges)
         except H5LensError:
@@ -217,9 +230,16 @@ class OpenSource:
         return error
 
     def read(self, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset + length)``: a remote file's through libhdf5's block cache
+        (what it holds is not fetched again), a local one's with a pread."""
         try:
-            self.raw.seek(offset)
-            data = self.raw.read(length)
+            if isinstance(self.raw, TrackedFile):
+                self.raw.seek(offset)
+                data = self.raw.read(length)
+            else:
+                data = bytes(self.reader.get_sync(offset, length, exact=False))
+        except H5LensError:
+            raise
         except Exception as e:  # noqa: BLE001 - a backend failure, named with the URL
             raise storage_error(e, self.source.url, "reading") from e
         if len(data) != length:
@@ -234,6 +254,7 @@ class OpenSource:
             self.h5.close()
         finally:
             try:
+                self.reader.close()  # a local file's map (its descriptor is raw's)
                 self.raw.close()
             finally:
                 if self.ranges is not None:
@@ -251,16 +272,21 @@ def open_source(
         raise InvalidOptionError(f"read_block_size must be at least {MIN_READ_BLOCK_SIZE} bytes. Got {read_block_size}")
     _register_filter_plugins()
     raw: BinaryIO | TrackedFile
+    reader: ByteReader
     ranges: RemoteRanges | None = None
     if is_remote(url):
         raw, source, ranges = _open_remote(url, storage_options, read_block_size)
+        reader = ranges.source
     else:
-        raw, source = _open_local(url)
+        raw, reader, source = _open_local(url)
 
     try:
         try:
-            head = raw.read(len(HDF5_SIGNATURE))
-            raw.seek(0)
+            if isinstance(raw, TrackedFile):
+                head = raw.read(len(HDF5_SIGNATURE))
+                raw.seek(0)
+            else:
+                head = bytes(reader.get_sync(0, len(HDF5_SIGNATURE), exact=False))
         except Exception as e:  # noqa: BLE001
             raise storage_error(e, url, "reading", anon=anon_requested(storage_options)) from e
         if source.size == 0:
@@ -274,11 +300,12 @@ def open_source(
             what = "not an HDF5 file" if head != HDF5_SIGNATURE else "unreadable HDF5 file"
             raise NotHDF5Error(f"{url}: {what} ({first_line(e)})") from None
     except BaseException:
+        reader.close()
         raw.close()
         if ranges is not None:
             ranges.close()
         raise
-    return OpenSource(h5, raw, source, ranges, storage_options)
+    return OpenSource(h5, raw, source, reader, ranges, storage_options)
 
 
 def _open_h5(raw: TrackedFile) -> h5py.File:
@@ -321,26 +348,18 @@ def _register_filter_plugins() -> None:
         pass
 
 
-def _open_local(url: str) -> tuple[BinaryIO, Source]:
-    local = url.removeprefix("file://")
+def _open_local(url: str) -> tuple[BinaryIO, LocalClient, Source]:
+    """The file open for h5lens's reads (libhdf5 opens it by its path), its byte reader on
+    that descriptor, and what identifies it (size, mtime, content fingerprint)."""
+    LocalClient(url).stat()  # no such file, a directory, not a regular file: said before opening
     try:
-        stat = os.stat(local)
-    except FileNotFoundError:
-        raise SourceNotFoundError(f"{url}: no such file") from None
+        raw = open(url.removeprefix("file://"), "rb")  # noqa: SIM115 - closed by OpenSource.close
     except OSError as e:
         raise storage_error(e, url, "opening") from None
-    if os.path.isdir(local):
-        raise NotHDF5Error(f"{url}: a directory, not a file")
-    if not os.path.isfile(local):
-        raise NotHDF5Error(f"{url}: not a regular file")
+    reader = LocalClient(url, descriptor=raw.fileno())
     try:
-        raw = open(local, "rb")  # noqa: SIM115 - closed by OpenSource.close
-    except OSError as e:
-        raise storage_error(e, url, "opening") from None
-    from h5lens.identity import fingerprint
-
-    fd = raw.fileno()
-    content = fingerprint(lambda offset, length: os.pread(fd, length, offset), stat.st_size)
-    return raw, Source(url, stat.st_size, stat.st_mtime, None, content)
-
-
+        info = reader.stat(fingerprint=True)
+    except BaseException:
+        raw.close()
+        raise
+    return raw, reader, Source(url, info["size"], info["mtime"], None, info["fingerprint"])

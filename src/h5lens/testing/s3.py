@@ -223,6 +223,11 @@ class CountingProxy(LoopServer):
     ``bandwidth``
         bytes/s of each GET response: the body streams at that rate (the last byte leaves
         no sooner than ``size / bandwidth`` after the response starts), each response at its own rate.
+    ``total_bandwidth``
+        bytes/s of every GET response together: one link the responses in flight share, their
+        pieces sent in the order they came to it (a narrow network, or a server that serves so
+        much in all): N responses of S bytes, sent at once, end no sooner than ``N * S /
+        total_bandwidth`` after they start.
     ``cache_objects``
         each object is fetched once from the target (one plain GET of the whole object,
         kept with its ETag and Last-Modified) and GETs of it, ranged or whole, are answered
@@ -241,10 +246,12 @@ class CountingProxy(LoopServer):
         faults: tuple[str, ...] = ("503",),
         seed: int = 0,
         bandwidth: float | None = None,
+        total_bandwidth: float | None = None,
         cache_objects: bool = False,
     ) -> None:
-        if bandwidth is not None and not bandwidth > 0:
-            raise ValueError(f"bandwidth must be a positive number of bytes/s. Got {bandwidth!r}")
+        for name, rate in (("bandwidth", bandwidth), ("total_bandwidth", total_bandwidth)):
+            if rate is not None and not rate > 0:
+                raise ValueError(f"{name} must be a positive number of bytes/s. Got {rate!r}")
         self.target = target.rstrip("/")
         self.latency_ms = latency_ms
         self.fault_rate = fault_rate
@@ -253,6 +260,8 @@ class CountingProxy(LoopServer):
             raise ValueError(f"faults must be some of {FAULTS}. Got {faults!r}")
         self.faults = tuple(faults)
         self.bandwidth = bandwidth
+        self.total_bandwidth = total_bandwidth
+        self._link_free_at = 0.0  # when the shared link has sent every piece given to it so far
         self.cache_objects = cache_objects
         self._cache: dict[tuple[str, str], _CachedObject] = {}
         self._filling: dict[tuple[str, str], asyncio.Future[_CachedObject | None]] = {}
@@ -370,7 +379,9 @@ class CountingProxy(LoopServer):
     ) -> web.StreamResponse:
         """Send ``payload`` (at ``self.bandwidth`` bytes/s if set: each piece leaves when a
         stream of that rate would have finished sending it, so the whole takes at least
-        len/bandwidth). A response chosen to be truncated stops halfway and drops the connection."""
+        len/bandwidth; and, with ``self.total_bandwidth``, no sooner than the shared link has
+        sent it after every piece given to the link before). A response chosen to be truncated
+        stops halfway and drops the connection."""
         from aiohttp import web
 
         response = web.StreamResponse(status=status, headers=headers)
@@ -384,10 +395,13 @@ class CountingProxy(LoopServer):
         try:
             while sent < len(view):
                 piece = view[sent : sent + STREAM_PIECE]
-                if self.bandwidth:
-                    wait = start + (sent + len(piece)) / self.bandwidth - loop.time()
-                    if wait > 0:
-                        await asyncio.sleep(wait)
+                leaves = start + (sent + len(piece)) / self.bandwidth if self.bandwidth else 0.0
+                if self.total_bandwidth:
+                    self._link_free_at = max(self._link_free_at, loop.time()) + len(piece) / self.total_bandwidth
+                    leaves = max(leaves, self._link_free_at)
+                wait = leaves - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
                 await response.write(piece)
                 sent += len(piece)
             if request.get("h5lens_truncate"):

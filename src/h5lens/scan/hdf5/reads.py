@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, BinaryIO
 
+from h5lens.fetch.local import LocalClient
 from h5lens.scan.hdf5.model import ReadRanges, UnsupportedIndexError
 from h5lens.scan.hdf5.superblock import Superblock
 
@@ -61,7 +62,9 @@ class Io:
 
 
 def reader_for(f: BinaryIO) -> ReadAt:
-    """``read(offset, length)`` of a binary file: a pread where it has a descriptor."""
+    """``read(offset, length)`` of a binary file (fewer bytes at its end): the byte reader of
+    :mod:`h5lens.fetch` on its descriptor (preads), as every read of a file is made; a file
+    object without one (an in-memory buffer a caller hands over) is read as it reads."""
     try:
         fd = f.fileno()
     except (AttributeError, OSError):
@@ -71,7 +74,8 @@ def reader_for(f: BinaryIO) -> ReadAt:
             return f.read(length)
 
         return seek_read
-    return lambda offset, length: os.pread(fd, length, offset)
+    reader = LocalClient(str(getattr(f, "name", f"descriptor {fd}")), descriptor=fd)
+    return lambda offset, length: reader.get_sync(offset, length, exact=False)
 
 
 def file_size(f: BinaryIO) -> int:
