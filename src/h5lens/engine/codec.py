@@ -124,7 +124,7 @@ class ArrayCodec:
         found = np.frombuffer(decoded, dtype=self.stored, count=n * self.chunk_items).reshape(n, *self.chunk_shape)
         if out is None:
             return found
-        out[...] = found
+        out[...] = found.reshape(out.shape)  # a streamed chunk's place may be flat (Layout.target)
         return out
 
     def values_of(self, decoded: Sequence[Any], out: np.ndarray | None = None) -> np.ndarray:
