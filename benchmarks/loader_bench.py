@@ -162,7 +162,6 @@ def _collection_datasets(spec: dict[str, Any]) -> tuple[list[Any], np.ndarray]:
     file's row it came from (from the copy's obs names ``cell_NNNNNN``)."""
     import anndata as ad
     import zarr
-
     from annbatch import DatasetCollection
 
     if spec["where"] == "s3":
@@ -210,8 +209,8 @@ def route_main(spec: dict[str, Any]) -> dict[str, Any]:
     import warnings
 
     warnings.simplefilter("ignore")
-    import anndata  # noqa: F401  - imports before the first memory reading, for every route alike
     import annbatch
+    import anndata  # noqa: F401  - imports before the first memory reading, for every route alike
     import scipy.sparse as sp
     import zarr  # noqa: F401
 

@@ -156,7 +156,6 @@ def gen_h5ad(path: str, n_obs: int, n_vars: int, density: float, chunk: int | No
     chunks of ``chunk`` elements (None: one ``write_h5ad(compression=...)``, anndata's
     chunks)."""
     import h5py
-
     from atlas_files import write_atlas
 
     nnz = write_atlas(path, n_obs, n_vars, density, chunk=chunk, fmt=fmt, compression=compression)
@@ -771,7 +770,7 @@ def preload() -> None:
     import zarr.storage  # noqa: F401
 
     import h5lens
-    import h5lens.read.anndata
+    import h5lens.adata.readers
     import h5lens.store
 
     h5lens._register_codecs()

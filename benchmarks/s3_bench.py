@@ -760,8 +760,8 @@ def preload() -> None:
     import zarr.storage  # noqa: F401
 
     import h5lens  # noqa: F401
+    import h5lens.adata.readers  # noqa: F401
     import h5lens.manifest.refs_json  # noqa: F401
-    import h5lens.read.anndata  # noqa: F401
 
 
 def zygote_main(argv: list[str]) -> None:

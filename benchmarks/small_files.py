@@ -146,8 +146,8 @@ def pbmc_case(path: str, workdir: str, repeats: int) -> dict[str, Any]:
 def stages(manifest_path: str, repeats: int) -> dict[str, dict[str, float]]:
     """Where the fixed cost of one eager ``read_anndata(manifest_path)`` goes, stage by
     stage: medians of wall and CPU milliseconds."""
+    from h5lens.adata.readers import _read_eager
     from h5lens.manifest.model import Manifest
-    from h5lens.read.anndata import _read_eager
     from h5lens.store import ManifestStore
 
     try:

@@ -19,9 +19,8 @@ def _fast_reads_as_before():
 @pytest.fixture(autouse=True)
 def _codecs_follow_filters(monkeypatch):
     """Every array any test indexes: its codecs are libhdf5's filters (tests/pipeline_oracle.py)."""
-    from pipeline_oracle import assert_codecs_follow_filters
-
     from h5lens.scan import build
+    from pipeline_oracle import assert_codecs_follow_filters
 
     made = build._array
 

@@ -29,8 +29,8 @@ import scipy.sparse as sp
 import zarr
 
 import h5lens
+from h5lens.adata.whole_rows import WholeRowsStore
 from h5lens.engine import reader as reader_module
-from h5lens.read.whole_rows import WholeRowsStore
 from shared_data import shared_file, shared_names
 
 annbatch = pytest.importorskip("annbatch", reason="annbatch (in the test and ml extras) is the loader under test")

@@ -36,7 +36,7 @@ import zarr
 from anndata.tests.helpers import assert_equal
 
 import h5lens
-from h5lens.keys import escape_key, unescape_key
+from h5lens.format.keys import escape_key, unescape_key
 from shared_data import shared_file, shared_names
 
 SHARED_H5AD = shared_names("*.h5ad")
@@ -531,7 +531,7 @@ def test_lazy_row_slice_reads_only_its_chunks(tmp_path):
 
 def _lazy_source(array):
     """The LazySparse a lazy sparse matrix's blocks read through."""
-    from h5lens.read.lazy_sparse import LazySparse
+    from h5lens.adata.lazy_sparse import LazySparse
 
     found = [v for v in dict(array.dask).values() if isinstance(v, LazySparse)]
     assert len(found) == 1
@@ -608,7 +608,7 @@ def test_a_chunk_that_does_not_decode_is_named(tmp_path, reader):
 
 
 def test_the_private_anndata_names_h5lens_uses_are_there():
-    """h5lens.read.anndata_adapter reads (never writes) anndata's private read registry, to
+    """h5lens.adata.adapter reads (never writes) anndata's private read registry, to
     leave to anndata what it reads itself: each name it lists is there, and asks what it is
     used to ask. Nothing is registered in it by reading."""
     import importlib
@@ -616,7 +616,7 @@ def test_the_private_anndata_names_h5lens_uses_are_there():
     import zarr
     from anndata._io.specs.registry import _REGISTRY, IOSpec
 
-    from h5lens.read.anndata_adapter import OWN_ENCODINGS, PRIVATE_NAMES, anndata_reads
+    from h5lens.adata.adapter import OWN_ENCODINGS, PRIVATE_NAMES, anndata_reads
 
     for name in PRIVATE_NAMES:
         module, _, attribute = name.rpartition(".")

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from anndata.tests.helpers import assert_equal
 
 import h5lens
-from h5lens.read.anndata_eager import EagerReader
+from h5lens.adata.eager import EagerReader
 from shared_data import shared_file, shared_names
 
 pytestmark = pytest.mark.filterwarnings("ignore::anndata.OldFormatWarning", "ignore::UserWarning")
@@ -89,7 +89,7 @@ def test_a_collection_opens_its_members_side_by_side_and_keeps_their_order():
     after another, the first would wait alone and the barrier break."""
     import threading
 
-    from h5lens.read.collection import open_all
+    from h5lens.adata.collection import open_all
 
     names = [f"m{i}" for i in range(6)]
     barrier = threading.Barrier(len(names), timeout=30)
@@ -102,7 +102,7 @@ def test_a_collection_opens_its_members_side_by_side_and_keeps_their_order():
 
 
 def test_a_collection_raises_the_first_failure_in_order():
-    from h5lens.read.collection import open_all
+    from h5lens.adata.collection import open_all
 
     def open_one(name):
         if name in ("b", "d"):

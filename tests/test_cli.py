@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import h5lens
-from h5lens.sample import write_sample
+from h5lens.cli.sample import write_sample
 
 CLI = [sys.executable, "-m", "h5lens.cli"]
 

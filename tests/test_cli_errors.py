@@ -18,9 +18,8 @@ import pytest
 
 import h5lens
 from cli_runner import h5lens as run_cli
-from h5lens.sample import write_sample
+from h5lens.cli.sample import write_sample
 from h5lens.testing.s3 import free_port
-
 
 
 def h5lens_cli(*args, env=None, cwd=None):

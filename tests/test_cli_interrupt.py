@@ -132,8 +132,8 @@ def test_the_public_api_resolves_lazily():
     from h5lens.api import index
 
     assert h5lens.index is index
-    importlib.import_module("h5lens.validation")
-    assert callable(h5lens.validate) and h5lens.validate.__module__ == "h5lens.validation"
+    importlib.import_module("h5lens.read.validation")
+    assert callable(h5lens.validate) and h5lens.validate.__module__ == "h5lens.read.validation"
     assert zarr.registry.get_codec_class("h5lens.lzf").__name__ == "LZFCodec"
     with pytest.raises(AttributeError):
         h5lens.no_such_name  # noqa: B018
@@ -164,7 +164,7 @@ def test_progress_bar_on_a_terminal(tmp_path):
     """On a terminal, index shows datasets done, chunks found (and MiB read, remotely)."""
     import pty
 
-    from h5lens.sample import write_sample
+    from h5lens.cli.sample import write_sample
 
     source = write_sample(tmp_path / "sample.h5ad")
     main, secondary = pty.openpty()

@@ -15,7 +15,6 @@ import zarr
 
 import h5lens
 from h5lens.manifest import compact
-
 from test_feature_matrix import BUILDERS, SLAB_BYTES  # noqa: E402 - tests/ is on sys.path
 
 

@@ -54,11 +54,11 @@ def test_the_bound_holds_and_off_is_the_default(tmp_path):
 
 @pytest.mark.parametrize("where", ["file", "object"])
 def test_workers_stores_keep_decoded_chunks_as_asked(tmp_path, where):
-    """A lazy AnnData's tasks carry its store as a handle (h5lens.read.shared): the store a
+    """A lazy AnnData's tasks carry its store as a handle (h5lens.adata.shared): the store a
     worker builds from the handle keeps decoded chunks as the opener asked, for a manifest
     file ("load" handles) and a manifest object ("object" handles) alike, and reads h5py's values."""
+    from h5lens.adata.shared import _CACHE, origin_of, shared_store
     from h5lens.read.options import OpenOptions
-    from h5lens.read.shared import _CACHE, origin_of, shared_store
 
     path = _file(tmp_path / "kept.h5")
     manifest = h5lens.index(path)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from shared_data import shared_file
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -33,7 +33,7 @@ import zarr.storage
 
 import h5lens
 import libhdf5
-from h5lens.keys import escape_key
+from h5lens.format.keys import escape_key
 
 SLAB_BYTES = 4096  # small, so the "big" contiguous datasets below are cut into slabs
 ROUTES = ("h5lens", "fsspec")

@@ -12,9 +12,9 @@ import os
 import numpy as np
 import pytest
 
-from h5lens.fetch import blocks as fetch
 from h5lens.errors import SourceNotFoundError
 from h5lens.fetch import READS, ChunkFetcher, LocalClient
+from h5lens.fetch import blocks as fetch
 
 MAX_GAP, MAX_SPAN = READS.gap(), READS.span
 

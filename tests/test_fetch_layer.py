@@ -12,7 +12,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from h5lens.destination import existing_head
 from h5lens.errors import SourceReadError
 from h5lens.fetch import cost, planner
 from h5lens.fetch.blocks import ChunkFetcher
@@ -21,6 +20,7 @@ from h5lens.fetch.local import LocalClient, read_now
 from h5lens.fetch.mapped import LOCAL_READS_ENV, MAP_FROM
 from h5lens.fetch.obstore_client import BATCH, ObstoreClient
 from h5lens.fetch.protocol import ByteReader
+from h5lens.manifest.destination import existing_head
 from h5lens.read.linked_files import exists as linked_file_exists
 from h5lens.testing.s3 import CountingProxy
 

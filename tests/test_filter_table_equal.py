@@ -24,8 +24,8 @@ from zarr.storage import MemoryStore
 import h5lens
 from h5lens.codecs import register
 from h5lens.codecs.table import FILTERS
-from h5lens.manifest.model import INLINE
 from h5lens.engine.codec import array_codec
+from h5lens.manifest.model import INLINE
 from h5lens.scan.codecs import read_pipeline, translate_pipeline
 
 INTS = ["|i1", "|u1", "<i2", ">u2", "<i4", ">i4", "<u4", "<i8", ">u8"]

@@ -1,5 +1,5 @@
 """HDF5 types zarr v3 has no data type for, each with the form h5lens gives it
-(h5lens.dtypes_forms, docs/manifest-format.md), compared with what h5py reads.
+(h5lens.format.dtypes_forms, docs/manifest-format.md), compared with what h5py reads.
 
 * ragged arrays (``h5py.vlen_dtype(np.int32)``): awkward-array groups; navigation gives
   h5py's object arrays, zarr the values and offsets, anndata and awkward the ragged array;
@@ -234,7 +234,7 @@ def build_array_members(path: Path) -> None:
 
 @pytest.mark.parametrize("threshold", [0, 1000], ids=["refs", "inline1000"])
 def test_compound_members_that_are_arrays_read_as_h5py_reads_them(threshold, tmp_path):
-    from h5lens.dtypes_forms import restore_array_fields
+    from h5lens.format.dtypes_forms import restore_array_fields
 
     path = tmp_path / "members.h5"
     build_array_members(path)

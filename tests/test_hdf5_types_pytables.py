@@ -24,7 +24,7 @@ import pytest
 from h5py import h5d, h5p, h5s, h5t
 
 import h5lens
-from h5lens.long_double import native_layout
+from h5lens.format.long_double import native_layout
 
 X87 = native_layout() is not None and native_layout().normalization == "none"  # x86's long double
 

@@ -21,8 +21,8 @@ from anndata.tests.helpers import assert_equal
 
 import h5lens
 from cli_runner import h5lens as run_cli
+from h5lens.cli.sample import write_sample
 from h5lens.fetch.clients import CLIENT_ENV, FsspecClient, ObstoreClient, open_client
-from h5lens.sample import write_sample
 from h5lens.testing.http import FileServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::anndata.OldFormatWarning")
@@ -179,7 +179,7 @@ def test_a_host_that_does_not_answer_is_not_a_missing_file(server, kind, tmp_pat
     says the endpoint cannot be reached (a StorageError, after the probe's attempts), and
     keeps "no such file" for a server that answers 404. obstore alone (forced) says why in
     its own words (its failures carry no type that says "no connection")."""
-    from h5lens.backend_errors import PROBE_ATTEMPTS
+    from h5lens.fetch.backend_errors import PROBE_ATTEMPTS
     from h5lens.testing.s3 import free_port
 
     monkeypatch.setenv(CLIENT_ENV, kind)

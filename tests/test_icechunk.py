@@ -37,7 +37,6 @@ from h5lens.errors import (  # noqa: E402
 )
 from h5lens.manifest.model import MISSING  # noqa: E402
 
-
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::FutureWarning"),

@@ -17,10 +17,10 @@ import pytest
 
 icechunk = pytest.importorskip("icechunk", reason="icechunk is not installed (pip install 'h5lens[icechunk]')")
 
-import test_icechunk as written  # noqa: E402 - the files and commits of the writing tests
 import zarr  # noqa: E402
 
 import h5lens  # noqa: E402
+import test_icechunk as written  # noqa: E402 - the files and commits of the writing tests
 from cli_runner import h5lens as run_cli  # noqa: E402
 from h5lens.errors import InvalidOptionError, StaleSourceError  # noqa: E402
 

@@ -25,8 +25,8 @@ import scipy.sparse as sp
 from anndata.tests.helpers import assert_equal
 
 import h5lens
+from h5lens.adata.blocks import ANNDATA_ROW_BLOCK, DEFAULT_BLOCK_BYTES, row_block_for_bytes
 from h5lens.errors import InvalidOptionError
-from h5lens.read.blocks import ANNDATA_ROW_BLOCK, DEFAULT_BLOCK_BYTES, row_block_for_bytes
 
 distributed = pytest.importorskip("distributed")
 
@@ -252,9 +252,9 @@ def test_lazy_collection_computes_on_the_cluster(first_run, bucket, local_files,
 
 
 def test_workers_read_through_one_store_per_manifest(first_run, bucket, options, client):
-    from h5lens.read.shared import cached_stores
+    from h5lens.adata.shared import cached_stores
 
-    client.run(lambda: __import__("h5lens.read.shared", fromlist=["_CACHE"])._CACHE.clear())
+    client.run(lambda: __import__("h5lens.adata.shared", fromlist=["_CACHE"])._CACHE.clear())
     names = [f"sample{i:02d}.h5ad" for i in range(0, N_H5AD, 2)]
     lazy = h5lens.read_anndata([_manifest(bucket, n) for n in names], lazy=True, storage_options=options)
     client.compute(_gene_sums(lazy.X)).result()

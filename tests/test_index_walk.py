@@ -18,8 +18,6 @@ import numpy as np
 import pytest
 
 import libhdf5
-from shared_data import shared_file, shared_names
-
 from h5lens.scan.hdf5 import (
     ChunkIndex,
     UnsupportedIndexError,
@@ -30,6 +28,7 @@ from h5lens.scan.hdf5 import (
     walk_chunk_index,
     walk_chunk_index_local,
 )
+from shared_data import shared_file, shared_names
 
 # HDF5 2.0's "latest" writes layout 5; files from HDF5 1.10-1.14 (most files in the wild)
 # carry layout-4 indexes, written here with the low bound at v110, v112 or v114.

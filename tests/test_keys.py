@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h5lens.errors import InvalidKeyError
-from h5lens.keys import escape_key, is_reserved_key, needs_escaping, unescape_key
+from h5lens.format.keys import escape_key, is_reserved_key, needs_escaping, unescape_key
 
 # Written out independently of the implementation.
 FORBIDDEN = set('/\\:*?"<>|') | {chr(i) for i in range(0x20)}

@@ -1,5 +1,5 @@
 """Data flows one way: scan → manifest → store → readers. The reader side (``h5lens.read``,
-``h5lens.store``, ``h5lens.manifest``, ``h5lens.validation``) imports neither h5py nor the
+``h5lens.store``, ``h5lens.manifest``, ``h5lens.read.validation``) imports neither h5py nor the
 scanner, so a reader-only install opens and reads manifests without them."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ READER_MODULES = [
     "h5lens.read.consolidated",
     "h5lens.engine.text",
     "h5lens.read.navigate",
-    "h5lens.read.anndata",
+    "h5lens.adata.readers",
     "h5lens.read.whole",
     "h5lens.read.check",
     "h5lens.manifest",
@@ -36,7 +36,7 @@ READER_MODULES = [
     "h5lens.manifest.files",
     "h5lens.manifest.io",
     "h5lens.manifest.model",
-    "h5lens.validation",
+    "h5lens.read.validation",
     "h5lens.fetch",
 ]
 

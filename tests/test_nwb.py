@@ -35,7 +35,7 @@ from hdmf_zarr import NWBZarrIO  # noqa: E402
 from pynwb import NWBHDF5IO, NWBFile, TimeSeries  # noqa: E402
 
 import h5lens  # noqa: E402
-from h5lens import convention  # noqa: E402
+from h5lens.format import convention  # noqa: E402
 from h5lens.read import navigate  # noqa: E402
 
 T0 = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)

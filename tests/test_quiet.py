@@ -27,7 +27,7 @@ import warnings
 import pytest
 
 import h5lens
-from h5lens.sample import write_sample
+from h5lens.cli.sample import write_sample
 from h5lens.testing.s3 import free_port
 
 # what a session or file left open for the garbage collector (or the exit) shows on stderr

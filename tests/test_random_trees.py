@@ -28,7 +28,7 @@ from hypothesis.extra import numpy as hnp
 
 import h5lens
 import libhdf5
-from h5lens.convention import RESERVED_ATTRIBUTES
+from h5lens.format.convention import RESERVED_ATTRIBUTES
 from h5lens.scan import header_arrays
 from test_feature_matrix import FileKind
 from test_file_kinds import h5py_reads_everything

@@ -12,7 +12,7 @@ import numpy as np
 import zarr
 
 import h5lens
-from h5lens.sample import MANIFEST_NAME, SAMPLE_NAME, publish_refs, write_sample
+from h5lens.cli.sample import MANIFEST_NAME, SAMPLE_NAME, publish_refs, write_sample
 
 REFS = Path(__file__).resolve().parent.parent / "refs"
 

@@ -24,15 +24,15 @@ import pytest
 import scipy.sparse as sp
 
 import h5lens
-from h5lens.manifest.model import Manifest
-from oracles import assert_chunk_tables_match_libhdf5
-from h5lens.scan import hdf5
-from h5lens.scan.hdf5 import walk as hdf5_walk
-from h5lens.scan.build import build_manifest
-from h5lens.scan.options import ScanOptions
 from h5lens.fetch.clients import CLIENT_ENV
+from h5lens.manifest.model import Manifest
+from h5lens.scan import hdf5
+from h5lens.scan.build import build_manifest
+from h5lens.scan.hdf5 import walk as hdf5_walk
+from h5lens.scan.options import ScanOptions
 from h5lens.scan.source import TrackedFile, open_source
 from h5lens.testing.s3 import CountingProxy
+from oracles import assert_chunk_tables_match_libhdf5
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -18,7 +18,7 @@ import s3fs
 from anndata.tests.helpers import assert_equal
 
 import h5lens
-from h5lens.sample import write_sample
+from h5lens.cli.sample import write_sample
 from h5lens.testing.s3 import CountingProxy
 from oracles import assert_chunk_tables_match_libhdf5
 
@@ -179,7 +179,6 @@ def test_a_total_outage_ends_in_one_line(s3, chunky, tmp_path, monkeypatch):
     """Every request fails: the obstore client gives up after the retry policy's attempts
     (and so does the fsspec client it falls back to), and the CLI says so in one line."""
     from cli_runner import h5lens as run_cli
-
     from h5lens.fetch import retry
 
     monkeypatch.setattr(retry, "POLICY", retry.RetryPolicy(attempts=3, first_backoff=0.01))
@@ -368,7 +367,7 @@ def test_lazy_anndata_computes_on_a_dask_cluster(s3, tmp_path):
 def test_publish_records_the_identity_of_the_url_it_points_at(s3, tmp_path):
     """A manifest published from a local copy must guard the object readers will read: after a
     same-size edit of that object, reading is refused (before: the local mtime was recorded)."""
-    from h5lens.publish import publish
+    from h5lens.scan.publish import publish
 
     local = Path(write_sample(tmp_path / "sample.h5ad"))
     url = _upload(s3, local, "sample.h5ad")
@@ -388,7 +387,7 @@ def test_publish_records_the_identity_of_the_url_it_points_at(s3, tmp_path):
 
 
 def test_publish_refuses_a_url_that_is_not_the_file(s3, tmp_path):
-    from h5lens.publish import publish
+    from h5lens.scan.publish import publish
 
     local = Path(write_sample(tmp_path / "sample.h5ad"))
     other = _upload(s3, tmp_path / "sample.h5ad", "other.h5ad")
@@ -403,7 +402,7 @@ def test_publish_refuses_a_url_that_is_not_the_file(s3, tmp_path):
 
 
 def test_publish_over_its_own_source_is_refused(s3, tmp_path):
-    from h5lens.publish import publish
+    from h5lens.scan.publish import publish
 
     local = Path(write_sample(tmp_path / "sample.h5ad"))
     before = local.read_bytes()
@@ -426,8 +425,8 @@ def test_a_lazy_selection_fetches_in_batches_not_element_by_element(s3, s3_proxy
     """A lazy AnnData over S3 fetches what it reads anyway in one batch when it opens: a
     small file whole (as s3fs's read-ahead gives read_h5ad), a big one its dataframes and
     indptr; a selection then costs the round trips of an eager read, not one per element."""
-    import h5lens.read.anndata as lazy_reader_entry
-    import h5lens.read.anndata_lazy as lazy_reader
+    import h5lens.adata.lazy as lazy_reader
+    import h5lens.adata.readers as lazy_reader_entry
 
     local = write_sample(tmp_path / "sample.h5ad")
     url = _upload(s3, local, "sample.h5ad")

@@ -129,7 +129,7 @@ def skipped(mixed: Path) -> h5lens.Manifest:
 
 
 def _escaped(name: str) -> str:
-    from h5lens.keys import escape_key
+    from h5lens.format.keys import escape_key
 
     return "/".join(escape_key(part) for part in name.split("/")) if name else ""
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import h5lens
-from h5lens.backend_errors import http_status, is_transient, storage_error
-from h5lens.destination import check_destination
-from h5lens.locations import same_location
+from h5lens.fetch.backend_errors import http_status, is_transient, storage_error
+from h5lens.manifest.destination import check_destination
+from h5lens.manifest.locations import same_location
 from h5lens.testing.s3 import free_port
 
 
@@ -157,7 +157,7 @@ def test_an_endpoint_nobody_listens_on_is_a_storage_error_within_the_probe(s3, u
     endpoint cannot be reached, and gives up after PROBE_ATTEMPTS attempts (not the retry
     policy's 8, whose backoff took 7-9 s): a StorageError, not a SourceReadError (nothing was
     read: the endpoint is what to check)."""
-    from h5lens.backend_errors import PROBE_ATTEMPTS
+    from h5lens.fetch.backend_errors import PROBE_ATTEMPTS
     from h5lens.fetch.clients import CLIENT_ENV
 
     monkeypatch.setenv(CLIENT_ENV, kind)
@@ -184,8 +184,8 @@ def test_a_first_request_is_bounded_and_later_ones_get_the_whole_policy(s3, uplo
     through obstore (its first request to an object), fsspec (a request it cannot connect
     for) and botocore (probe_options); what a user sets wins; once the object has
     answered, obstore's requests get the retry policy's attempts."""
-    from h5lens.backend_errors import PROBE_ATTEMPTS, PROBE_CONNECT_TIMEOUT, probe_options
     from h5lens.fetch import retry
+    from h5lens.fetch.backend_errors import PROBE_ATTEMPTS, PROBE_CONNECT_TIMEOUT, probe_options
     from h5lens.fetch.clients import ObstoreClient, open_client
     from h5lens.fetch.fsspec_client import fsspec_options
 

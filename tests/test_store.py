@@ -15,7 +15,7 @@ from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteReques
 from zarr.core.buffer import default_buffer_prototype
 
 import h5lens
-from h5lens.sample import write_sample
+from h5lens.cli.sample import write_sample
 
 PROTO = default_buffer_prototype()
 
@@ -383,8 +383,8 @@ def test_a_manifest_does_not_change_a_new_one_is_made(tmp_path):
 def test_the_typed_view_of_array_documents_says_what_zarr_reads(tmp_path):
     """ArrayDocument (what readers use instead of keys into zarr.json) against zarr's own
     reading of the same documents: shape, chunks, dimension names, fill value, codecs."""
+    from h5lens.cli.sample import write_sample
     from h5lens.manifest.documents import ArrayDocument
-    from h5lens.sample import write_sample
 
     manifest = h5lens.index(write_sample(tmp_path / "sample.h5ad"))
     root = h5lens.open_group(manifest)

@@ -1,4 +1,4 @@
-"""h5lens.validate (h5lens.validation): deliberately broken manifests, each caught; real manifests clean."""
+"""h5lens.validate (h5lens.read.validation): deliberately broken manifests, each caught; real manifests clean."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 import h5lens
 from h5lens.manifest.model import INLINE
-from h5lens.validation import KNOWN_DTYPES, Problem, validate
+from h5lens.read.validation import KNOWN_DTYPES, Problem, validate
 
 
 def edited(table, **changes):

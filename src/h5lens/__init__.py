@@ -30,14 +30,14 @@ _EXPORTS = {
     "Dataset": "h5lens.read.navigate",
     "Group": "h5lens.read.navigate",
     "open": "h5lens.api",
-    "Problem": "h5lens.validation",
-    "validate": "h5lens.validation",
+    "Problem": "h5lens.read.validation",
+    "validate": "h5lens.read.validation",
     "ManifestStore": "h5lens.store",
     "Limits": "h5lens.manifest.limits",
     "fast_reads": "h5lens.fast",
     "stored_chunks": "h5lens.read.chunking",
     "StoredChunks": "h5lens.read.chunking",
-    "whole_rows": "h5lens.read.whole_rows",
+    "whole_rows": "h5lens.adata.whole_rows",
     **{
         name: "h5lens.errors"
         for name in (
@@ -103,7 +103,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this replaces
-    from h5lens.api import index, open  # noqa: A004
+    from h5lens.adata.whole_rows import whole_rows
+    from h5lens.api import index, open, read_anndata, read_treedata  # noqa: A004
     from h5lens.errors import (
         AccessDeniedError,
         H5LensError,
@@ -121,20 +122,18 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this rep
         StorageError,
         UnsupportedFeatureError,
     )
+    from h5lens.fast import fast_reads
     from h5lens.icechunk import to_icechunk
     from h5lens.manifest.limits import Limits
     from h5lens.manifest.model import Manifest
-    from h5lens.fast import fast_reads
     from h5lens.many import FileRecord, IndexManyResult, index_many
-    from h5lens.api import read_anndata, read_treedata
     from h5lens.read.chunking import StoredChunks, stored_chunks
     from h5lens.read.navigate import Dataset, Group
     from h5lens.read.open import open_group, open_store
     from h5lens.read.options import OpenOptions, load_manifest
-    from h5lens.read.whole_rows import whole_rows
+    from h5lens.read.validation import Problem, validate
     from h5lens.scan.options import ScanProgress
     from h5lens.store import ManifestStore
-    from h5lens.validation import Problem, validate
 
 _codecs_registered = False
 

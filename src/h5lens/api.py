@@ -10,12 +10,12 @@ from dataclasses import replace
 from typing import Any, Unpack
 
 from h5lens._version import __version__
+from h5lens.adata import readers as _reader
 from h5lens.errors import NotHDF5Error
 from h5lens.manifest.model import Manifest
-from h5lens.read import anndata as _reader
+from h5lens.read import datatypes as _datatypes  # noqa: F401 - committed datatypes (navigate.DATASET_KINDS)
 from h5lens.read import navigate
 from h5lens.read import ragged as _ragged  # noqa: F401 - navigation's ragged datasets (navigate.DATASET_KINDS)
-from h5lens.read import datatypes as _datatypes  # noqa: F401 - committed datatypes (navigate.DATASET_KINDS)
 from h5lens.read.navigate import Group
 from h5lens.read.open import load_manifest, open_group, open_store
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
@@ -122,13 +122,13 @@ def open(  # noqa: A001 - h5lens.open
 
 @functools.wraps(_reader.read_anndata, assigned=("__doc__", "__annotations__"))
 def read_anndata(manifest: Any, **kwargs: Any) -> Any:
-    """:func:`h5lens.read.anndata.read_anndata`; an HDF5 file (an ``.h5ad``) in place of a
+    """:func:`h5lens.adata.readers.read_anndata`; an HDF5 file (an ``.h5ad``) in place of a
     manifest is indexed in memory first, as :func:`open` does."""
     return _reader.read_anndata(manifest, index=index, **kwargs)
 
 
 @functools.wraps(_reader.read_treedata, assigned=("__doc__", "__annotations__"))
 def read_treedata(manifest: Any, **kwargs: Any) -> Any:
-    """:func:`h5lens.read.anndata.read_treedata`; an HDF5 file (an ``.h5td``) in place of a
+    """:func:`h5lens.adata.readers.read_treedata`; an HDF5 file (an ``.h5td``) in place of a
     manifest is indexed in memory first, as :func:`open` does."""
     return _reader.read_treedata(manifest, index=index, **kwargs)

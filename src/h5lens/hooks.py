@@ -242,8 +242,8 @@ def _joint_runs(
     from zarr.core.buffer import cpu
     from zarr.core.indexing import BasicIndexer, SliceDimIndexer
 
+    from h5lens.adata.whole_rows import cuts_columns, refusal
     from h5lens.engine.plan import decoder
-    from h5lens.read.whole_rows import cuts_columns, refusal
     from h5lens.store import ManifestStore
 
     parts = getattr(indexer, "indexers", None)

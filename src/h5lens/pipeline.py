@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from zarr.core.metadata import ArrayMetadata
     from zarr.core.metadata.v3 import RectilinearChunkGridMetadata, RegularChunkGridMetadata
 
+    from h5lens.adata.whole_rows import WholeRowsStore
     from h5lens.engine.layouts import Selection
     from h5lens.engine.plan import ReadPlan
-    from h5lens.read.whole_rows import WholeRowsStore
     from h5lens.store import ManifestStore
 
 PATH = "h5lens.pipeline.H5LensCodecPipeline"
@@ -85,7 +85,7 @@ class H5LensCodecPipeline(CodecPipeline):
 
     @classmethod
     def from_array_metadata_and_store(cls, array_metadata: ArrayMetadata, store: Store) -> Self:
-        from h5lens.read.whole_rows import WholeRowsStore
+        from h5lens.adata.whole_rows import WholeRowsStore
         from h5lens.store import ManifestStore
 
         if not isinstance(store, ManifestStore | WholeRowsStore):
@@ -149,8 +149,8 @@ class H5LensCodecPipeline(CodecPipeline):
         out: NDBuffer,
         drop_axes: tuple[int, ...] = (),
     ) -> tuple[GetResult, ...]:
+        from h5lens.adata.whole_rows import WholeRowsStore
         from h5lens.engine.layouts import Selection
-        from h5lens.read.whole_rows import WholeRowsStore
 
         batch = list(batch_info)
         target = out.as_numpy_array()
@@ -172,7 +172,7 @@ class H5LensCodecPipeline(CodecPipeline):
     ) -> tuple[GetResult, ...]:
         """A view's shards read as the stored chunks they are made of, in one plan of the
         base store; through zarr's sharding codec (the wrapped pipeline) where h5lens declines."""
-        from h5lens.read.whole_rows import stored_parts
+        from h5lens.adata.whole_rows import stored_parts
 
         parts = stored_parts(view, batch, drop_axes)
         plan = None if parts is None else _keys_plan(view.base, parts[0], parts[1], out.as_numpy_array())
@@ -201,9 +201,9 @@ def _placed_outside(batch: list[Any], shape: tuple[int, ...]) -> tuple[Any, ...]
 def _refusal(store: ManifestStore, item: tuple[Any, ...], shape: tuple[int, ...]) -> Exception:
     """The error for a chunk list placed outside its output, naming the array: annbatch's
     refusal where the array's chunks cut the columns."""
+    from h5lens.adata.whole_rows import cuts_columns, refusal
     from h5lens.errors import InvalidOptionError
     from h5lens.manifest.documents import ArrayDocument
-    from h5lens.read.whole_rows import cuts_columns, refusal
 
     key = item[0].path
     located = store.grammar.chunk(key)

@@ -20,6 +20,8 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from h5lens.codecs import register as register_codecs
+from h5lens.engine.decoded_cache import DecodedChunks
+from h5lens.engine.reader import ReadEngine
 from h5lens.errors import (
     H5LensError,
     InvalidOptionError,
@@ -29,15 +31,13 @@ from h5lens.errors import (
     StaleSourceError,
 )
 from h5lens.fetch.sources import ChunkRead, ReadStats, SourceReads
-from h5lens.locations import is_remote, resolve
 from h5lens.manifest.checks import VLEN_ALONE, codec_names, vlen_count_problem
 from h5lens.manifest.documents import chunk_shape_of
+from h5lens.manifest.locations import is_remote, resolve
 from h5lens.manifest.model import MISSING, Manifest
 from h5lens.manifest.refs_json import dumps_document
-from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key, metadata_path
-from h5lens.engine.decoded_cache import DecodedChunks
-from h5lens.engine.reader import ReadEngine
 from h5lens.manifest.tables import ChunkTable
+from h5lens.manifest.zarr_keys import DEFAULT_ENCODING, METADATA, KeyGrammar, chunk_key, metadata_key, metadata_path
 
 __all__ = ["ManifestStore", "ReadStats"]
 
@@ -335,9 +335,9 @@ class ManifestStore(Store):
 
     # -- sources ----------------------------------------------------------------
     def verify_sources(self) -> None:
-        """Check once that every source is the file that was indexed (:mod:`h5lens.identity`:
+        """Check once that every source is the file that was indexed (:mod:`h5lens.manifest.identity`:
         size and ETag, content fingerprint or mtime)."""
-        from h5lens import identity
+        from h5lens.manifest import identity
 
         for index, recorded in enumerate(self.manifest.sources):
             if recorded.size is None and recorded.etag is None and recorded.mtime is None and recorded.fingerprint is None:

@@ -115,7 +115,7 @@ def _uri(url: str) -> str:
 
 
 def _source_uris(manifest: Manifest) -> list[str]:
-    from h5lens.locations import resolve
+    from h5lens.manifest.locations import resolve
 
     return [_uri(resolve(source.url, manifest.location)) for source in manifest.sources]
 

@@ -2,7 +2,7 @@
 
 Errors: every command exits 0 on success and 2 with one line ``h5lens: error: ...`` on
 bad input (an :class:`h5lens.H5LensError`, or a storage failure the library let through,
-mapped by :func:`h5lens.backend_errors.storage_error`); Ctrl-C exits 130 with
+mapped by :func:`h5lens.fetch.backend_errors.storage_error`); Ctrl-C exits 130 with
 ``h5lens: interrupted``. Only typer and the standard library at module level.
 """
 
@@ -104,8 +104,8 @@ def fail(message: str, error: BaseException | None = None) -> NoReturn:
 
 def user_error(error: BaseException, url: str, action: str, anon: bool) -> BaseException | None:
     """The h5lens error a user can act on for ``error``, or None for a bug in h5lens."""
-    from h5lens.backend_errors import error_chain, from_storage_backend, storage_error
     from h5lens.errors import H5LensError
+    from h5lens.fetch.backend_errors import error_chain, from_storage_backend, storage_error
 
     if isinstance(error, H5LensError):
         return error

@@ -35,7 +35,7 @@ def demo(
         _check_endpoint(endpoint_url)
     where = endpoint_url or str(directory)
     with reporting(where, "running the demo with", anon=bool(options.get("anon"))):
-        from h5lens.demo import run_demo
+        from h5lens.cli.demo_run import run_demo
 
         run_demo(directory, endpoint_url=endpoint_url, bucket=bucket, storage_options=options)
 

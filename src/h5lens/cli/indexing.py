@@ -46,10 +46,10 @@ def check_destination(
 ) -> None:
     """Everything about the destination that can fail, before a long scan (one line each)."""
     with reporting(destination, "checking the destination", anon=bool(options.get("anon"))):
-        from h5lens.destination import check_destination as check
-        from h5lens.destination import refuse_local_sources
-        from h5lens.locations import absolute
+        from h5lens.manifest.destination import check_destination as check
+        from h5lens.manifest.destination import refuse_local_sources
         from h5lens.manifest.io import choose_format_for
+        from h5lens.manifest.locations import absolute
 
         choose_format_for(destination, form)
         check(destination, sources=[source, url], storage_options=options or None, force=force)
@@ -141,7 +141,7 @@ def index(
         else:
             written = manifest.save(output, format=form, storage_options=options or None, force=force)
             note = form_note(written, form, manifest, output)
-    from h5lens.report import summarize, unreadable_lines
+    from h5lens.scan.report import summarize, unreadable_lines
 
     summary = summarize(manifest)
     typer.echo(
@@ -192,7 +192,7 @@ def publish(
     check_form(form)
     check_destination(destination, source, url, options, force=force, form=form)
     with reporting(source, "publishing", anon=anon):
-        from h5lens.publish import publish as run_publish
+        from h5lens.scan.publish import publish as run_publish
 
         with ScanProgressBar(f"publishing {source}") as progress:
             report = run_publish(

@@ -54,7 +54,7 @@ def inspect(
     referenced vs inline.
     """
     loaded = open_manifest(manifest, storage_options(storage_option, anon, endpoint_url), index_hdf5=True)
-    from h5lens.report import print_tree
+    from h5lens.scan.report import print_tree
 
     print_tree(loaded)
 
@@ -144,7 +144,6 @@ def cat(
     loaded = open_manifest(manifest, options, index_hdf5=True)
     with reporting(manifest, "reading", anon=anon):
         from h5lens.describe import split_selection
-
         from h5lens.describe.nodes import resolve
 
         key, selection = split_selection(loaded, path, slice_)

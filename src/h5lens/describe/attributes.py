@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from h5lens import convention
+from h5lens.format import convention
 from h5lens.manifest.model import Manifest
 from h5lens.read.attribute_types import netcdf_fill_value, typed
 

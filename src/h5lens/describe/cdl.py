@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from h5lens.describe.attributes import Reference, attribute_values
-from h5lens.keys import unescape_key
+from h5lens.format.keys import unescape_key
 from h5lens.manifest.model import Manifest
 
 STORAGE = "_nc_storage"  # the netCDF profile's record (h5lens.scan.netcdf.STORAGE)

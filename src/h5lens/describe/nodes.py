@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from h5lens import convention
+from h5lens.format import convention
 from h5lens.manifest.model import Manifest
 
 ENCODING = "encoding-type"
@@ -47,7 +47,7 @@ def display(path: str) -> str:
 
 def member(manifest: Manifest, path: str, name: str) -> str | None:
     """The key of group ``path``'s member ``name`` (given as written, or as anndata escapes it)."""
-    from h5lens.keys import escape_key
+    from h5lens.format.keys import escape_key
 
     for candidate in (name, escape_key(name)):
         key = child(path, candidate)

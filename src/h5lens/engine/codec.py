@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from h5lens import convention
 from h5lens.codecs.table import Buffer, ChunkDecoder, Into, Many, decoder
 from h5lens.engine.decoded_cache import DecodedChunks
+from h5lens.format import convention
 from h5lens.manifest.documents import ArrayDocument
 
 # Chunks at least this big (decoded) stream: each is decoded into a buffer of its thread's own

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from h5lens import convention
+from h5lens.format import convention
 from h5lens.manifest.checks import vlen_count_problem
 from h5lens.manifest.documents import ArrayDocument
 

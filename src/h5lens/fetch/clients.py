@@ -28,7 +28,7 @@ from h5lens.fetch.local import LocalClient
 from h5lens.fetch.obstore_client import CLIENT_ENV, PROBE_POLICY, ObstoreClient, forced_client
 from h5lens.fetch.obstore_options import obstore_config
 from h5lens.fetch.protocol import ByteReader
-from h5lens.locations import is_remote
+from h5lens.manifest.locations import is_remote
 
 logger = logging.getLogger("h5lens.fetch")
 

@@ -23,7 +23,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from h5lens.backend_errors import (
+from h5lens.errors import SourceReadError, StorageError
+from h5lens.fetch import cost as costs
+from h5lens.fetch import retry
+from h5lens.fetch.backend_errors import (
     PROBE_CONNECT_TIMEOUT,
     anon_requested,
     http_status,
@@ -31,9 +34,6 @@ from h5lens.backend_errors import (
     storage_error,
     unreachable,
 )
-from h5lens.errors import SourceReadError, StorageError
-from h5lens.fetch import cost as costs
-from h5lens.fetch import retry
 from h5lens.fetch.cost import CostModel
 from h5lens.fetch.protocol import FetchedOrFailed, each_alone
 from h5lens.fetch.ranges import FirstRequest, RangeIgnoredError, past_end

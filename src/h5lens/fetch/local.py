@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.backend_errors import storage_error
 from h5lens.errors import NotHDF5Error, SourceReadError
 from h5lens.fetch import cost as costs
+from h5lens.fetch.backend_errors import storage_error
 from h5lens.fetch.mapped import MAP_FROM, FileMap, maps_wanted
 from h5lens.fetch.planner import LOCAL
 from h5lens.fetch.protocol import ByteReader, FetchedOrFailed, each_alone
@@ -108,7 +108,7 @@ class LocalClient:
             raise NotHDF5Error(f"{self.path}: not a regular file")
         info: dict[str, Any] = {"size": found.st_size, "mtime": found.st_mtime}
         if fingerprint:
-            from h5lens.identity import fingerprint as content
+            from h5lens.manifest.identity import fingerprint as content
 
             info["fingerprint"] = content(self.get_sync, found.st_size)
         return info

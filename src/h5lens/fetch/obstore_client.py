@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.backend_errors import PROBE_CONNECT_TIMEOUT
 from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError, first_line
 from h5lens.fetch import cost as costs
 from h5lens.fetch import retry
+from h5lens.fetch.backend_errors import PROBE_CONNECT_TIMEOUT
 from h5lens.fetch.cost import CostModel
 from h5lens.fetch.fsspec_client import FsspecClient
 from h5lens.fetch.protocol import FetchedOrFailed, each_alone

@@ -5,7 +5,7 @@ a dropped connection, a response cut off mid-stream) is sent again after a backo
 doubles up to a cap; anything else fails at once. obstore retries inside its Rust client
 (:meth:`RetryPolicy.obstore_config` hands it these numbers); requests through fsspec are
 retried here (:meth:`RetryPolicy.run`), the failure classified by exception type and
-HTTP status (:func:`h5lens.backend_errors.is_transient`). Either way a request makes at
+HTTP status (:func:`h5lens.fetch.backend_errors.is_transient`). Either way a request makes at
 most ``attempts`` attempts (a range of a batched obstore call that failed, one more, alone,
 to find which range it was: :meth:`~h5lens.fetch.obstore_client.ObstoreClient.get_many`), and a
 total outage ends in a few seconds with an error that names the URL and the bytes.
@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from h5lens.backend_errors import PROBE_ATTEMPTS
+from h5lens.fetch.backend_errors import PROBE_ATTEMPTS
 
 T = TypeVar("T")
 

@@ -8,8 +8,8 @@ import datetime
 import hashlib
 import json
 import math
-from dataclasses import replace
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np

@@ -12,7 +12,7 @@ from urllib.parse import quote, urlsplit
 from h5lens.errors import (
     InvalidOptionError,
 )
-from h5lens.locations import is_remote, local_path
+from h5lens.manifest.locations import is_remote, local_path
 from h5lens.manifest.model import Manifest
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def _source_uri(url: str) -> str:
 def source_uris(manifest: Manifest) -> list[str]:
     """The absolute URL of each of the manifest's sources (relative ones resolved against
     the manifest's location), as :func:`to_icechunk` records them."""
-    from h5lens.locations import resolve
+    from h5lens.manifest.locations import resolve
 
     return [_source_uri(resolve(source.url, manifest.location)) for source in manifest.sources]
 

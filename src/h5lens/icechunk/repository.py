@@ -23,7 +23,7 @@ from h5lens.icechunk.containers import (
     source_prefixes,
     static_keys,
 )
-from h5lens.locations import is_remote
+from h5lens.manifest.locations import is_remote
 from h5lens.manifest.model import Manifest
 
 if TYPE_CHECKING:
@@ -78,12 +78,12 @@ def check_location(
 ) -> None:
     """Refuse, before a scan, a repository location that is a source, a file, a directory
     holding something other than an Icechunk repository, or in a bucket that does not exist."""
-    from h5lens.destination import refuse_sources
+    from h5lens.manifest.destination import refuse_sources
 
     refuse_sources(location, sources)
     if location.startswith("s3://"):
-        from h5lens.backend_errors import anon_requested, probe_options, storage_error
-        from h5lens.destination import check_bucket
+        from h5lens.fetch.backend_errors import anon_requested, probe_options, storage_error
+        from h5lens.manifest.destination import check_bucket
 
         try:
             import fsspec

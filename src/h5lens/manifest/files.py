@@ -16,7 +16,7 @@ from h5lens.errors import H5LensError, ManifestLimitError
 def write_bytes_atomic(path: str, payload: bytes, *, storage_options: dict[str, Any] | None = None) -> None:
     """Write ``payload`` at ``path`` so that readers see the old content or the new, never
     a part: a temporary file renamed into place, or one PUT on object storage."""
-    from h5lens.backend_errors import anon_requested, storage_error
+    from h5lens.fetch.backend_errors import anon_requested, storage_error
 
     if "://" not in path or path.startswith("file://"):
         local = path.removeprefix("file://")
@@ -88,7 +88,7 @@ class FileRanges:
             client.close()
 
     def _fail(self, error: BaseException) -> Exception:
-        from h5lens.backend_errors import anon_requested, storage_error
+        from h5lens.fetch.backend_errors import anon_requested, storage_error
 
         return storage_error(error, self.url, "reading the manifest", anon=anon_requested(self.storage_options))
 

@@ -127,8 +127,8 @@ def write(
     :func:`choose_format`. With ``relative_sources``, a source in the manifest's directory
     or above it is recorded relative to the manifest (``atlas.h5ad``, ``../atlas.h5ad``), so
     that the two can be copied together. Returns the form written."""
-    from h5lens.destination import existing_head, refuse_local_sources, refuse_overwrite, refuse_sources
-    from h5lens.locations import resolve
+    from h5lens.manifest.destination import existing_head, refuse_local_sources, refuse_overwrite, refuse_sources
+    from h5lens.manifest.locations import resolve
 
     target = os.fspath(path)
     chosen = choose_format(manifest, format, target)
@@ -147,7 +147,7 @@ def relative_to[M: ManifestParts](manifest: M, target: str) -> M:
     relative to ``target`` (absolute paths and URLs of the same store only)."""
     from dataclasses import replace
 
-    from h5lens.locations import relative_to_manifest, resolve
+    from h5lens.manifest.locations import relative_to_manifest, resolve
 
     sources = []
     for source in manifest.sources:

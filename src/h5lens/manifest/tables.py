@@ -7,7 +7,7 @@ bytes are stored inline. This maps one-to-one onto kerchunk references and
 onto Parquet columns.
 
 This module imports nothing of h5lens but its errors, so that modules that need only
-tables and sources (:mod:`h5lens.identity`, :mod:`h5lens.fetch`) stay below the manifest
+tables and sources (:mod:`h5lens.manifest.identity`, :mod:`h5lens.fetch`) stay below the manifest
 and its files.
 
 The format modules read files into :class:`ManifestParts` and write any
@@ -123,7 +123,7 @@ FINGERPRINT_PREFIX = "sha256:"
 
 
 def is_fingerprint(value: object) -> bool:
-    """A source fingerprint as :mod:`h5lens.identity` writes it: ``sha256:`` and 64 hex digits."""
+    """A source fingerprint as :mod:`h5lens.manifest.identity` writes it: ``sha256:`` and 64 hex digits."""
     digits = value[len(FINGERPRINT_PREFIX) :] if isinstance(value, str) and value.startswith(FINGERPRINT_PREFIX) else ""
     return len(digits) == 64 and all(c in "0123456789abcdef" for c in digits)
 
@@ -136,7 +136,7 @@ class Source:
     size: int | None = None
     mtime: float | None = None
     etag: str | None = None
-    fingerprint: str | None = None  # local files: see h5lens.identity
+    fingerprint: str | None = None  # local files: see h5lens.manifest.identity
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"url": self.url, "size": self.size}
@@ -490,7 +490,7 @@ class ManifestParts:
 # float64 (and true / false as bool), so only these are recorded. Complex values are
 # written as [real, imaginary] pairs and datetime64 / timedelta64 values as their int64
 # counts (NaT: the smallest int64), so their types are recorded too; long doubles as their
-# exact hexadecimal text (h5lens.long_double).
+# exact hexadecimal text (h5lens.format.long_double).
 ATTRIBUTE_TYPES = frozenset(
     {"int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "complex64", "complex128",
      "longdouble", "clongdouble"}
@@ -503,8 +503,8 @@ def is_attribute_type(type_name: Any) -> bool:
     """Whether ``type_name`` is an attribute type a manifest may record: one of
     :data:`ATTRIBUTE_TYPES` or :data:`TIME_ATTRIBUTE_TYPES`, a ragged type (``"vlen[int32]1d"``),
     an opaque one (``"V3"``) or a compound one (``'record[["t","float32"]]'``), as
-    :mod:`h5lens.dtypes_forms` names them."""
-    from h5lens.dtypes_forms import is_opaque_type, parse_record_type, parse_vlen_type
+    :mod:`h5lens.format.dtypes_forms` names them."""
+    from h5lens.format.dtypes_forms import is_opaque_type, parse_record_type, parse_vlen_type
 
     if not isinstance(type_name, str):
         return False

@@ -5,7 +5,7 @@ indexed or written. Like :mod:`~h5lens.many.task`, it never raises: every failur
 record's one-line error.
 
 The comparison is the one a run makes to skip a file (:func:`~h5lens.many.task.out_of_date`,
-through :func:`h5lens.identity.compare`): a file is current exactly when a run of the same
+through :func:`h5lens.manifest.identity.compare`): a file is current exactly when a run of the same
 command would skip it.
 """
 
@@ -46,7 +46,7 @@ def check_one(job: Job, settings: IndexSettings) -> FileRecord:
             _stat(job.source, options)  # a file named that does not exist either: failed, as a run says
             record.status = MISSING
         except ManifestFormatError as e:  # damaged, or another file: a run replaces only a manifest
-            from h5lens.destination import existing_head, refuse_overwrite
+            from h5lens.manifest.destination import existing_head, refuse_overwrite
 
             refuse_overwrite(job.manifest, existing_head(job.manifest, options or None))
             record.status = CHANGED
@@ -73,7 +73,7 @@ def check_orphan(job: Job, settings: IndexSettings) -> FileRecord | None:
     unused): a record if the file it was made from is gone (or it cannot be told), None if
     the file is there (a file the check was not asked about)."""
     from h5lens.errors import SourceNotFoundError
-    from h5lens.locations import resolve
+    from h5lens.manifest.locations import resolve
     from h5lens.manifest.model import Manifest
 
     started = time.perf_counter()

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from h5lens.locations import absolute
 from h5lens.manifest.io import SUFFIXES
+from h5lens.manifest.locations import absolute
 from h5lens.many.sources import Job, list_manifests, plan_jobs, prepare_out_dir
 from h5lens.many.task import (
     CHANGED,
@@ -168,8 +168,8 @@ def index_many(
     a manifest below ``out_dir`` whose file is gone is ``orphaned`` (named by SOURCES or not).
     ``format`` names the manifests looked for, as for a run; the scan options are unused.
     """
-    from h5lens.destination import refuse_local_sources
     from h5lens.errors import InvalidOptionError
+    from h5lens.manifest.destination import refuse_local_sources
     from h5lens.manifest.io import FORMATS
     from h5lens.scan.options import ScanOptions
 
@@ -188,7 +188,7 @@ def index_many(
     options = dict(storage_options or {})
     started = time.perf_counter()
     if report is not None:  # a report that cannot be written fails now, not after the run
-        from h5lens.destination import check_destination
+        from h5lens.manifest.destination import check_destination
 
         check_destination(os.fspath(report), storage_options=options or None, force=force, what="a report")
     prepare_out_dir(dest, options, create=not check)

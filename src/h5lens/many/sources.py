@@ -13,10 +13,10 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from h5lens.backend_errors import anon_requested, probe_options, storage_error
-from h5lens.destination import check_bucket
 from h5lens.errors import H5LensError, InvalidOptionError
-from h5lens.locations import is_remote, same_location
+from h5lens.fetch.backend_errors import anon_requested, probe_options, storage_error
+from h5lens.manifest.destination import check_bucket
+from h5lens.manifest.locations import is_remote, same_location
 
 # A prefix or directory holds more than HDF5 files (READMEs, manifests, checksums):
 # only these are taken from it. A glob or an explicit path takes what it names.

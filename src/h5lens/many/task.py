@@ -125,7 +125,7 @@ class _Writing(Exception):
 
 
 def _referenced(manifest: Any) -> tuple[int, int]:
-    from h5lens.report import summarize
+    from h5lens.scan.report import summarize
 
     summary = summarize(manifest)
     return summary["referenced_chunks"], summary["referenced_bytes"]
@@ -153,12 +153,12 @@ def _current_manifest(job: Job, storage_options: dict[str, Any]) -> tuple[Any, t
 def out_of_date(job: Job, existing: Any, storage_options: dict[str, Any]) -> tuple[str, ...]:
     """What makes ``existing``, the manifest at ``job.manifest``, out of date for
     ``job.source`` (nothing: it is current): another source recorded, or the file changed
-    since (size, and ETag or content fingerprint or mtime: :func:`h5lens.identity.compare`),
+    since (size, and ETag or content fingerprint or mtime: :func:`h5lens.manifest.identity.compare`),
     or nothing but the size to tell. The file's own errors raise (a vanished source:
     :class:`~h5lens.errors.SourceNotFoundError`)."""
-    from h5lens import identity
     from h5lens.fetch.clients import open_client
-    from h5lens.locations import absolute, resolve
+    from h5lens.manifest import identity
+    from h5lens.manifest.locations import absolute, resolve
 
     recorded_urls = [resolve(source.url, existing.location) for source in existing.sources]
     if recorded_urls != [absolute(job.source)]:
@@ -183,8 +183,8 @@ def out_of_date(job: Job, existing: Any, storage_options: dict[str, Any]) -> tup
 def one_line(error: BaseException, url: str, *, cli: bool = False) -> str:
     """One line for the report: what the user can act on, naming the file (``cli``: in the
     command line's words, see :attr:`h5lens.errors.H5LensError.cli_message`)."""
-    from h5lens.backend_errors import from_storage_backend, storage_error
     from h5lens.errors import H5LensError
+    from h5lens.fetch.backend_errors import from_storage_backend, storage_error
 
     if isinstance(error, _Writing):
         return error.cli_text if cli else str(error)

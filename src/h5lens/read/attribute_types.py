@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.dtypes_forms import parse_record_type, parse_vlen_type
 from h5lens.errors import UnsupportedFeatureError
-from h5lens.long_double import from_hex
+from h5lens.format.dtypes_forms import parse_record_type, parse_vlen_type
+from h5lens.format.long_double import from_hex
 
 
 def netcdf_fill_value(value: Any, array_type: Any) -> Any:

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from h5lens import convention
 from h5lens.errors import ManifestFormatError
+from h5lens.format import convention
 from h5lens.read.navigate import DATASET_KINDS, Node
 
 
@@ -28,7 +28,7 @@ class Datatype(Node):
     def dtype(self) -> np.dtype:
         from zarr.core.dtype import get_data_type_from_json
 
-        from h5lens.long_double import float_form_in, h5py_dtype
+        from h5lens.format.long_double import float_form_in, h5py_dtype
 
         attributes = self._doc["attributes"]
         stored = attributes[convention.DATATYPE]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from h5lens.errors import SourceNotFoundError
-from h5lens.locations import resolve
+from h5lens.manifest.locations import resolve
 from h5lens.manifest.model import Manifest
 from h5lens.read.options import OpenOptions
 

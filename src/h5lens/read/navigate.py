@@ -39,10 +39,10 @@ from typing import Any, NamedTuple, Unpack
 import numpy as np
 import zarr
 
-from h5lens import convention
-from h5lens.dtypes_forms import restore_array_fields, view_array_fields
-from h5lens.keys import escape_key, unescape_key
-from h5lens.long_double import float_form_in, h5py_dtype, to_h5py
+from h5lens.format import convention
+from h5lens.format.dtypes_forms import restore_array_fields, view_array_fields
+from h5lens.format.keys import escape_key, unescape_key
+from h5lens.format.long_double import float_form_in, h5py_dtype, to_h5py
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import Manifest
 from h5lens.read.attribute_types import netcdf_fill_value, typed

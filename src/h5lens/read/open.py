@@ -7,8 +7,8 @@ from typing import Unpack, cast
 
 import zarr
 
-from h5lens import convention
 from h5lens.errors import InvalidOptionError, ManifestFormatError, NotAManifestError
+from h5lens.format import convention
 from h5lens.manifest.model import Manifest
 from h5lens.read.linked_files import Indexer
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest, load_manifest

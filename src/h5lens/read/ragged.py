@@ -1,7 +1,7 @@
 """A ragged HDF5 dataset (variable-length sequences of numbers) read as h5py reads it.
 
 The manifest holds it as an awkward-array group marked ``_RAGGED``
-(:mod:`h5lens.dtypes_forms`); navigation gives it as a dataset whose values are h5py's:
+(:mod:`h5lens.format.dtypes_forms`); navigation gives it as a dataset whose values are h5py's:
 an object array of numpy arrays, of the dataset's shape.
 """
 
@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from h5lens import convention
-from h5lens.ragged_forms import (
+from h5lens.errors import ManifestFormatError
+from h5lens.format import convention
+from h5lens.format.long_double import FloatLayout, float_form_in, to_longdouble
+from h5lens.format.ragged_forms import (
     AWKWARD_ATTRIBUTES,
     STRING_ELEMENTS,
     element_dtype,
@@ -24,8 +26,6 @@ from h5lens.ragged_forms import (
     record_values,
     string_values,
 )
-from h5lens.errors import ManifestFormatError
-from h5lens.long_double import FloatLayout, float_form_in, to_longdouble
 from h5lens.read.navigate import DATASET_KINDS, Attributes, Node, empty
 
 

@@ -37,12 +37,12 @@ from xarray.coding.strings import create_vlen_dtype
 from xarray.core import indexing
 from xarray.core.variable import Variable
 
-from h5lens import convention
-from h5lens.long_double import FloatFields, FloatLayout, float_form_in, h5py_dtype, to_h5py
 from h5lens.codecs import table
+from h5lens.engine.plan import decoder, region_of
+from h5lens.format import convention
+from h5lens.format.long_double import FloatFields, FloatLayout, float_form_in, h5py_dtype, to_h5py
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.read.attribute_types import typed_attributes
-from h5lens.engine.plan import decoder, region_of
 from h5lens.store import ManifestStore
 
 # The group attributes the netCDF profile records HDF5 storage in (h5lens.scan.netcdf.STORAGE,
@@ -81,7 +81,7 @@ class RegionArrayWrapper(ZarrArrayWrapper):
 
 class LongDoubleArrayWrapper(ZarrArrayWrapper):
     """A zarr array of the stored bits of long doubles (``_FLOAT_LAYOUT``,
-    :mod:`h5lens.long_double`): real ones, complex pairs or record members, read as h5py
+    :mod:`h5lens.format.long_double`): real ones, complex pairs or record members, read as h5py
     gives them (np.longdouble, np.clongdouble, records holding them)."""
 
     __slots__ = ("_form", "_where")

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from h5lens import convention
-from h5lens.keys import escape_key, zarr_node_name
+from h5lens.format import convention
+from h5lens.format.keys import escape_key, zarr_node_name
 from h5lens.scan import anndata_legacy
 from h5lens.scan.profiles import ProfileContext
 

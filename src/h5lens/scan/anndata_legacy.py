@@ -14,7 +14,7 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
-from h5lens import convention
+from h5lens.format import convention
 from h5lens.scan.profiles import ProfileContext
 
 ENCODING = "encoding-type"

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from h5lens import convention
-from h5lens.long_double import fields_json
+from h5lens.format import convention
+from h5lens.format.long_double import fields_json
 from h5lens.manifest.documents import chunk_shape_of, grid_shape
 from h5lens.manifest.model import ChunkTable, ChunkTableBuilder
 from h5lens.manifest.zarr_keys import DEFAULT_ENCODING

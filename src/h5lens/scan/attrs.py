@@ -24,10 +24,10 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5lens import convention
-from h5lens.dtypes_forms import ragged_primitive, record_type_name, vlen_type_name
 from h5lens.errors import UnsupportedFeatureError
-from h5lens.long_double import to_hex
+from h5lens.format import convention
+from h5lens.format.dtypes_forms import ragged_primitive, record_type_name, vlen_type_name
+from h5lens.format.long_double import to_hex
 from h5lens.scan.attr_headers import AttributeHeaders
 from h5lens.scan.hdf5.attributes import NULL, HeaderAttribute
 
@@ -367,7 +367,7 @@ def _long_double(dtype: np.dtype) -> bool:
 
 
 def _long_double_text(value: Any) -> Any:
-    """A long double's exact text (h5lens.long_double), a complex one's as [real, imaginary]."""
+    """A long double's exact text (h5lens.format.long_double), a complex one's as [real, imaginary]."""
     if np.iscomplexobj(value):
         return [to_hex(value.real), to_hex(value.imag)]
     return to_hex(value)

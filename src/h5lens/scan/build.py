@@ -13,8 +13,6 @@ from typing import Any, TypedDict
 import h5py
 import numpy as np
 
-from h5lens import convention
-from h5lens.dtypes_forms import ragged_element, record_fields
 from h5lens.errors import (
     H5LensError,
     MaterializeLimitError,
@@ -22,8 +20,10 @@ from h5lens.errors import (
     SourceNotFoundError,
     UnsupportedFeatureError,
 )
-from h5lens.locations import is_remote
+from h5lens.format import convention
+from h5lens.format.dtypes_forms import ragged_element, record_fields
 from h5lens.manifest.documents import check_documents, chunk_shape_of
+from h5lens.manifest.locations import is_remote
 from h5lens.manifest.model import MISSING, ChunkTable, ChunkTableBuilder, Manifest, NodeMap
 from h5lens.scan import chunks as chunk_scan
 from h5lens.scan.arrays import (
@@ -50,7 +50,6 @@ from h5lens.scan.global_heap import HeapCheck
 from h5lens.scan.hdf5 import reader_for
 from h5lens.scan.hdf5_types import element_dtype, stored_layout
 from h5lens.scan.header_arrays import HeaderDocuments, TypeTemplate, learn_template
-from h5lens.scan.node_documents import datatype_document, group_document, group_node, node_attributes
 from h5lens.scan.materialize import (
     ResolvePath,
     chunk_selection,
@@ -61,6 +60,7 @@ from h5lens.scan.materialize import (
     read_values,
     reference_path,
 )
+from h5lens.scan.node_documents import datatype_document, group_document, group_node, node_attributes
 from h5lens.scan.options import (
     CONVENTIONS,
     DEFAULT_INLINE_THRESHOLD,

@@ -26,9 +26,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5lens.dtypes_forms import restore_array_fields, struct_form
 from h5lens.errors import UnsupportedFeatureError
-from h5lens.long_double import (
+from h5lens.format.dtypes_forms import restore_array_fields, struct_form
+from h5lens.format.long_double import (
     FloatFields,
     FloatLayout,
     bits_dtype,
@@ -70,9 +70,9 @@ class TypePlan:
     # compound with such members): h5py's values are stored, as for a filter without a codec
     converted: bool = False
     # compound members that are arrays, stored as nested records: ((field path), (shape)) each,
-    # the _ARRAY_FIELDS attribute (h5lens.dtypes_forms)
+    # the _ARRAY_FIELDS attribute (h5lens.format.dtypes_forms)
     array_fields: tuple[tuple[Any, ...], ...] = ()
-    # floats h5py reads as np.longdouble: the stored bits' layout (h5lens.long_double), the
+    # floats h5py reads as np.longdouble: the stored bits' layout (h5lens.format.long_double), the
     # _FLOAT_LAYOUT attribute; the elements are zarr raw_bytes of its size
     float_layout: FloatLayout | None = None
     # float_layout is this platform's: h5py's values are copied as their bits, not the stored ones
@@ -327,7 +327,7 @@ def _plan_compound(dtype: np.dtype, path: str) -> TypePlan:
     )
 
 
-# what the awkward record form of a compound with variable-length members holds (h5lens.ragged_forms)
+# what the awkward record form of a compound with variable-length members holds (h5lens.format.ragged_forms)
 _RECORD_MEMBERS = (
     "numbers, fixed-length byte strings, variable-length strings, sequences of these, or arrays of any of these"
 )

@@ -17,7 +17,7 @@ Where they are not, referencing the bytes as that dtype reads wrong values, sile
 
 Floats h5py reads as ``np.longdouble`` (x87's 80-bit extended in 16 bytes, HDF5's
 ``H5T_NATIVE_LDOUBLE``, or any float too wide for float64) have no zarr v3 data type: their
-stored bytes are referenced as ``raw_bytes`` with the float's layout (:mod:`h5lens.long_double`),
+stored bytes are referenced as ``raw_bytes`` with the float's layout (:mod:`h5lens.format.long_double`),
 or copied as the stored bits where h5py's elements are wider than the stored ones. So are
 complex long doubles (a compound of two of them, ``r`` then ``i``, which h5py reads as
 ``np.clongdouble``) and compounds with long double members (``raw_bytes`` fields, each with
@@ -45,7 +45,7 @@ import numpy as np
 from h5lens.codecs.bitfield import codec_json as bitfield_json
 from h5lens.codecs.spacepad import codec_json as spacepad_json
 from h5lens.errors import UnsupportedFeatureError
-from h5lens.long_double import FloatFields, FloatLayout, holds_long_double, is_long_double, native_for
+from h5lens.format.long_double import FloatFields, FloatLayout, holds_long_double, is_long_double, native_for
 
 # IEEE 754 float layouts libhdf5 uses by size: (sign bit, exponent position, exponent size,
 # mantissa position, mantissa size), exponent bias

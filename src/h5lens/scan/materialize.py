@@ -14,9 +14,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5lens.dtypes_forms import struct_form
 from h5lens.errors import UnsupportedFeatureError
-from h5lens.long_double import bits_dtype
+from h5lens.format.dtypes_forms import struct_form
+from h5lens.format.long_double import bits_dtype
 from h5lens.manifest.documents import chunk_shape_of
 from h5lens.scan.attrs import as_bytes
 from h5lens.scan.dtypes import TypePlan, fields_of, packed, structured_json

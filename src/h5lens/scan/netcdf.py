@@ -57,8 +57,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5lens import convention
-from h5lens.keys import zarr_node_name
+from h5lens.format import convention
+from h5lens.format.keys import zarr_node_name
 from h5lens.manifest.documents import chunk_shape_of, grid_shape
 from h5lens.manifest.model import MISSING, ChunkTableBuilder
 from h5lens.scan.materialize import chunk_selection, encode_chunks

@@ -8,9 +8,9 @@ from typing import Any
 
 import h5py
 
-from h5lens import convention
 from h5lens.errors import UnsupportedFeatureError
-from h5lens.long_double import fields_json, holds_long_double
+from h5lens.format import convention
+from h5lens.format.long_double import fields_json, holds_long_double
 from h5lens.scan.attr_headers import AttributeHeaders
 from h5lens.scan.attrs import read_attributes
 from h5lens.scan.dtypes import plan_type

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from h5lens import convention
 from h5lens.errors import InvalidOptionError
+from h5lens.format import convention
 
 CONVENTIONS = convention.PROFILES
 DEFAULT_CONVENTION = convention.DEFAULT_PROFILE

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from h5lens.fetch.clients import ByteReader, open_client
-from h5lens.locations import absolute, is_remote, local_path, resolve, same_location
+from h5lens.manifest.locations import absolute, is_remote, local_path, resolve, same_location
 from h5lens.manifest.tables import Source
 
 

@@ -3,7 +3,7 @@
 h5py reads such a dataset (``h5py.vlen_dtype(np.int32)``) as an object array of numpy
 arrays. The sequences live in HDF5's global heap, so no byte range holds them: h5py reads
 them and h5lens stores them inline, in the form anndata writes awkward arrays in
-(:mod:`h5lens.dtypes_forms`): values and offsets arrays that plain zarr reads as numbers,
+(:mod:`h5lens.format.dtypes_forms`): values and offsets arrays that plain zarr reads as numbers,
 anndata's ``read_elem`` and awkward as the ragged array, and h5lens's navigation as the
 object array h5py gives.
 """
@@ -15,8 +15,10 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5lens import convention
-from h5lens.ragged_forms import (
+from h5lens.errors import UnsupportedFeatureError
+from h5lens.format import convention
+from h5lens.format.long_double import is_long_double
+from h5lens.format.ragged_forms import (
     AWKWARD_ATTRIBUTES,
     AWKWARD_ENCODING,
     STRING_ELEMENTS,
@@ -31,8 +33,6 @@ from h5lens.ragged_forms import (
     string_buffers,
     to_buffer,
 )
-from h5lens.errors import UnsupportedFeatureError
-from h5lens.long_double import is_long_double
 from h5lens.manifest.model import ChunkTable
 from h5lens.scan.arrays import inline_array
 from h5lens.scan.dtypes import plan_type, values_bits_plan

@@ -11,13 +11,13 @@ from typing import Any, BinaryIO
 import h5py
 import numpy as np
 
-from h5lens.backend_errors import anon_requested, storage_error
 from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, first_line
+from h5lens.fetch.backend_errors import anon_requested, storage_error
 from h5lens.fetch.local import LocalClient, read_now
 from h5lens.fetch.protocol import ByteReader
 from h5lens.fetch.ranges import PastEndError
 from h5lens.fetch.readahead import ReadAhead
-from h5lens.locations import is_remote
+from h5lens.manifest.locations import is_remote
 from h5lens.manifest.model import Source
 from h5lens.scan.options import DEFAULT_READ_BLOCK_SIZE, MIN_READ_BLOCK_SIZE, READ_CACHE_BYTES, READ_UNIT
 from h5lens.scan.remote import RemoteRanges

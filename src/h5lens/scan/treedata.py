@@ -27,7 +27,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from h5lens.keys import needs_escaping
+from h5lens.format.keys import needs_escaping
 from h5lens.scan.profiles import ProfileContext
 
 __all__ = ["applies", "apply"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import h5py
 
 from h5lens.errors import NotHDF5Error, UnsupportedFeatureError
-from h5lens.keys import escape_key
+from h5lens.format.keys import escape_key
 
 
 @dataclass(frozen=True)

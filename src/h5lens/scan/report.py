@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from h5lens import convention
+from h5lens.format import convention
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import Manifest
 

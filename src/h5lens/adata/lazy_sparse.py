@@ -9,10 +9,10 @@ entries, then every chunk of ``data`` and ``indices`` those rows touch at once
 (:meth:`h5lens.store.ManifestStore.read_runs`), and builds the scipy matrix. dask fuses a
 slice of a block into the block's read, so ``X[1000:1100]`` reads those rows only,
 whatever the block size; blocks are then sized for computing (by bytes,
-:mod:`h5lens.read.blocks`), not for slicing.
+:mod:`h5lens.adata.blocks`), not for slicing.
 
 Pickled, it carries its store (a handle to one store per worker process,
-:mod:`h5lens.read.shared`) and the array's path.
+:mod:`h5lens.adata.shared`) and the array's path.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 class LazySparse:
     """The csr (rows) or csc (columns) matrix group at ``path`` of ``store`` (one
-    :func:`h5lens.read.blocks.is_sparse_matrix` accepts), described by its manifest
+    :func:`h5lens.adata.blocks.is_sparse_matrix` accepts), described by its manifest
     documents: no zarr node is opened to make it."""
 
     ndim = 2

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from h5lens.sample import MANIFEST_NAME, SAMPLE_NAME
+from h5lens.cli.sample import MANIFEST_NAME, SAMPLE_NAME
 
 if TYPE_CHECKING:
     import zarr
@@ -27,8 +27,8 @@ def run_demo(
     from rich.console import Console
 
     import h5lens
-    from h5lens.report import summarize
-    from h5lens.sample import write_sample
+    from h5lens.cli.sample import write_sample
+    from h5lens.scan.report import summarize
 
     console = Console()
     directory.mkdir(parents=True, exist_ok=True)

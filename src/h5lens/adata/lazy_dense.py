@@ -5,7 +5,7 @@ and its per-chunk pipeline. :class:`DenseSource` is what ``dask.array.from_array
 instead: ``__getitem__`` of a block's slices is one region read
 (:meth:`h5lens.store.ManifestStore.read_region`: on the calling thread when the chunks are
 local and few bytes). Pickled, it carries its store (a handle to one store per worker
-process, :mod:`h5lens.read.shared`) and the array's path.
+process, :mod:`h5lens.adata.shared`) and the array's path.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ in docs/manifest-format.md. No h5py and no zarr here: both sides import this mod
   lists ``[[field, names, ...], [shape]]`` so that a reader views the records back as the
   HDF5 dtype (``values.view(restore_array_fields(...))``: no copy).
 * **Ragged arrays** and compounds with variable-length members: awkward-array groups,
-  in :mod:`h5lens.ragged_forms` (re-exported here).
+  in :mod:`h5lens.format.ragged_forms` (re-exported here).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.ragged_forms import (
+from h5lens.format.ragged_forms import (
     AWKWARD_ATTRIBUTES,
     AWKWARD_ENCODING,
     STRING_ELEMENTS,

@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.destination import check_destination, refuse_local_sources
 from h5lens.errors import H5LensError, InvalidOptionError, ManifestFormatError, SourceReadError, StorageError
-from h5lens.locations import absolute, is_remote, local_path
 from h5lens.manifest import io
+from h5lens.manifest.destination import check_destination, refuse_local_sources
 from h5lens.manifest.documents import chunk_shape_of
+from h5lens.manifest.locations import absolute, is_remote, local_path
 from h5lens.manifest.model import MISSING, Manifest, Source
-from h5lens.report import summarize
+from h5lens.scan.report import summarize
 
 SAMPLE_CHUNKS_PER_ARRAY = 2
 
@@ -137,7 +137,7 @@ def _write_checked(
 ) -> str:
     """Write under a temporary name beside the destination, read it back, compare, then
     move it into place; the temporary copy is removed whatever happens. Returns the form."""
-    from h5lens.backend_errors import anon_requested, storage_error
+    from h5lens.fetch.backend_errors import anon_requested, storage_error
     from h5lens.manifest.files import write_bytes_atomic
 
     form = io.choose_format(manifest, format, destination)

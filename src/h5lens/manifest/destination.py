@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from h5lens.backend_errors import anon_requested, probe_options, storage_error
 from h5lens.errors import AccessDeniedError, H5LensError, InvalidOptionError, StorageError
-from h5lens.locations import is_remote, local_path, same_location, scheme
+from h5lens.fetch.backend_errors import anon_requested, probe_options, storage_error
+from h5lens.manifest.locations import is_remote, local_path, same_location, scheme
 
 # Protocols whose first path component is a bucket (or container) that must exist.
 _BUCKET_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "r2"})

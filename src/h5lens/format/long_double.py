@@ -36,8 +36,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from h5lens import convention
 from h5lens.errors import ManifestFormatError, UnsupportedFeatureError
+from h5lens.format import convention
 
 NORMALIZATIONS = ("implied", "none", "msb-set")  # libhdf5's H5T_NORM_IMPLIED, NONE, MSBSET
 _MAX_SIZE = 16  # bytes: what the field-by-field decoder reads (two 64-bit words)

@@ -1,7 +1,7 @@
 """Many manifests as one AnnData, concatenated along obs by ``anndata.concat`` itself.
 
 Lazily, each manifest is read as :func:`h5lens.read_anndata` reads one (dask arrays and
-lazy dataframes over a :class:`~h5lens.read.shared.SharedManifestStore`) with blocks sized
+lazy dataframes over a :class:`~h5lens.adata.shared.SharedManifestStore`) with blocks sized
 for a cluster, and ``anndata.concat`` joins the lazy objects: ``join``, ``label``,
 ``keys`` and ``index_unique`` mean what they mean there. Every task reads through its own
 file's manifest, so the result computes on any dask scheduler, a distributed cluster

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from h5lens import convention
-from h5lens.keys import unescape_key
-from h5lens.read.anndata_adapter import ANNDATA_ELEMENTS, OwnEncodings, own_encoding, read_legacy_raw, scalar_value
-from h5lens.read.consolidated import node_at
+from h5lens.adata.adapter import ANNDATA_ELEMENTS, OwnEncodings, own_encoding, read_legacy_raw, scalar_value
 from h5lens.engine.plan import decodes
+from h5lens.format import convention
+from h5lens.format.keys import unescape_key
+from h5lens.read.consolidated import node_at
 
 if TYPE_CHECKING:
     from h5lens.store import ManifestStore

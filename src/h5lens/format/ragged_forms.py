@@ -3,7 +3,7 @@
 The scanner writes these forms and h5lens's readers read them back as h5py gives the
 values; plain zarr reads the buffers as numbers, anndata and awkward the ragged array
 (docs/manifest-format.md). No h5py and no zarr here: both sides import this module
-(:mod:`h5lens.dtypes_forms` re-exports it).
+(:mod:`h5lens.format.dtypes_forms` re-exports it).
 
 * **Ragged arrays** (variable-length sequences, h5py's ``vlen_dtype``): an anndata
   ``awkward-array`` group (``encoding-version`` 0.1.0): a ``form`` (awkward's JSON form:
@@ -52,7 +52,7 @@ def ragged_primitive(base: np.dtype) -> str | None:
 def long_double_primitive(base: np.dtype) -> str | None:
     """awkward's primitive name for h5py's ``np.longdouble`` / ``np.clongdouble`` (``float128``,
     ``complex256`` on x86-64 and ARM64 Linux); None for any other type. Their buffers are
-    raw bytes with the platform's ``_FLOAT_LAYOUT`` (:mod:`h5lens.long_double`)."""
+    raw bytes with the platform's ``_FLOAT_LAYOUT`` (:mod:`h5lens.format.long_double`)."""
     if base.names is None and base.subdtype is None and base.kind in "fc":
         wide = np.dtype(np.longdouble if base.kind == "f" else np.clongdouble)
         if base.itemsize == wide.itemsize and base.itemsize > _WIDEST[base.kind] and wide.name in _LONG_DOUBLES:
@@ -87,7 +87,7 @@ def to_buffer(values: np.ndarray, primitive: str) -> np.ndarray:
 
 def from_buffer(buffer: np.ndarray, primitive: str) -> np.ndarray:
     """Values from the buffer of their form (:func:`to_buffer` undone; a long double buffer,
-    raw bytes in zarr, is read from its bits first: :func:`h5lens.long_double.to_longdouble`)."""
+    raw bytes in zarr, is read from its bits first: :func:`h5lens.format.long_double.to_longdouble`)."""
     dtype = primitive_dtype(primitive)
     if dtype.kind == "S":
         raw = np.ascontiguousarray(buffer).reshape(-1)

@@ -4,7 +4,7 @@
 reader is anndata's own lazy callback, written out here (:class:`_LazyReads`) because
 anndata's public ``read_dispatched`` lets a caller take elements over: dense arrays of
 numbers become dask arrays h5lens reads through its read plan, sparse ``X`` and layers
-:mod:`h5lens.read.lazy_sparse` matrices sized by bytes, and ``dict`` 0.2.0 / accessors
+:mod:`h5lens.adata.lazy_sparse` matrices sized by bytes, and ``dict`` 0.2.0 / accessors
 (which anndata cannot read yet) are read by h5lens. obs and var are anndata's lazy
 dataframes, read through zarr over the store.
 """
@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import zarr
 
-from h5lens.keys import unescape_key
-from h5lens.read.anndata_adapter import OwnEncodings
-from h5lens.read.blocks import DEFAULT_BLOCK_BYTES, dense_row_block, is_sparse_matrix, sparse_row_block
-from h5lens.read.consolidated import consolidated_root, members
-from h5lens.read.lazy_dense import lazy_dense
-from h5lens.read.open import store_of
+from h5lens.adata.adapter import OwnEncodings
+from h5lens.adata.blocks import DEFAULT_BLOCK_BYTES, dense_row_block, is_sparse_matrix, sparse_row_block
+from h5lens.adata.lazy_dense import lazy_dense
 from h5lens.engine.plan import decoder
+from h5lens.format.keys import unescape_key
+from h5lens.read.consolidated import consolidated_root, members
+from h5lens.read.open import store_of
 
 if TYPE_CHECKING:
     from h5lens.store import ManifestStore
@@ -68,8 +68,8 @@ class _LazyReads:
     """The ``read_dispatched`` callback of a lazy read: ``anndata.experimental.read_lazy``'s
     own (anndata 0.13's, element for element: obs and var as lazy dataframes with their
     index read, matrices and arrays as dask arrays, uns in memory), but that dense arrays of
-    numbers are read through h5lens's read plan (:mod:`h5lens.read.lazy_dense`) and the
-    encodings anndata cannot read are read by h5lens (:mod:`h5lens.read.anndata_adapter`)."""
+    numbers are read through h5lens's read plan (:mod:`h5lens.adata.lazy_dense`) and the
+    encodings anndata cannot read are read by h5lens (:mod:`h5lens.adata.adapter`)."""
 
     LAZY = frozenset({"csr_matrix", "csc_matrix", "array", "string-array", "dataframe", "categorical"})
 
@@ -115,11 +115,11 @@ class _LazyReads:
 
 def _lazy_blocks(adata: Any, walk: zarr.Group, sparse: list[str], block_bytes: int | None) -> Any:
     """X and layers read lazily in blocks sized by bytes (``block_bytes``, by default
-    :data:`~h5lens.read.blocks.DEFAULT_BLOCK_BYTES`): the ``sparse`` ones (left out of
+    :data:`~h5lens.adata.blocks.DEFAULT_BLOCK_BYTES`): the ``sparse`` ones (left out of
     anndata's walk) along their major axis (rows of csr, columns of csc) through
-    :mod:`h5lens.read.lazy_sparse`, whose slices read only the rows they ask for; dense
+    :mod:`h5lens.adata.lazy_sparse`, whose slices read only the rows they ask for; dense
     ones in whole stored chunks, if ``block_bytes`` is given (else as anndata cut them)."""
-    from h5lens.read.lazy_sparse import lazy_sparse
+    from h5lens.adata.lazy_sparse import lazy_sparse
 
     store = store_of(walk)
     target = DEFAULT_BLOCK_BYTES if block_bytes is None else block_bytes

@@ -1,7 +1,7 @@
 """Open a manifest as AnnData / TreeData, eagerly or lazily.
 
 anndata reads most manifests as they are (``anndata.read_zarr``). An eager read here is
-h5lens's own walk of the manifest (:mod:`h5lens.read.anndata_eager`: no event-loop round
+h5lens's own walk of the manifest (:mod:`h5lens.adata.eager`: no event-loop round
 trip per node), with anndata's public ``read_dispatched`` for the encodings h5lens leaves
 to it: arrays of numbers and text and sparse matrices read whole through h5lens's read
 plan (faster than zarr's per-chunk pipeline, with no hook into zarr), and what anndata
@@ -9,7 +9,7 @@ cannot read resolved by h5lens: ``dict`` 0.2.0 (escaped keys, unescaped strictly
 ``accessor`` elements (parsed by ``anndata.acc`` into the reference they stand for), the
 convention's proposal-form scalars (``_SCALAR`` arrays of shape (1,)). String columns get
 the dtype ``read_h5ad`` gives them (anndata's zarr path leaves them as numpy strings).
-Lazy reads: :mod:`h5lens.read.anndata_lazy`. Nothing is registered in anndata.
+Lazy reads: :mod:`h5lens.adata.lazy`. Nothing is registered in anndata.
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Any, Literal, Unpack, cast
 
 import zarr
 
-from h5lens import convention
+from h5lens.adata.adapter import require
+from h5lens.adata.eager import EagerReader
+from h5lens.adata.lazy import prefetch_for_lazy, read_lazy
+from h5lens.adata.shared import SharedManifestStore, origin_of, shared_store
 from h5lens.errors import H5LensError, ManifestFormatError
+from h5lens.format import convention
 from h5lens.manifest.model import Manifest
-from h5lens.read.anndata_adapter import require
-from h5lens.read.anndata_eager import EagerReader
-from h5lens.read.anndata_lazy import prefetch_for_lazy, read_lazy
 from h5lens.read.linked_files import Indexer
 from h5lens.read.open import load_or_index, open_group, root_group, store_of
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
-from h5lens.read.shared import SharedManifestStore, origin_of, shared_store
 
 if TYPE_CHECKING:
     import anndata
@@ -65,7 +65,7 @@ def read_anndata(
 
     ``lazy=True`` gives ``anndata.experimental.read_lazy`` semantics: dask-backed
     arrays and lazy dataframes that read only the chunks a computation needs; dask tasks
-    read through one store per manifest and worker process (see :mod:`h5lens.read.shared`),
+    read through one store per manifest and worker process (see :mod:`h5lens.adata.shared`),
     so they compute on a distributed cluster too. The options (``options=`` or keywords)
     are :func:`h5lens.open_store`'s.
 
@@ -90,8 +90,8 @@ def read_anndata(
         require("dask", "h5lens.read_anndata(lazy=True)")
         require("xarray", "h5lens.read_anndata(lazy=True)")
     if isinstance(manifest, (list, tuple)):
-        from h5lens.read.blocks import DEFAULT_BLOCK_BYTES
-        from h5lens.read.collection import read_collection
+        from h5lens.adata.blocks import DEFAULT_BLOCK_BYTES
+        from h5lens.adata.collection import read_collection
 
         # a collection is computed, not sliced row by row: lazy blocks sized for a cluster
         blocks = (block_bytes or DEFAULT_BLOCK_BYTES) if lazy else None
@@ -127,7 +127,7 @@ def _open_anndata(manifest: PathOrManifest, opening: OpenOptions, *, lazy: bool,
     what the read will take asked for at once (remote sources: merged requests, in flight
     while the caller goes on), instead of one round trip per element as the reader walks
     the tree. The waits of an open are its round trips, so a collection opens its members
-    side by side (:mod:`h5lens.read.collection`)."""
+    side by side (:mod:`h5lens.adata.collection`)."""
     root = _open_root(manifest, ("anndata", "treedata"), opening, index)
     # The AnnData part of a TreeData file (before any read, so that one store fetches).
     group = _as_anndata_root(root)
@@ -146,7 +146,7 @@ def _open_anndata(manifest: PathOrManifest, opening: OpenOptions, *, lazy: bool,
 
 def _read_eager(group: zarr.Group) -> Any:
     """The AnnData of ``group`` read whole, as ``read_h5ad`` reads the file, by h5lens's
-    own walk of the manifest (:mod:`h5lens.read.anndata_eager`)."""
+    own walk of the manifest (:mod:`h5lens.adata.eager`)."""
     return EagerReader(store_of(group)).read_root()
 
 

@@ -27,7 +27,7 @@ COMPOUND_DTYPE = "_COMPOUND_DTYPE"  # LINDI's; replaced by zarr v3 structured
 # h5lens: attribute values that are byte strings but not UTF-8 text, as base64
 # ({"_BYTES": "..."} or, for an array, {"_BYTES": [...]} nested like the array).
 BYTES = "_BYTES"
-# h5lens: forms of HDF5 types zarr has no data type for (h5lens.dtypes_forms, docs/manifest-format.md)
+# h5lens: forms of HDF5 types zarr has no data type for (h5lens.format.dtypes_forms, docs/manifest-format.md)
 ARRAY_FIELDS = "_ARRAY_FIELDS"  # structured arrays: [[field path], [shape]] of members that are arrays
 RAGGED = "_RAGGED"  # an awkward-array group that is one HDF5 dataset of sequences: {"dtype", "shape"}
 DATATYPE = "_DATATYPE"  # a group that is a committed (named) HDF5 datatype: its zarr data_type

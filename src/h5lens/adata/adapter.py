@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from h5lens import convention
-from h5lens.keys import unescape_key
+from h5lens.format import convention
+from h5lens.format.keys import unescape_key
 from h5lens.read.consolidated import members
 
 if TYPE_CHECKING:

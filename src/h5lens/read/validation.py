@@ -5,7 +5,7 @@ sound). It reads no source file's data unless asked (``deep``): values are check
 only where the manifest holds them inline (reference datasets and compounds with
 reference fields always are, in manifests h5lens writes). It does look at each
 source (unless ``verify=False``): that it is there and is the file that was indexed
-(:mod:`h5lens.identity`: its size, and its ETag or content fingerprint).
+(:mod:`h5lens.manifest.identity`: its size, and its ETag or content fingerprint).
 
 Checked:
 
@@ -39,8 +39,8 @@ from typing import Any, Unpack
 
 import numpy as np
 
-from h5lens import convention
 from h5lens.errors import ManifestFormatError
+from h5lens.format import convention
 from h5lens.manifest.documents import DocumentChecker
 from h5lens.manifest.model import INLINE, MISSING, Manifest
 from h5lens.manifest.zarr_keys import KeyEncoding

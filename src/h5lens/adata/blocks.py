@@ -5,7 +5,7 @@ round trip to object storage) is small against its reading: :func:`row_block_for
 about ``target`` bytes of data per block, and never fewer rows than anndata's own default
 block. A hundred small files then make a hundred tasks, not thousands of 1-row ones.
 Slicing does not need small blocks: a slice of a sparse matrix's block reads only the
-rows it asks for (:mod:`h5lens.read.lazy_sparse`).
+rows it asks for (:mod:`h5lens.adata.lazy_sparse`).
 """
 
 from __future__ import annotations
