@@ -21,10 +21,10 @@ thread (no hop to an event loop, which costs more than such a read), and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,13 +33,29 @@ from h5lens.engine.decoded_cache import Decoded
 from h5lens.engine.kernel import decode, decodes_here
 from h5lens.engine.layouts import Layout, Region, Runs, Selected, Selection
 from h5lens.engine.offload import off_loop
+from h5lens.engine.source import ChunkSource, Payloads
 from h5lens.engine.text import TextCodec
-
-if TYPE_CHECKING:
-    from h5lens.engine.reader import ReadEngine
 
 Codec = ArrayCodec | TextCodec
 Bounds = list[tuple[int, int]]
+
+
+class ReadEngine(Protocol):
+    """What a plan asks of the engine that runs it (:class:`h5lens.engine.reader.ReadEngine`):
+    stated here, so that plans depend on no engine module."""
+
+    @property
+    def source(self) -> ChunkSource: ...
+
+    def array_codec(self, path: str) -> ArrayCodec | None: ...
+
+    def region_codec(self, path: str) -> Codec | None: ...
+
+    def read_many_now(self, path: str, flats: np.ndarray) -> Payloads | None: ...
+
+    async def read_many_async(self, path: str, flats: np.ndarray) -> Payloads: ...
+
+    def describer(self, path: str) -> Callable[[int], str]: ...
 
 
 # Whether h5lens decodes chunks itself: ``h5lens.fast_reads(False)`` turns it off for its
