@@ -19,6 +19,7 @@ from h5lens.format.ragged_forms import (
     STRING_ELEMENTS,
     element_dtype,
     from_buffer,
+    primitive_dtype,
     ragged_form,
     ragged_values,
     record_dtype,
@@ -26,6 +27,7 @@ from h5lens.format.ragged_forms import (
     record_values,
     string_values,
 )
+from h5lens.read.check import read_checked
 from h5lens.read.navigate import DATASET_KINDS, Attributes, Node, empty
 
 
@@ -95,10 +97,16 @@ class RaggedDataset(Node):
             if key is Ellipsis or key in ((), (Ellipsis,)):
                 return empty(self.dtype if "record" in self._marker else self.element_dtype)
             raise ValueError(f"{self.h5_path!r} has a null dataspace: only [()] reads it")
-        values = self._values(shape)
-        return values[()] if shape == () and key == () else values[key]
+        rows = _rows(key, shape) if self._marker.get("record") is None else None
+        if rows is None:  # every sequence (records: their members' buffers are read whole)
+            values = self._values(shape, None)
+            return values[()] if shape == () and key == () else values[key]
+        lo, hi, after = rows
+        return self._values((hi - lo, *shape[1:]), (lo, hi))[after]
 
-    def _values(self, shape: tuple[int, ...]) -> np.ndarray:
+    def _values(self, shape: tuple[int, ...], rows: tuple[int, int] | None) -> np.ndarray:
+        """The sequences of ``shape``: every one, or those of ``rows`` of the first axis (only
+        their offsets and their elements are read)."""
         record = self._marker.get("record")
         if record is not None:  # records with members that are sequences
             _, _, names = record_form(shape, record)
@@ -108,39 +116,84 @@ class RaggedDataset(Node):
             except ValueError as e:
                 raise ManifestFormatError(f"{self.h5_path}: the ragged dataset's buffers are damaged ({e})") from None
         element = self.element_dtype
-        _, _, offsets_name, data_names = ragged_form(shape, self._marker["dtype"])
-        offsets = self._buffer(offsets_name)
-        buffers = [self._buffer(name) for name in data_names]
+        _, _, offsets_name, data_names = ragged_form(self.shape or (), self._marker["dtype"])
+        per_row = int(np.prod(shape[1:], dtype=np.int64))
+        span = None if rows is None else (rows[0] * per_row, rows[1] * per_row + 1)
+        offsets = self._buffer(offsets_name, span)
         try:
-            if self._marker["dtype"] == "reference":  # the targets' paths: the nodes, None where null
-                paths = string_values(shape, offsets, buffers[0], buffers[1])
-                nodes = np.empty(paths.shape, dtype=object)
+            first = int(offsets[0]) if rows is not None and offsets.size else 0
+            offsets = offsets - first  # the rows' sequences, their elements counted from 0
+            if self._marker["dtype"] in STRING_ELEMENTS:  # each string's offsets, then the bytes
+                string_offsets = self._buffer(data_names[0], None if rows is None else (first, first + int(offsets[-1]) + 1))
+                start = int(string_offsets[0]) if rows is not None and string_offsets.size else 0
+                end = int(string_offsets[-1]) if string_offsets.size else 0
+                data = self._buffer(data_names[1], None if rows is None else (start, end))
+                paths = string_values(shape, offsets, string_offsets - start, data)
+                if self._marker["dtype"] != "reference":
+                    return paths
+                nodes = np.empty(paths.shape, dtype=object)  # the targets' paths: the nodes, None where null
                 for i, sequence in enumerate(paths.ravel().tolist()):
                     nodes.flat[i] = _nodes(self._file, sequence)
                 return nodes
-            if self._marker["dtype"] in STRING_ELEMENTS:
-                return string_values(shape, offsets, buffers[0], buffers[1])
+            count = int(offsets[-1]) if offsets.size else 0
             if element.names is None:  # numbers, or fixed-length byte strings from their bytes
-                data = from_buffer(buffers[0], self._marker["dtype"])
+                data = from_buffer(self._elements(data_names[0], self._marker["dtype"], rows, first, count), self._marker["dtype"])
             else:  # a record's fields, one buffer each
-                fields = [from_buffer(b, primitive) for b, (_, primitive) in zip(buffers, self._marker["dtype"], strict=True)]
+                fields = [
+                    from_buffer(self._elements(name, primitive, rows, first, count), primitive)
+                    for name, (_, primitive) in zip(data_names, self._marker["dtype"], strict=True)
+                ]
                 data = np.empty(min((f.size for f in fields), default=0), dtype=element)
                 for field, values in zip(element.names, fields, strict=True):
                     data[field] = values[: data.size]
             return ragged_values(shape, offsets, data)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, IndexError) as e:
             raise ManifestFormatError(f"{self.h5_path}: the ragged dataset's buffers are damaged ({e})") from None
 
+    def _elements(self, name: str, primitive: str, rows: tuple[int, int] | None, first: int, count: int) -> np.ndarray:
+        """Elements ``first .. first + count`` of data buffer ``name`` (all of it for every row);
+        a fixed-length byte string is its bytes in the buffer."""
+        if rows is None:
+            return self._buffer(name)
+        width = primitive_dtype(primitive).itemsize if primitive.startswith("S") else 1
+        return self._buffer(name, (first * width, (first + count) * width))
 
-    def _buffer(self, name: str) -> np.ndarray:
-        """A buffer's values; long doubles (raw bytes with ``_FLOAT_LAYOUT``) as np.longdouble."""
+    def _buffer(self, name: str, span: tuple[int, int] | None = None) -> np.ndarray:
+        """A buffer's values (those of ``[start, stop)`` only, where given), read by h5lens's
+        read plan where it decodes them (a chunk that fails is named); long doubles (raw
+        bytes with ``_FLOAT_LAYOUT``) as np.longdouble."""
         key = f"{self._key}/{name}"
-        values = np.asarray(self._file.array(key)[...])
+        array = self._file.array(key)
+        if span is not None and not 0 <= span[0] <= span[1] <= array.shape[0]:
+            raise ManifestFormatError(f"{self.h5_path}: the ragged dataset's buffers are damaged "
+                                      f"({name} holds {array.shape[0]} values, not {span[1]})")  # fmt: skip
+        values = np.asarray(read_checked(array, ... if span is None else slice(*span)))
         doc = self._file.manifest.nodes.get(key)
         form = None if doc is None else float_form_in(doc.get("attributes", {}), f"{self.h5_path} ({name})")
         if isinstance(form, FloatLayout):
             return np.asarray(to_longdouble(values, form, f"{self.h5_path} ({name})"))
         return values
+
+
+def _rows(key: Any, shape: tuple[int, ...]) -> tuple[int, int, Any] | None:
+    """Where ``key`` selects whole rows of the first axis: their ``[lo, hi)`` and the key that
+    gives the result from those rows' values; None for every row (or a key of another kind)."""
+    if not shape:
+        return None
+    parts = key if isinstance(key, tuple) else (key,)
+    if not parts or parts[0] is Ellipsis:
+        return None
+    head, rest = parts[0], parts[1:]
+    if isinstance(head, (int, np.integer)) and not isinstance(head, bool):
+        row = int(head) + shape[0] if int(head) < 0 else int(head)
+        if not 0 <= row < shape[0]:
+            raise IndexError(f"index {int(head)} is out of bounds for axis 0 with size {shape[0]}")
+        return row, row + 1, (0, *rest)
+    if isinstance(head, slice) and head.step in (None, 1):
+        lo, hi, _ = head.indices(shape[0])
+        hi = max(lo, hi)
+        return (lo, hi, (slice(None), *rest)) if (lo, hi) != (0, shape[0]) else None
+    return None
 
 
 def _nodes(file: Any, sequence: np.ndarray) -> np.ndarray:
