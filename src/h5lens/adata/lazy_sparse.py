@@ -66,9 +66,12 @@ class LazySparse:
         """The matrix of the major-axis rows ``major_key`` (a slice or integer indices)."""
         import scipy.sparse as sp
 
+        from h5lens.engine.plan import region_of
+
         n = self.major
-        if isinstance(major_key, slice) and major_key.step in (None, 1):
-            start, stop, _ = major_key.indices(n)
+        region = region_of(major_key, (n,)) if isinstance(major_key, slice) else None
+        if region is not None and region[1] == (slice(None),):  # a run of rows (the one converter)
+            (start, stop), = region[0]
             rows = None
         else:  # any step (negative too), bool masks, negative or unsorted indices
             where = major_key if isinstance(major_key, slice) else np.asarray(major_key)

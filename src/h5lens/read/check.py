@@ -96,28 +96,19 @@ def _grid(array: zarr.Array) -> tuple[int, ...]:
 
 
 def _blocks_of(array: zarr.Array, selection: Any) -> Iterator[tuple[int, ...]]:
-    """The chunk indices a basic selection touches (every chunk for anything fancier)."""
+    """The chunk indices a basic selection's region touches (:func:`~h5lens.engine.plan.region_of`,
+    the one converter); every chunk for anything fancier, or an empty selection."""
+    from h5lens.engine.plan import region_of
+
     grid = _grid(array)
     if not array.shape:
         yield ()
         return
-    sel = selection if isinstance(selection, tuple) else (selection,)
-    ranges: list[range] = []
-    if any(s is Ellipsis for s in sel) or len(sel) > len(grid) or not all(isinstance(s, (slice, int, np.integer)) for s in sel):
+    found = region_of(selection, tuple(array.shape))
+    if found is None or any(stop <= start for start, stop in found[0]):
         ranges = [range(n) for n in grid]
     else:
-        for axis, n in enumerate(grid):
-            item = sel[axis] if axis < len(sel) else slice(None)
-            start, stop, step = (
-                slice(int(item), int(item) + 1 if int(item) != -1 else None).indices(array.shape[axis])
-                if not isinstance(item, slice)
-                else item.indices(array.shape[axis])
-            )
-            if step != 1 or stop <= start:
-                ranges.append(range(n))
-                continue
-            size = array.chunks[axis]
-            ranges.append(range(start // size, -(-stop // size)))
+        ranges = [range(start // size, -(-stop // size)) for (start, stop), size in zip(found[0], array.chunks, strict=True)]
     yield from itertools.product(*ranges)
 
 
