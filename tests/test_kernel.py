@@ -64,3 +64,45 @@ def test_kernel_reads_equal_h5py(kernel_file: Path, kernel_group: h5lens.Group, 
         selection = REGIONS[region](f[path].shape)
         expected = f[path][selection]
     np.testing.assert_array_equal(kernel_group[path][selection], expected)
+
+
+def test_parts_run_once_each_in_order_while_the_pool_is_busy() -> None:
+    """in_parallel gives every part's result in order, each part run once; with every pool
+    thread busy (another plan's job), the calling thread runs the parts nobody started and
+    does not wait on a part a pool thread took while others remain."""
+    import threading
+
+    from h5lens.engine import kernel
+
+    release = threading.Event()
+    blockers = [kernel.pool().submit(release.wait, 30) for _ in range(kernel.THREADS)]
+    runs: list[tuple[int, str]] = []
+    try:
+        parts = [range(i, i + 1) for i in range(12)]
+        found = kernel.in_parallel(lambda part: runs.append((part.start, threading.current_thread().name)) or part.start * 10, parts)
+    finally:
+        release.set()
+        for blocker in blockers:
+            blocker.result()
+    assert found == [i * 10 for i in range(12)]
+    assert sorted(start for start, _ in runs) == list(range(12))
+    assert {name for _, name in runs} == {threading.current_thread().name}  # the pool was busy: all ran here
+
+
+def test_parts_are_shared_with_idle_pool_threads() -> None:
+    import threading
+    import time
+
+    from h5lens.engine import kernel
+
+    if kernel.THREADS < 2:
+        pytest.skip("one decode thread: nothing to share")
+    names: set[str] = set()
+
+    def work(part: range) -> int:
+        names.add(threading.current_thread().name)
+        time.sleep(0.02)  # long enough for an idle pool thread to take a part
+        return part.start
+
+    assert kernel.in_parallel(work, [range(i, i + 1) for i in range(8)]) == list(range(8))
+    assert len(names) > 1

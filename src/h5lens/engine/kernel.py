@@ -49,6 +49,11 @@ THREADS_FROM = 256 << 10
 _THREADS_CHUNK = 2048
 # Decoded bytes of small chunks taken at a time: joined and unshuffled in the CPU's cache.
 _BATCH = 1 << 20
+# A plan's chunks are shared out in this many parts per thread, so that a thread that ends
+# its own work early (a loader's preload decodes `indices` and `data` at once, unequal in
+# bytes) takes parts another plan has not reached yet: 10% more cells/s than one part per
+# thread, on two cores.
+_PARTS_PER_THREAD = 4
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
 
@@ -76,8 +81,16 @@ def in_parallel(work: Callable[[range], T], parts: Sequence[range]) -> list[T]:
         return [work(parts[0])]
     futures = [pool().submit(work, part) for part in parts[1:]]
     try:
-        done = [work(parts[0])]
-        done += [work(part) if future.cancel() else future.result() for future, part in zip(futures, parts[1:], strict=True)]
+        done: list[Any] = [work(parts[0])]
+        started = []  # parts a pool thread took: waited for once this thread has run the rest
+        for i, (future, part) in enumerate(zip(futures, parts[1:], strict=True), start=1):
+            if future.cancel():
+                done.append(work(part))
+            else:
+                done.append(None)
+                started.append((i, future))
+        for i, future in started:
+            done[i] = future.result()
     except BaseException:
         for future in futures:
             future.cancel()
@@ -97,7 +110,7 @@ def decode(codec: Codec, payloads: Payloads, layout: Layout, nbytes: int, descri
         datas = [payloads[flat] for flat in flats]
     parts = [range(len(rows))]
     if THREADS > 1 and len(rows) > 1 and not decodes_here(nbytes) and codec.chunk_nbytes >= _THREADS_CHUNK:
-        step = -(-len(rows) // THREADS)
+        step = -(-len(rows) // (THREADS * _PARTS_PER_THREAD))
         parts = [range(lo, min(lo + step, len(rows))) for lo in range(0, len(rows), step)]
     if codec.streams or layout.needs is not None:  # each chunk placed as it comes
         blank = np.full((1, *codec.chunk_shape), codec.fill, dtype=codec.dtype)
