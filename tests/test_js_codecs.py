@@ -338,3 +338,22 @@ def test_string_decoders_give_h5py_values(tmp_path: Path) -> None:
     stripped, decoded = json.loads(done.stdout)
     assert stripped == want_stripped
     assert decoded == want_sequences
+
+
+def test_the_docs_javascript_runs(served) -> None:
+    """docs/browser.md's JavaScript, run in Node on scanpy's h5ad served here."""
+    import re
+
+    directory, server = served
+    node = node_or_skip()
+    page = (Path(__file__).resolve().parents[1] / "docs" / "browser.md").read_text()
+    (block,) = re.findall(r"```js\n(.*?)```", page, re.S)
+    script = block.replace("https://data.example.org/atlas.h5ad.json", server.url("pbmc.h5ad.json"))
+    script += "\nconsole.log(JSON.stringify({ shape, first: Array.from(data.slice(0, 4)) }));\n"
+    done = subprocess.run([node, "--input-type=module", "-e", script], cwd=JS, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    read = json.loads(done.stdout)
+    with h5py.File(directory / "pbmc.h5ad", "r") as f:
+        umap = f["obsm/X_umap"][()]
+    assert read["shape"] == list(umap.shape)
+    assert read["first"] == umap.ravel()[:4].tolist()
