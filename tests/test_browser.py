@@ -133,3 +133,31 @@ def test_every_codec_h5lens_writes_is_classified() -> None:
     known = readers.ZARRITA_CODECS | readers.PACK_CODECS | set(readers.NO_BROWSER_DECODER)
     assert written - known == set()
     assert not readers.PACK_CODECS & readers.ZARRITA_CODECS
+
+
+def test_check_names_the_compact_form_and_urls_browsers_fetch_otherwise(tmp_path: Path) -> None:
+    source = _file(tmp_path / "g.h5", odd=False)
+    h5lens.index(source, url="s3://bucket/g.h5").save(tmp_path / "g.h5lens", relative_sources=False)
+    done = run("check", tmp_path / "g.h5lens", "--for", "browser")
+    assert done.status == 3, done.stdout + done.stderr
+    assert "the compact form has no JavaScript reader" in done.stdout
+    assert "s3://bucket/g.h5: url: fetched as https://s3.amazonaws.com/bucket/g.h5" in done.stdout
+
+
+def test_check_knows_zarrita_unshuffles_by_the_data_type(tmp_path: Path) -> None:
+    """zarrita.js's numcodecs.shuffle takes the element size from the data type, not from
+    its configuration (libhdf5 may shuffle by a whole compound element, or what PyTables
+    recorded): such an array is named, not read wrong."""
+    import dataclasses
+
+    manifest = h5lens.index(_file(tmp_path / "g.h5", odd=False), url=URL)
+    doc = json.loads(json.dumps(manifest.nodes["gzip"]))
+    assert {"name": "numcodecs.shuffle", "configuration": {"elementsize": 8}} in doc["codecs"]
+    assert not check_for_browser(manifest).findings
+    doc["codecs"] = [
+        {**c, "configuration": {"elementsize": 16}} if c["name"] == "numcodecs.shuffle" else c for c in doc["codecs"]
+    ]
+    changed = dataclasses.replace(manifest, nodes={**manifest.nodes, "gzip": doc})
+    (finding,) = check_for_browser(changed).findings
+    assert (finding.where, finding.kind, finding.with_pack) == ("/gzip", "codec", False)
+    assert "unshuffles by the data type's 8 bytes" in finding.reason
