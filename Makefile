@@ -2,7 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-oldest typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read bench-loader clean
+.PHONY: demo js test test-oldest typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read bench-loader clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $$(scripts/find-python) -m venv $(VENV)
@@ -13,7 +13,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/h5lens demo
 
-test: $(STAMP)
+# The codec pack's npm packages, from its lockfile, for tests/test_js_codecs.py (which skips
+# without node and npm, saying so; CI sets H5LENS_REQUIRE_JS=1 and fails instead).
+JS_STAMP := js/node_modules/.package-lock.json
+
+$(JS_STAMP): js/package-lock.json
+	@if command -v npm >/dev/null; then cd js && npm ci --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the JavaScript tests will skip"; fi
+
+js: $(JS_STAMP)
+
+test: $(STAMP) $(JS_STAMP)
 	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile
 
 # The read, AnnData and store tests again, under the oldest zarr, numcodecs, anndata and

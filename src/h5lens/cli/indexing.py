@@ -57,6 +57,18 @@ def check_destination(
             refuse_local_sources(destination, [url if url is not None else absolute(source)])
 
 
+ForReader = Annotated[
+    str | None,
+    typer.Option(
+        "--for",
+        metavar="READER",
+        help="'browser': a manifest web browsers read with zarrita.js (docs/browser.md): --url must be the "
+        "absolute http(s) URL the file is served at; NaN and infinities as strings (the proposal profile); "
+        "what browsers still cannot decode is listed.",
+    ),
+]
+
+
 # -- commands -------------------------------------------------------------------------------
 
 
@@ -95,15 +107,21 @@ def index(
     storage_option: StorageOption = [],  # noqa: B006 - typer needs a literal default
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
+    target: ForReader = None,
 ) -> None:
     """Index SOURCE into a manifest written to OUTPUT.
 
     OUTPUT is checked first (not the source, not a file that is not a manifest; its
     directory or bucket exists), then SOURCE is scanned and the manifest written
     atomically. OUTPUT icechunk://PATH (a local directory or icechunk://s3://BUCKET/PREFIX)
-    commits it to an Icechunk repository.
+    commits it to an Icechunk repository. --for browser: a manifest web browsers read
+    (docs/browser.md).
     """
     options = storage_options(storage_option, anon, endpoint_url)
+    if target is not None:
+        from h5lens.cli.browser import browser_convention
+
+        convention = browser_convention(target, url, source, output, convention)
     settings = scan_settings(
         inline_threshold=inline_threshold,
         convention=convention,
@@ -139,7 +157,9 @@ def index(
             snapshot, committed = write_destination(output, manifest, storage_options=options or None)
             note = f"committed snapshot {snapshot}" if committed else f"unchanged at snapshot {snapshot}, nothing committed"
         else:
-            written = manifest.save(output, format=form, storage_options=options or None, force=force)
+            written = manifest.save(
+                output, format=form, storage_options=options or None, force=force, relative_sources=target is None
+            )
             note = form_note(written, form, manifest, output)
     from h5lens.scan.report import summarize, unreadable_lines
 
@@ -151,6 +171,10 @@ def index(
     )
     for line in unreadable_lines(manifest):
         typer.echo(line)
+    if target is not None:
+        from h5lens.cli.browser import report_for_browser
+
+        report_for_browser(manifest, output)
 
 
 @app.command(cls=Command)
