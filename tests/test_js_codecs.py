@@ -31,7 +31,7 @@ import pytest
 import h5lens
 from h5lens.browser import check_for_browser
 from h5lens.browser.check import NAME
-from h5lens.keys import unescape_key
+from h5lens.format.keys import unescape_key
 from h5lens.testing.http import FileServer
 from cli_runner import h5lens as h5lens_command
 from shared_data import shared_file, shared_names

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from h5lens.browser import readers
-from h5lens.locations import resolve
+from h5lens.manifest.locations import resolve
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.model import Manifest
 
