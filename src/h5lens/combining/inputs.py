@@ -65,11 +65,17 @@ def load_inputs(
     found = []
     for number, given in enumerate(manifests):
         manifest = load_or_index(given, options, index)
-        name = os.fspath(given) if not isinstance(given, Manifest) else (manifest.location or f"manifest {number}")
+        # in messages: the manifest file, or for a Manifest object made in memory its file's URL
+        name = os.fspath(given) if not isinstance(given, Manifest) else (manifest.location or _source_of(manifest, number))
         found.append(Input(name, manifest, options))
     if len(found) < 1:
         raise InvalidOptionError("combine needs at least one manifest")
     return found
+
+
+def _source_of(manifest: Manifest, number: int) -> str:
+    urls = [source.url for source in manifest.sources]
+    return urls[0] if len(urls) == 1 else f"manifest {number} ({', '.join(urls[:2])})" if urls else f"manifest {number}"
 
 
 class SourceTable:
