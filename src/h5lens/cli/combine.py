@@ -21,10 +21,13 @@ def combine(
     output: Annotated[
         str,
         typer.Option(
-            "--output", "-o", "--to", metavar="OUT",
+            "--output",
+            "-o",
+            "--to",
+            metavar="OUT",
             help="Where to write the combined manifest: NAME.json, NAME.h5lens, or icechunk://PATH.",
         ),
-    ],  # fmt: skip
+    ],
     dim: Annotated[
         str | None,
         typer.Option("--dim", metavar="NAME", help="netCDF: the dimension to combine along (default: AnnData along obs)."),
@@ -43,10 +46,11 @@ def combine(
     for_readers: Annotated[
         str,
         typer.Option(
-            "--for", metavar="READERS",
+            "--for",
+            metavar="READERS",
             help="'any' (default) or 'regular': refuse, naming them, arrays that need a rectilinear chunk grid.",
         ),
-    ] = "any",  # fmt: skip
+    ] = "any",
     append: Annotated[
         bool,
         typer.Option("--append", help="Add MANIFEST... after the combined manifest at OUT (replaced with the result)."),

@@ -95,9 +95,10 @@ def combine_anndata(
                 _skeleton(reader, item, var, referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise)
             )
             item.close()
+    options: dict[str, Any] = {"join": join, "merge": merge, "uns_merge": uns_merge}  # checked by anndata
     result = anndata.concat(
-        skeletons, join=join, merge=merge, uns_merge=uns_merge, label=label, keys=keys,
-        index_unique=index_unique, fill_value=fill_value, pairwise=pairwise,
+        skeletons, label=label, keys=keys, index_unique=index_unique, fill_value=fill_value, pairwise=pairwise,
+        **options,
     )  # fmt: skip
     combined = Combined()
     written = write_anndata_elements({"/": result})

@@ -14,8 +14,8 @@ other attributes are the first file's.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
