@@ -64,6 +64,7 @@ def index_files(paths: list[str], directory: str) -> list[str]:
     import h5lens
 
     out = []
+    os.makedirs(directory, exist_ok=True)
     for path in paths:
         target = os.path.join(directory, os.path.basename(path) + ".h5lens")
         if not os.path.exists(target):
