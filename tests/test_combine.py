@@ -255,6 +255,12 @@ def test_the_command(h5ads, tmp_path):
     assert_equal(h5lens.read_anndata(out), _expected(h5ads, label="batch", keys=["a", "b", "c"]))
     document = json.loads(json.loads(out.read_text())["refs"]["X/data/zarr.json"])
     assert document["chunk_grid"]["name"] == "rectilinear"
+    growing = tmp_path / "growing.h5lens"
+    assert run("combine", *manifests[:2], "-o", growing).status == 0
+    assert run("combine", manifests[2], "-o", growing, "--append").status == 0
+    assert_equal(h5lens.read_anndata(growing), _expected(h5ads))
+    refused = run("combine", *manifests, "-o", tmp_path / "r.json", "--for", "regular")
+    assert "X/data" in refused.error_line() and "rectilinear" in refused.error_line()
 
 
 def test_append_adds_files_after_a_combined_manifest(h5ads, tmp_path):
@@ -284,3 +290,20 @@ def test_icechunk_destination(h5ads, tmp_path):
         group = zarr.open_group(reopened.readonly_session("main").store, mode="r")
         assert_equal(ad.read_zarr(group.store), _expected(h5ads))
     assert_equal(h5lens.read_anndata(f"icechunk://{tmp_path / 'repo'}"), _expected(h5ads))
+
+
+def test_files_on_s3(h5ads, s3, tmp_path):
+    """Files on object storage (moto): indexed there, combined, read through the event loop."""
+    options = s3.storage_options()
+    fs = s3.filesystem()
+    urls = []
+    for path in h5ads:
+        fs.put(str(path), f"bucket/combine/{path.name}")
+        urls.append(f"s3://bucket/combine/{path.name}")
+    manifests = [h5lens.index(url, storage_options=options, inline_threshold=0) for url in urls]
+    combined = h5lens.combine(manifests, storage_options=options)
+    assert {s.url for s in combined.sources} == set(urls)
+    expected = _expected(h5ads)
+    assert_equal(h5lens.read_anndata(combined, storage_options=options), expected)
+    lazy = h5lens.read_anndata(combined, lazy=True, storage_options=options)
+    assert_equal(lazy.X[CELLS[0] - 3 : CELLS[0] + 4].compute(), expected.X[CELLS[0] - 3 : CELLS[0] + 4])

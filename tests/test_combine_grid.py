@@ -47,7 +47,7 @@ def _combined(paths: list[Path], **index) -> Manifest:
     inputs = [Input(str(p), h5lens.index(p, inline_threshold=0, **index), OpenOptions()) for p in paths]
     parts = [Part(item, "a", sources.add(item)) for item in inputs]
     assert why_not(parts) is None
-    stacked = stack(parts, where="a")
+    stacked = stack(parts)
     return Manifest(nodes={"": ROOT, "a": stacked.doc}, chunks={"a": stacked.table}, sources=tuple(sources.sources))
 
 

@@ -42,6 +42,7 @@ def combine(
     pairwise: bool = False,
     for_readers: str = "any",
     append_to: Any = None,
+    storage_options: dict[str, Any] | None = None,
     options: OpenOptions | None = None,
     index: Indexer | None = None,
 ) -> Manifest:
@@ -50,7 +51,7 @@ def combine(
     return combine_with_summary(
         manifests, dim=dim, join=join, label=label, keys=keys, index_unique=index_unique, merge=merge,
         uns_merge=uns_merge, fill_value=fill_value, pairwise=pairwise, for_readers=for_readers, append_to=append_to,
-        options=options, index=index,
+        storage_options=storage_options, options=options, index=index,
     )[0]  # fmt: skip
 
 
@@ -68,6 +69,7 @@ def combine_with_summary(
     pairwise: bool = False,
     for_readers: str = "any",
     append_to: Any = None,
+    storage_options: dict[str, Any] | None = None,
     options: OpenOptions | None = None,
     index: Indexer | None = None,
 ) -> tuple[Manifest, Summary]:
@@ -78,7 +80,8 @@ def combine_with_summary(
     ``pairwise``), when ``dim`` is None; netCDF-4 (any HDF5 with dimension names) along the
     dimension ``dim`` otherwise. ``for_readers="regular"`` refuses, naming them, the arrays
     that would need a rectilinear chunk grid. ``append_to``: a combined manifest the
-    ``manifests`` are added after (its files are not read again)."""
+    ``manifests`` are added after (its files are not read again). ``storage_options`` (or
+    ``options``, :class:`~h5lens.OpenOptions`) serve the manifests and their files."""
     if for_readers not in FOR:
         raise InvalidOptionError(f"for_readers must be one of {FOR}. Got {for_readers!r}")
     if append_to is not None and dim is None and (label is not None or keys is not None or index_unique is not None):
@@ -86,7 +89,7 @@ def combine_with_summary(
             "label, keys and index_unique would take the combined manifest appended to for one file; "
             "combine every file again instead"
         )
-    opening = options or OpenOptions()
+    opening = options or OpenOptions(storage_options=storage_options)
     inputs = load_inputs([*([append_to] if append_to is not None else []), *manifests], options=opening, index=index)
     sources = SourceTable()
     try:
@@ -94,13 +97,19 @@ def combine_with_summary(
             combined = combine_anndata(
                 inputs, sources, join=join, merge=merge, uns_merge=uns_merge, label=label, keys=keys,
                 index_unique=index_unique, fill_value=fill_value, pairwise=pairwise,
-                regular_only=for_readers == "regular",
             )  # fmt: skip
         else:
-            combined = combine_netcdf(inputs, sources, dim=dim, regular_only=for_readers == "regular")
+            combined = combine_netcdf(inputs, sources, dim=dim)
     finally:
         for item in inputs:
             item.close()
+    rectilinear = sorted(path for path, stacked in combined.referenced.items() if stacked.rectilinear)
+    if for_readers == "regular" and rectilinear:
+        raise InvalidOptionError(
+            f"{', '.join('/' + path for path in rectilinear)}: the files' chunks differ in length along the first "
+            "axis (a rectilinear chunk grid); refused for regular readers (zarr reads such grids with "
+            "array.rectilinear_chunks, h5lens's readers with nothing)"
+        )
     first = inputs[0].manifest
     # the recorded types of attributes kept as the first file has them (written nodes have their own)
     attribute_types = {

@@ -61,7 +61,6 @@ def combine_anndata(
     index_unique: str | None = None,
     fill_value: Any = None,
     pairwise: bool = False,
-    regular_only: bool = False,
 ) -> Combined:
     """The AnnData files ``inputs`` along obs (``anndata.concat``'s options), their sources
     added to ``sources``."""
@@ -107,7 +106,7 @@ def combine_anndata(
     n_obs = result.n_obs
     for matrix in referenced:
         parts_of = [Part(item, "", mapping) for item, mapping in zip(inputs, mappings, strict=True)]
-        _reference(combined, matrix, parts_of, n_obs, regular_only=regular_only)
+        _reference(combined, matrix, parts_of, n_obs)
     _container_docs(combined, referenced)
     return combined
 
@@ -212,7 +211,7 @@ def _name(reader: EagerReader, mapping: str, name: str) -> str:
     return unescape_key(name) if attributes.get("encoding-version") == "0.2.0" else name
 
 
-def _reference(combined: Combined, matrix: Matrix, parts_of: list[Part], n_obs: int, *, regular_only: bool) -> None:
+def _reference(combined: Combined, matrix: Matrix, parts_of: list[Part], n_obs: int) -> None:
     """Matrix ``matrix`` of every file, referenced into ``combined``."""
     inputs = [part.item for part in parts_of]
 
@@ -220,21 +219,14 @@ def _reference(combined: Combined, matrix: Matrix, parts_of: list[Part], n_obs: 
         return [Part(p.item, member, p.sources) for p in parts_of]
 
     first = inputs[0].manifest.nodes
-    try:
-        if matrix.kind == "array":
-            stacked = stack(parts(matrix.path), regular_only=regular_only, where=matrix.path)
-            combined.nodes[matrix.path] = stacked.doc
-            combined.chunks[matrix.path] = stacked.table
-            combined.referenced[matrix.path] = stacked
-            return
-        for name in ("data", "indices"):
-            member = f"{matrix.path}/{name}"
-            stacked = stack(parts(member), regular_only=regular_only, where=member)
-            combined.nodes[member] = stacked.doc
-            combined.chunks[member] = stacked.table
-            combined.referenced[member] = stacked
-    except ValueError as e:  # regular_only: name every array that would be rectilinear
-        raise InvalidOptionError(f"{e}; --for regular refuses it (zarr reads it with array.rectilinear_chunks)") from None
+    members = [matrix.path] if matrix.kind == "array" else [f"{matrix.path}/data", f"{matrix.path}/indices"]
+    for member in members:
+        stacked = stack(parts(member))
+        combined.nodes[member] = stacked.doc
+        combined.chunks[member] = stacked.table
+        combined.referenced[member] = stacked
+    if matrix.kind == "array":
+        return
     pointers = [_values(item, f"{matrix.path}/indptr") for item in inputs]
     for item, found in zip(inputs, pointers, strict=True):
         stored = item.manifest.nodes[f"{matrix.path}/data"]["shape"][0]

@@ -37,7 +37,7 @@ ENCODING_ATTRIBUTES = (
 COMPARE_BYTES = 64 << 20
 
 
-def combine_netcdf(inputs: Sequence[Input], sources: SourceTable, *, dim: str, regular_only: bool = False) -> Combined:
+def combine_netcdf(inputs: Sequence[Input], sources: SourceTable, *, dim: str) -> Combined:
     """The files ``inputs`` along dimension ``dim``, their sources added to ``sources``."""
     mappings = [sources.add(item) for item in inputs]
     first = inputs[0].manifest
@@ -66,10 +66,7 @@ def combine_netcdf(inputs: Sequence[Input], sources: SourceTable, *, dim: str, r
         reason = why_not(parts)
         if reason is not None:
             raise UnsupportedFeatureError(f"/{path}: cannot be concatenated by reference: {reason}")
-        try:
-            stacked = stack(parts, regular_only=regular_only, where=path)
-        except ValueError as e:
-            raise InvalidOptionError(f"{e}; --for regular refuses it (zarr reads it with array.rectilinear_chunks)") from None
+        stacked = stack(parts)
         combined.nodes[path] = stacked.doc
         combined.chunks[path] = stacked.table
         combined.referenced[path] = stacked

@@ -92,9 +92,8 @@ def why_not(parts: Sequence[Part]) -> str | None:
     return None
 
 
-def stack(parts: Sequence[Part], *, regular_only: bool = False, where: str = "") -> Stacked:
-    """The arrays of ``parts`` (which :func:`why_not` accepts) concatenated along axis 0.
-    ``regular_only``: raise ValueError rather than write a rectilinear grid."""
+def stack(parts: Sequence[Part]) -> Stacked:
+    """The arrays of ``parts`` (which :func:`why_not` accepts) concatenated along axis 0."""
     docs = [part.item.manifest.nodes[part.path] for part in parts]
     views = [ArrayDocument.of(doc) for doc in docs]
     first_doc = docs[0]
@@ -165,8 +164,6 @@ def stack(parts: Sequence[Part], *, regular_only: bool = False, where: str = "")
         first = int(edges[0]) if edges.size else max(1, views[0].chunk_shape[0])  # type: ignore[union-attr]
         doc["chunk_grid"] = {"name": "regular", "configuration": {"chunk_shape": [first, *rest_chunks]}}
     else:
-        if regular_only:
-            raise ValueError(f"/{where}: its files' chunks differ in length along axis 0 (a rectilinear grid)")
         # every axis as its list of edges: Icechunk (2.3) reads no bare integer for an axis
         rest_edges = [[c] * max(1, -(-n // c)) for c, n in zip(rest_chunks, rest, strict=True)]
         doc["chunk_grid"] = rectilinear_json([edges.tolist(), *rest_edges])
