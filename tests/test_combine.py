@@ -166,8 +166,9 @@ def test_zarr_readers_need_the_rectilinear_flag(h5ads, tmp_path):
         lazy = ad.experimental.read_lazy(_plain_zarr(sparse_target))
         assert_equal(lazy.X.compute(), expected.X)
         assert list(lazy.obs_names) == list(expected.obs_names)
-    # h5lens's own readers need no flag, from the file too
+    # h5lens's own readers need no flag, from the file too; the manifest validates, deep
     assert_equal(h5lens.read_anndata(target), expected)
+    assert h5lens.validate(target, deep=True) == []
     navigated = h5lens.open(target)
     np.testing.assert_array_equal(navigated["X/data"][:], expected.X.data)
 

@@ -21,6 +21,7 @@ from zarr.core.buffer import Buffer, default_buffer_prototype
 from zarr.storage import MemoryStore
 
 from h5lens.codecs import register as register_codecs
+from h5lens.convention import DTYPE
 from h5lens.manifest.checks import grid_shape_of
 from h5lens.manifest.model import ChunkTable, ChunkTableBuilder
 from h5lens.manifest.zarr_keys import METADATA, KeyGrammar, metadata_path
@@ -58,7 +59,7 @@ def from_store(store_dict: Mapping[str, Buffer]) -> Written:
     for key, value in store_dict.items():
         path = metadata_path(key)
         if path is not None:
-            nodes[path] = json.loads(value.to_bytes())
+            nodes[path] = _with_dtype(json.loads(value.to_bytes()))
     grammar = KeyGrammar.of_documents(nodes)
     builders = {path: ChunkTableBuilder(grid_shape_of(doc)) for path, doc in nodes.items() if doc.get("node_type") == "array"}
     for key, value in store_dict.items():
@@ -71,6 +72,15 @@ def from_store(store_dict: Mapping[str, Buffer]) -> Written:
         builder = builders[path]
         builder.set_inline(np.asarray([builder.flat(index)]), [value.to_bytes()])
     return Written(nodes, {path: builder.build() for path, builder in builders.items()})
+
+
+def _with_dtype(doc: dict[str, Any]) -> dict[str, Any]:
+    """An array's document with the convention's ``_DTYPE`` (what h5py would read it as), as
+    every array an h5lens manifest holds has it: ``str`` for text, the numpy name otherwise."""
+    data_type = doc.get("data_type")
+    if doc.get("node_type") != "array" or not isinstance(data_type, str) or DTYPE in doc.get("attributes", {}):
+        return doc
+    return {**doc, "attributes": {**doc.get("attributes", {}), DTYPE: "str" if data_type == "string" else data_type}}
 
 
 def memory_group() -> tuple[zarr.Group, MutableMapping[str, Buffer]]:
@@ -87,7 +97,8 @@ def write_anndata_elements(elements: Mapping[str, Any]) -> Written:
 
     group, store_dict = memory_group()
     for path, value in elements.items():
-        anndata.io.write_elem(group, path, value)
+        # no shards: small arrays whose chunks h5lens decodes itself (it reads no sharding codec)
+        anndata.io.write_elem(group, path, value, dataset_kwargs={"shards": None})
     return from_store(store_dict)
 
 

@@ -73,7 +73,7 @@ def check_array(array: zarr.Array) -> int:
         return 1
     if 0 in array.shape:
         return 0
-    chunk_bytes = math.prod(array.chunks) * max(array.dtype.itemsize, 1)
+    chunk_bytes = math.prod(_chunks(array)) * max(array.dtype.itemsize, 1)
     per_row = math.prod(grid[1:]) * chunk_bytes
     step = max(1, _SLAB_BYTES // max(per_row, 1))
     for start in range(0, grid[0], step):
@@ -92,7 +92,18 @@ def check_array(array: zarr.Array) -> int:
 
 
 def _grid(array: zarr.Array) -> tuple[int, ...]:
-    return grid_shape(array.shape, array.chunks)
+    try:
+        return grid_shape(array.shape, array.chunks)
+    except NotImplementedError:  # a rectilinear grid (h5lens combine's): its chunks per axis
+        return tuple(len(sizes) for sizes in array.read_chunk_sizes)
+
+
+def _chunks(array: zarr.Array) -> tuple[int, ...]:
+    """The chunk shape; the largest chunk along each axis of a rectilinear grid."""
+    try:
+        return tuple(array.chunks)
+    except NotImplementedError:
+        return tuple(max(sizes, default=1) for sizes in array.read_chunk_sizes)
 
 
 def _blocks_of(array: zarr.Array, selection: Any) -> Iterator[tuple[int, ...]]:
@@ -113,8 +124,8 @@ def _blocks_of(array: zarr.Array, selection: Any) -> Iterator[tuple[int, ...]]:
                 if not isinstance(item, slice)
                 else item.indices(array.shape[axis])
             )
-            if step != 1 or stop <= start:
-                ranges.append(range(n))
+            if step != 1 or stop <= start or _grid(array) != grid_shape(array.shape, _chunks(array)):
+                ranges.append(range(n))  # (every chunk along the axes of a rectilinear grid)
                 continue
             size = array.chunks[axis]
             ranges.append(range(start // size, -(-stop // size)))
