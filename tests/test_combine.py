@@ -308,3 +308,43 @@ def test_files_on_s3(h5ads, s3, tmp_path):
     assert_equal(h5lens.read_anndata(combined, storage_options=options), expected)
     lazy = h5lens.read_anndata(combined, lazy=True, storage_options=options)
     assert_equal(lazy.X[CELLS[0] - 3 : CELLS[0] + 4].compute(), expected.X[CELLS[0] - 3 : CELLS[0] + 4])
+
+
+def test_pairwise_keeps_obsp_block_diagonal_and_uns_merge(tmp_path):
+    paths = []
+    for i, n in enumerate(CELLS):
+        adata = _adata(n, i)
+        adata.obsp["distances"] = sp.random(n, n, density=0.05, format="csr", random_state=i, dtype=np.float32)
+        adata.uns["shared"] = {"method": "leiden"}
+        paths.append(_write(tmp_path, f"p{i}.h5ad", adata, compression="gzip"))
+    options = {"pairwise": True, "uns_merge": "same", "index_unique": "-"}
+    combined = h5lens.combine(_manifests(paths, tmp_path, inline_threshold=0), **options)
+    got = h5lens.read_anndata(combined)
+    expected = _expected(paths, **options)
+    assert_equal(got, expected)
+    assert got.obsp["distances"].shape == (sum(CELLS), sum(CELLS)) and dict(got.uns) == {"shared": {"method": "leiden"}}
+
+
+def test_treedata_files(tmp_path):
+    """TreeData files along obs: their AnnData part combined as anndata.concat makes it; trees
+    (which treedata.concat joins by its own rules) refused by name."""
+    treedata = pytest.importorskip("treedata")
+    import networkx as nx
+
+    paths = []
+    for i, n in enumerate(CELLS):
+        adata = _adata(n, i)
+        path = tmp_path / f"t{i}.h5td"
+        treedata.TreeData(adata).write_h5td(path)
+        paths.append(path)
+    combined = h5lens.combine(_manifests(paths, tmp_path, inline_threshold=0))
+    expected = ad.concat([treedata.read_h5td(p).to_adata() for p in paths])
+    assert_equal(h5lens.read_anndata(combined), expected)
+    tree = nx.DiGraph()
+    tree.add_edges_from([("root", "c0"), ("root", "c1")])
+    with_tree = treedata.TreeData(_adata(2, 9), obst={"lineage": tree})
+    with_tree.obs_names = ["c0", "c1"]
+    treed = tmp_path / "trees.h5td"
+    with_tree.write_h5td(treed)
+    with pytest.raises(UnsupportedFeatureError, match="trees.h5td.json: combining TreeData trees"):
+        h5lens.combine(_manifests([paths[0], treed], tmp_path))
