@@ -293,6 +293,19 @@ def test_icechunk_destination(h5ads, tmp_path):
     assert_equal(h5lens.read_anndata(f"icechunk://{tmp_path / 'repo'}"), _expected(h5ads))
 
 
+def test_append_to_an_icechunk_repository_is_a_new_commit(h5ads, tmp_path):
+    from cli_runner import h5lens as run
+
+    manifests = _manifests(h5ads, tmp_path, inline_threshold=0)
+    repo = f"icechunk://{tmp_path / 'repo'}"
+    assert run("combine", *manifests[:2], "-o", repo).status == 0
+    before = h5lens.load_manifest(repo).location  # names the snapshot read
+    appended = run("combine", manifests[2], "-o", repo, "--append")
+    assert appended.status == 0, appended.stderr
+    assert_equal(h5lens.read_anndata(repo), _expected(h5ads))
+    assert_equal(h5lens.read_anndata(before), _expected(h5ads[:2]))  # the snapshot before still reads
+
+
 def test_files_on_s3(h5ads, s3, tmp_path):
     """Files on object storage (moto): indexed there, combined, read through the event loop."""
     options = s3.storage_options()
