@@ -194,6 +194,8 @@ def test_csc_and_dense_files(tmp_path, fmt, compression):
     expected = _expected(paths, join="outer")
     assert_equal(h5lens.read_anndata(combined), expected)
     assert_equal(h5lens.read_anndata(combined, lazy=True).to_memory().X, expected.X)
+    # lazy blocks sized by bytes: whole stored chunks of a rectilinear grid (its longest)
+    assert_equal(h5lens.read_anndata(combined, lazy=True, block_bytes=4096).to_memory().obsm["X_pca"], expected.obsm["X_pca"])
     if fmt == "csc":  # a csc matrix concatenates into a csr in another order: written, and said so
         assert "X" in summary.written
     elif compression is None:  # contiguous: slabs of whole rows, referenced

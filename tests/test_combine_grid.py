@@ -5,6 +5,7 @@ reads from the files."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import h5py
@@ -15,6 +16,7 @@ import zarr
 import h5lens
 from h5lens.combining.inputs import Input, SourceTable
 from h5lens.combining.stack import Part, stack, why_not
+from h5lens.errors import ManifestFormatError
 from h5lens.manifest.model import Manifest
 from h5lens.read.options import OpenOptions
 
@@ -116,3 +118,24 @@ def test_compact_and_json_forms_keep_the_grid(tmp_path):
         loaded = Manifest.load(tmp_path / name)
         assert loaded.nodes["a"]["chunk_grid"] == manifest.nodes["a"]["chunk_grid"]
         np.testing.assert_array_equal(h5lens.open_store(loaded).read_region("a", [(0, 423)]), expected)
+
+
+@pytest.mark.parametrize(
+    ("chunk_shapes", "words"),
+    [
+        ([[100, 100]], "do not cover the shape"),
+        ([[[100, 2], 0]], "chunk edge or \\[size, count\\]"),
+        ([[100, 300], [4]], "do not cover the shape"),
+        (["x"], "chunk edges or a positive integer"),
+    ],
+    ids=["short", "zero edge", "axes", "not edges"],
+)
+def test_damaged_rectilinear_grids_are_format_errors_naming_the_array(tmp_path, chunk_shapes, words):
+    paths = _files(tmp_path, "gzip", [(300,), (123,)], [(64,), (50,)])
+    manifest = _combined(paths)
+    data = manifest.to_dict()
+    doc = json.loads(data["refs"]["a/zarr.json"])
+    doc["chunk_grid"]["configuration"]["chunk_shapes"] = chunk_shapes
+    data["refs"]["a/zarr.json"] = json.dumps(doc)
+    with pytest.raises(ManifestFormatError, match=f"/a: .*{words}"):
+        Manifest.from_dict(data)
