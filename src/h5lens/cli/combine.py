@@ -61,7 +61,7 @@ def combine(
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
 ) -> None:
-    """Combine MANIFEST... into one manifest at OUT, referencing every file's chunks.
+    """Combine many manifests into one at OUT, each file's chunks referenced where they lie.
 
     AnnData files along obs (files sharing var): X, layers and obsm referenced where every
     file's can be, obs and what anndata.concat computes written as new small arrays. With
