@@ -8,7 +8,9 @@ is written as new small arrays (:mod:`h5lens.combining.written`), and each file'
 
 Modules: ``inputs`` (the manifests and the one source table), ``stack`` (arrays
 concatenated by reference), ``written`` (new small arrays), ``anndata`` (AnnData along obs),
-``netcdf`` (variables along a dimension), ``summary`` (what was referenced and written).
+``netcdf`` (variables along a dimension), ``result`` (the nodes and tables made), ``summary``
+(what was referenced and written). The package is ``combining``, not ``combine``: importing a
+submodule would otherwise replace the function ``h5lens.combine`` with the package.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ own codecs, inline (:func:`h5lens.combining.written.encode_chunks`); the last fi
 chunk stays a reference (a grid may end past the array). Nothing else is written.
 
 Arrays can be concatenated so when every file's array has the same data type, codecs, fill
-value, and shape and chunking along the other axes; :func:`stack` says why not otherwise.
+value, and shape and chunking along the other axes; :func:`why_not` says why not otherwise.
 """
 
 from __future__ import annotations
