@@ -15,6 +15,7 @@ from h5lens._version import __version__ as __version__
 # public name -> the module that defines it
 _EXPORTS = {
     "index": "h5lens.api",
+    "combine": "h5lens.api",
     "index_many": "h5lens.many",
     "to_icechunk": "h5lens.icechunk",
     "IndexManyResult": "h5lens.many",
@@ -87,6 +88,7 @@ __all__ = [
     "StorageError",
     "StoredChunks",
     "UnsupportedFeatureError",
+    "combine",
     "fast_reads",
     "index",
     "index_many",
@@ -104,7 +106,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the eager imports this replaces
     from h5lens.adata.whole_rows import whole_rows
-    from h5lens.api import index, open, read_anndata, read_treedata  # noqa: A004
+    from h5lens.api import combine, index, open, read_anndata, read_treedata  # noqa: A004
     from h5lens.errors import (
         AccessDeniedError,
         H5LensError,

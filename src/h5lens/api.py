@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Unpack
 
+from h5lens import combining as _combining
 from h5lens._version import __version__
 from h5lens.adata import readers as _reader
 from h5lens.errors import NotHDF5Error
@@ -33,7 +34,7 @@ from h5lens.scan.other_files import recorded_sources
 from h5lens.scan.source import open_source
 
 __all__ = [
-    "PathOrManifest", "index", "load_manifest", "open", "open_group", "open_store", "read_anndata", "read_treedata",
+    "PathOrManifest", "combine", "index", "load_manifest", "open", "open_group", "open_store", "read_anndata", "read_treedata",
 ]  # fmt: skip
 
 
@@ -132,3 +133,10 @@ def read_treedata(manifest: Any, **kwargs: Any) -> Any:
     """:func:`h5lens.adata.readers.read_treedata`; an HDF5 file (an ``.h5td``) in place of a
     manifest is indexed in memory first, as :func:`open` does."""
     return _reader.read_treedata(manifest, index=index, **kwargs)
+
+
+@functools.wraps(_combining.combine, assigned=("__doc__", "__annotations__"))
+def combine(manifests: Any, **options: Any) -> Manifest:
+    """:func:`h5lens.combining.combine`; HDF5 files in place of manifests are indexed in
+    memory first, as :func:`open` does."""
+    return _combining.combine(manifests, index=index, **options)

@@ -253,7 +253,7 @@ def _joint_runs(
         return None
     if chunk_grid.is_regular and cuts_columns(metadata.shape, chunk_grid.chunk_shape) and _misplaces(indexer, parts):
         raise refusal(path, metadata.shape, chunk_grid.chunk_shape)
-    if len(metadata.shape) != 1 or config.order != "C" or config.read_missing_chunks is False:
+    if len(metadata.shape) != 1 or config.order != "C" or config.read_missing_chunks is False or not chunk_grid.is_regular:
         return None
     codec = decoder(store.engine, path, text=False)
     if codec is None or codec.chunk_shape != tuple(chunk_grid.chunk_shape) or codec.shape != tuple(metadata.shape):

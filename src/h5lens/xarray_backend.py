@@ -113,11 +113,13 @@ class H5LensBackendEntrypoint(BackendEntrypoint):
     ) -> Dataset:
         from xarray.backends.zarr import ZarrBackendEntrypoint
 
+        from h5lens.read.rectilinear import rectilinear_allowed
         from h5lens.read.xarray_arrays import RegionZarrStore
 
         opening = _opening(options, storage_options, source_options, source_urls, verify, allow_local, limits)
         store = _open_store(filename_or_obj, opening, options is not None)
-        with _closing_on_error(store, filename_or_obj):
+        # arrays on a rectilinear grid (h5lens combine's) need zarr's flag while xarray opens them
+        with _closing_on_error(store, filename_or_obj), rectilinear_allowed(store.manifest.nodes.values()):
             data_store = RegionZarrStore.open_group(
                 _as_given(store), group=_zarr_group(group), mode="r", consolidated=False, consolidate_on_close=False,
                 zarr_format=3,

@@ -31,6 +31,7 @@ from h5lens.manifest.model import Manifest
 from h5lens.read.linked_files import Indexer
 from h5lens.read.open import load_or_index, open_group, root_group, store_of
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
+from h5lens.read.rectilinear import rectilinear_allowed
 
 if TYPE_CHECKING:
     import anndata
@@ -116,10 +117,12 @@ class _Opened:
     lazy_store: SharedManifestStore | None  # lazy reads: the store dask tasks read through
 
     def read(self, block_bytes: int | None) -> Any:
-        if self.lazy_store is not None:
-            return read_lazy(self.lazy_store, block_bytes)
-        with _naming_bad_chunks(self.group):
-            return _read_eager(self.group)
+        # arrays on a rectilinear grid (h5lens combine's) need zarr's flag while parsed
+        with rectilinear_allowed(store_of(self.group).manifest.nodes.values()):
+            if self.lazy_store is not None:
+                return read_lazy(self.lazy_store, block_bytes)
+            with _naming_bad_chunks(self.group):
+                return _read_eager(self.group)
 
 
 def _open_anndata(manifest: PathOrManifest, opening: OpenOptions, *, lazy: bool, index: Indexer | None = None) -> _Opened:
@@ -225,7 +228,7 @@ def read_treedata(
                 return treedata.read_zarr(group.store)
         part = _as_anndata_root(group)
         store_of(part).prefetch_all()
-        with _naming_bad_chunks(part):
+        with _naming_bad_chunks(part), rectilinear_allowed(store_of(part).manifest.nodes.values()):
             adata = _read_eager(part)
         with _naming_bad_chunks(group):
             return treedata.read_tree_elems(group, adata)

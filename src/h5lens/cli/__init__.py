@@ -34,7 +34,7 @@ if _started_as_the_command() and signal.getsignal(signal.SIGINT) is signal.defau
     # Run as the command (not imported by a program): until main() takes over.
     signal.signal(signal.SIGINT, interrupted_while_starting)
 
-from h5lens.cli import indexing, reading, demo, browser  # noqa: F401, I001 - each registers its commands, in this order
+from h5lens.cli import indexing, combine, reading, demo, browser  # noqa: F401, I001 - each registers its commands, in this order
 from h5lens.cli.app import app, main
 
 __all__ = ["app", "main"]

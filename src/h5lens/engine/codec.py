@@ -158,6 +158,8 @@ def array_codec(path: str, doc: dict[str, Any]) -> ArrayCodec | None:
     view = ArrayDocument.of(doc)
     if view is None or view.attributes.get(convention.SCALAR) or not isinstance(view.data_type, str):
         return None
+    if view.edges is not None:  # a rectilinear grid: its segments are regular (h5lens.engine.segments)
+        return None
     try:
         dtype = np.dtype(view.data_type)
     except TypeError:

@@ -21,6 +21,7 @@ thread (no hop to an event loop, which costs more than such a read), and
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
@@ -31,8 +32,9 @@ import numpy as np
 from h5lens.engine.codec import ArrayCodec
 from h5lens.engine.decoded_cache import Decoded
 from h5lens.engine.kernel import decode, decodes_here
-from h5lens.engine.layouts import Layout, Region, Runs, Selected, Selection
+from h5lens.engine.layouts import Layout, Region, Runs, Selected, Selection, runs_out
 from h5lens.engine.offload import off_loop
+from h5lens.engine.segments import SegmentedCodec
 from h5lens.engine.source import ChunkSource, Payloads
 from h5lens.engine.text import TextCodec
 
@@ -50,6 +52,8 @@ class ReadEngine(Protocol):
     def array_codec(self, path: str) -> ArrayCodec | None: ...
 
     def region_codec(self, path: str) -> Codec | None: ...
+
+    def segmented_codec(self, path: str) -> SegmentedCodec | None: ...
 
     def read_many_now(self, path: str, flats: np.ndarray) -> Payloads | None: ...
 
@@ -78,54 +82,79 @@ def reset_decoding(token: Token[bool]) -> None:
     _decoding.reset(token)
 
 
-def decoder(engine: ReadEngine, path: str, *, text: bool = True) -> Codec | None:
+def decoder(engine: ReadEngine, path: str, *, text: bool = True) -> Codec | SegmentedCodec | None:
     """How h5lens decodes the chunks of array ``path`` of ``engine``'s source; None when it does not
     (zarr's own codec pipeline reads that array), and for every array while
-    ``h5lens.fast_reads(False)`` holds in this context. ``text=False``: numbers only."""
+    ``h5lens.fast_reads(False)`` holds in this context. ``text=False``: numbers only. The
+    numbers of an array on a rectilinear grid decode segment by segment (:class:`SegmentedCodec`)."""
     if not _decoding.get():
         return None
-    return engine.region_codec(path) if text else engine.array_codec(path)
+    found = engine.region_codec(path) if text else engine.array_codec(path)
+    return found if found is not None else engine.segmented_codec(path)
 
 
 @dataclass(frozen=True)
 class ReadPlan:
-    """The chunks of array ``path`` its ``layout`` names, decoded by ``codec`` into it."""
+    """The chunks of array ``path`` its ``layout`` names, decoded by ``codec`` into it.
+    ``offset``: what to add to the layout's flat indices to find them in the array's chunk
+    table (a segment of a rectilinear grid, :mod:`h5lens.engine.segments`, is laid out as a
+    regular array of its own)."""
 
     path: str
     codec: Codec
     layout: Layout
+    offset: int = 0
 
     @property
     def flats(self) -> np.ndarray:
         return self.layout.flats
 
+    @property
+    def stored_flats(self) -> np.ndarray:
+        """The chunks' flat indices in the array's chunk table."""
+        return self.layout.flats + self.offset if self.offset else self.layout.flats
+
     def stored_bytes(self, engine: ReadEngine) -> int:
         """The stored bytes the plan reads (from the chunk table, nothing fetched)."""
         table = engine.source.tables[self.path]
-        return int(table.length.reshape(-1)[self.flats].sum()) if self.flats.size else 0
+        return int(table.length.reshape(-1)[self.stored_flats].sum()) if self.flats.size else 0
+
+    def reads_here(self, engine: ReadEngine) -> bool:
+        """Whether its chunks are inline or local and few enough bytes to decode on the calling thread."""
+        return decodes_here(self.stored_bytes(engine)) and engine.source.chunk_bytes.reads_here(self.path, self.stored_flats)
 
     def now(self, engine: ReadEngine) -> Any:
         """The plan run on the calling thread, if its chunks are inline or local and few
         enough bytes (:func:`~h5lens.engine.kernel.decodes_here`); None otherwise (run it
         with :meth:`run`)."""
-        nbytes = self.stored_bytes(engine)
-        if not decodes_here(nbytes) or not engine.source.chunk_bytes.reads_here(self.path, self.flats):
+        if not self.reads_here(engine):
             return None  # decided before the kept chunks are taken: run() takes them, once
         kept, missing = self._kept()
-        payloads = engine.read_many_now(self.path, missing)
+        payloads = engine.read_many_now(self.path, missing + self.offset if self.offset else missing)
         if payloads is None:
             return None
+        payloads = self._local(payloads)
         payloads.update(kept)
-        return decode(self.codec, payloads, self.layout, nbytes, engine.describer(self.path))
+        nbytes = self.stored_bytes(engine)
+        return decode(self.codec, payloads, self.layout, nbytes, self._describer(engine))
 
     async def run(self, engine: ReadEngine) -> Any:
         """The plan run on the event loop: fetched at once, decoded with the other reads of
         the same turn, off the loop if they are long (:mod:`h5lens.engine.offload`)."""
         kept, missing = self._kept()
-        payloads = await engine.read_many_async(self.path, missing) if missing.size else {}
+        stored = missing + self.offset if self.offset else missing
+        payloads = self._local(await engine.read_many_async(self.path, stored)) if missing.size else {}
         payloads.update(kept)
         nbytes = self.stored_bytes(engine)
-        return await off_loop(nbytes, decode, self.codec, payloads, self.layout, nbytes, engine.describer(self.path))
+        return await off_loop(nbytes, decode, self.codec, payloads, self.layout, nbytes, self._describer(engine))
+
+    def _local(self, payloads: dict[int, Any]) -> dict[int, Any]:
+        """Payloads keyed by the layout's flat indices."""
+        return {flat - self.offset: data for flat, data in payloads.items()} if self.offset else payloads
+
+    def _describer(self, engine: ReadEngine) -> Any:
+        describe = engine.describer(self.path)
+        return (lambda flat: describe(flat + self.offset)) if self.offset else describe
 
     def _kept(self) -> tuple[dict[int, Decoded], np.ndarray]:
         """The chunks the store keeps decoded (``decoded_cache_bytes``) and the others."""
@@ -138,7 +167,9 @@ class ReadPlan:
         return kept, np.asarray([f for f in self.flats.tolist() if f not in kept], dtype=np.int64)
 
 
-def region_plan(engine: ReadEngine, path: str, bounds: Sequence[tuple[int, int]]) -> ReadPlan | np.ndarray | None:
+def region_plan(
+    engine: ReadEngine, path: str, bounds: Sequence[tuple[int, int]]
+) -> ReadPlan | SegmentedPlan | np.ndarray | None:
     """The plan of the region ``[start, stop)`` per axis (within the shape) of array
     ``path``; its values at once if it holds none; None if h5lens does not decode it."""
     codec = decoder(engine, path)
@@ -146,16 +177,20 @@ def region_plan(engine: ReadEngine, path: str, bounds: Sequence[tuple[int, int]]
         return None
     if any(stop <= start for start, stop in bounds):
         return np.empty(tuple(max(0, stop - start) for start, stop in bounds), dtype=codec.dtype)
+    if isinstance(codec, SegmentedCodec):
+        return _segmented_region(path, codec, bounds)
     return ReadPlan(path, codec, Region(codec, engine.source.tables[path].grid_shape, bounds))
 
 
 def runs_plan(
     engine: ReadEngine, path: str, starts: np.ndarray, stops: np.ndarray, out: np.ndarray | None = None
-) -> ReadPlan | None:
+) -> ReadPlan | SegmentedPlan | None:
     """The plan of runs ``[starts[i], stops[i])`` of 1-d array ``path``, one after the
     other (into ``out`` where :func:`~h5lens.engine.layouts.runs_out` takes it); None if
     h5lens does not decode its numbers."""
     codec = decoder(engine, path, text=False)
+    if isinstance(codec, SegmentedCodec) and len(codec.shape) == 1:
+        return _segmented_runs(path, codec, np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64), out)
     if not isinstance(codec, ArrayCodec) or len(codec.shape) != 1:
         return None
     layout = Runs(codec, np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64), out)
@@ -170,6 +205,86 @@ def chunks_plan(engine: ReadEngine, path: str, flats: np.ndarray, selection: Sel
     if not isinstance(codec, ArrayCodec):
         return None
     return ReadPlan(path, codec, Selected(codec, flats, selection, out))
+
+
+# -- arrays on a rectilinear grid: one plan per segment, joined ------------------------------
+class SegmentedPlan:
+    """The read plans of the segments a read of an array on a rectilinear grid touches
+    (:mod:`h5lens.engine.segments`), run together and joined into the read's result."""
+
+    def __init__(self, parts: list[ReadPlan], join: Callable[[list[Any]], Any]) -> None:
+        self.parts, self.join = parts, join
+
+    def now(self, engine: ReadEngine) -> Any:
+        """As :meth:`ReadPlan.now`: every part on the calling thread, or None."""
+        if not all(part.reads_here(engine) for part in self.parts):
+            return None
+        if not decodes_here(sum(part.stored_bytes(engine) for part in self.parts)):
+            return None
+        found = [part.now(engine) for part in self.parts]
+        return None if any(values is None for values in found) else self.join(found)
+
+    async def run(self, engine: ReadEngine) -> Any:
+        """As :meth:`ReadPlan.run`: the parts fetched and decoded together."""
+        found = await asyncio.gather(*(part.run(engine) for part in self.parts))
+        return self.join(list(found))
+
+
+def _segmented_region(path: str, codec: SegmentedCodec, bounds: Sequence[tuple[int, int]]) -> SegmentedPlan:
+    """The region ``bounds`` (non-empty) of an array on a rectilinear grid: each segment's
+    rows of it read as a region of that segment, stacked along axis 0."""
+    lo, hi = bounds[0]
+    parts = []
+    for number in codec.touched(lo, hi):
+        segment = codec.segments[number]
+        local = [(max(lo, segment.start) - segment.start, min(hi, segment.stop) - segment.start), *bounds[1:]]
+        layout = Region(segment.codec, segment.grid, local)
+        parts.append(ReadPlan(path, segment.codec, layout, codec.flat_offset(segment)))
+    return SegmentedPlan(parts, lambda found: found[0] if len(found) == 1 else np.concatenate(found, axis=0))
+
+
+def _segmented_runs(
+    path: str, codec: SegmentedCodec, starts: np.ndarray, stops: np.ndarray, out: np.ndarray | None
+) -> SegmentedPlan:
+    """Runs ``[starts[i], stops[i])`` of a 1-d array on a rectilinear grid: each run cut where
+    it crosses segments, each segment's pieces read as runs of it, and the pieces put back in
+    the runs' order."""
+    keep = stops > starts
+    starts, stops = starts[keep], stops[keep]
+    bounds = np.r_[codec.starts, codec.shape[0]]
+    first = np.searchsorted(bounds, starts, side="right") - 1
+    last = np.searchsorted(bounds, stops - 1, side="right") - 1
+    counts = last - first + 1
+    run = np.repeat(np.arange(len(starts)), counts)
+    segment = first[run] + np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    lo = np.maximum(starts[run], bounds[segment])
+    hi = np.minimum(stops[run], bounds[segment + 1])
+    take = hi - lo
+    at = np.cumsum(take) - take  # where each piece goes in the result
+    total = int(take.sum())
+    numbers = np.unique(segment).tolist()
+    parts, places = [], []
+    for number in numbers:
+        mine = segment == number
+        part = codec.segments[number]
+        given = out if len(numbers) == 1 else None
+        layout = Runs(part.codec, lo[mine] - part.start, hi[mine] - part.start, given)
+        parts.append(ReadPlan(path, part.codec, layout, codec.flat_offset(part)))
+        pieces = take[mine]
+        places.append(np.arange(int(pieces.sum()), dtype=np.int64) + np.repeat(at[mine] - (np.cumsum(pieces) - pieces), pieces))
+
+    def join(found: list[np.ndarray]) -> np.ndarray:
+        if len(found) == 1:
+            return found[0]
+        result = runs_out(codec.segments[0].codec, starts, stops, out)
+        result = np.empty(total, dtype=codec.dtype) if result is None else result
+        for values, where in zip(found, places, strict=True):
+            result[where] = values
+        return result
+
+    if not parts:  # no run holds anything
+        return SegmentedPlan([], lambda found: np.empty(0, dtype=codec.dtype))
+    return SegmentedPlan(parts, join)
 
 
 # -- selections -> regions -----------------------------------------------------------------
@@ -225,6 +340,6 @@ def whole(shape: tuple[int, ...]) -> Bounds:
 
 
 __all__ = [
-    "ReadPlan", "chunks_plan", "decoder", "decodes", "region_of", "region_plan", "reset_decoding", "runs_plan",
+    "ReadPlan", "SegmentedPlan", "chunks_plan", "decoder", "decodes", "region_of", "region_plan", "reset_decoding", "runs_plan",
     "set_decoding", "whole",
 ]  # fmt: skip

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from h5lens.engine.codec import ArrayCodec, array_codec
-from h5lens.engine.plan import ReadPlan, region_plan, runs_plan
+from h5lens.engine.plan import ReadPlan, SegmentedPlan, region_plan, runs_plan
+from h5lens.engine.segments import SegmentedCodec, segmented_codec
 from h5lens.engine.source import ChunkSource, Payloads
 from h5lens.engine.text import TextCodec, text_codec
 from h5lens.errors import H5LensError
@@ -30,6 +31,7 @@ class ReadEngine:
         self.source = source
         self._codecs: dict[str, ArrayCodec | None] = {}
         self._text_codecs: dict[str, TextCodec | None] = {}
+        self._segmented: dict[str, SegmentedCodec | None] = {}
 
     # -- how an array decodes ----------------------------------------------------------
     def array_codec(self, path: str) -> ArrayCodec | None:
@@ -51,6 +53,15 @@ class ReadEngine:
             doc = self.source.documents.get(path)
             self._text_codecs[path] = None if doc is None or path not in self.source.tables else text_codec(path, doc)
         return self._text_codecs[path]
+
+    def segmented_codec(self, path: str) -> SegmentedCodec | None:
+        """How the numbers of array ``path`` decode segment by segment, if it lies on a
+        rectilinear grid (:mod:`h5lens.engine.segments`) (cached)."""
+        if path not in self._segmented:
+            doc = self.source.documents.get(path)
+            found = None if doc is None or path not in self.source.tables else segmented_codec(path, doc)
+            self._segmented[path] = found
+        return self._segmented[path]
 
     # -- regions and runs: each one read plan; None where h5lens does not decode the array ----
     def read_region(self, path: str, bounds: Sequence[tuple[int, int]]) -> np.ndarray | None:
@@ -118,7 +129,7 @@ class ReadEngine:
             error.add_note(f"while reading chunk {key!r} (/{path}, bytes {offset}-{offset + length})")
 
 
-def _now_or_loop(engine: ReadEngine, plan: ReadPlan | np.ndarray | None) -> Any:
+def _now_or_loop(engine: ReadEngine, plan: ReadPlan | SegmentedPlan | np.ndarray | None) -> Any:
     if plan is None or isinstance(plan, np.ndarray):
         return plan
     found = plan.now(engine)

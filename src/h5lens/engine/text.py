@@ -79,7 +79,7 @@ def text_codec(path: str, doc: Mapping[str, Any]) -> TextCodec | None:
     """The :class:`TextCodec` of the array whose ``zarr.json`` is ``doc``; None unless it is
     a ``string`` array of at least one dimension whose only codec is ``vlen-utf8``."""
     view = ArrayDocument.of(doc)
-    if view is None or view.data_type != "string" or not view.shape:
+    if view is None or view.data_type != "string" or not view.shape or view.edges is not None:
         return None
     if view.attributes.get(convention.SCALAR) or not isinstance(view.fill_value, str):
         return None  # what zarr makes of another fill value is zarr's to say

@@ -22,19 +22,88 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from h5lens.errors import ManifestFormatError
 from h5lens.manifest.limits import DEFAULT_LIMITS, Limits
 from h5lens.manifest.zarr_keys import KeyEncoding
 
 
 def chunk_shape_of(doc: Mapping[str, Any]) -> tuple[int, ...]:
-    """The chunk shape of an array's ``zarr.json`` (a regular grid: the only one h5lens writes)."""
-    return tuple(doc["chunk_grid"]["configuration"]["chunk_shape"])
+    """The chunk shape of an array's ``zarr.json``: a regular grid's, or for a rectilinear
+    grid (``h5lens combine`` writes them) the largest chunk along each axis, a bound."""
+    grid = doc["chunk_grid"]
+    if grid.get("name") == RECTILINEAR:
+        return tuple(axis if isinstance(axis, int) else max(axis) for axis in chunk_edges_of(doc))
+    return tuple(grid["configuration"]["chunk_shape"])
+
+
+RECTILINEAR = "rectilinear"
+
+
+def chunk_edges_of(doc: Mapping[str, Any]) -> tuple[int | tuple[int, ...], ...]:
+    """A rectilinear grid's chunk edges per axis as zarr reads them: a bare integer (a
+    regular step), or every chunk's length (``[size, count]`` run-length pairs expanded).
+    Raises ManifestFormatError for anything else."""
+    config = doc["chunk_grid"].get("configuration")
+    shapes = config.get("chunk_shapes") if isinstance(config, dict) else None
+    if not isinstance(config, dict) or config.get("kind") != "inline" or not isinstance(shapes, list):
+        raise ManifestFormatError(f"Expected a rectilinear grid of kind 'inline' with 'chunk_shapes'. Got {config!r:.200}")
+    axes: list[int | tuple[int, ...]] = []
+    for axis in shapes:
+        if type(axis) is int and axis > 0:
+            axes.append(axis)
+            continue
+        if not isinstance(axis, list) or not axis:
+            raise ManifestFormatError(f"Expected chunk edges or a positive integer per axis. Got {axis!r:.200}")
+        edges: list[int] = []
+        for item in axis:
+            if type(item) is int and item > 0:
+                edges.append(item)
+            elif (isinstance(item, list) and len(item) == 2 and all(type(n) is int and n > 0 for n in item)):
+                edges.extend([item[0]] * item[1])
+            else:
+                raise ManifestFormatError(f"Expected a chunk edge or [size, count]. Got {item!r:.200}")
+        axes.append(tuple(edges))
+    return tuple(axes)
+
+
+def rectilinear_json(edges: Sequence[int | Sequence[int]]) -> dict[str, Any]:
+    """The ``chunk_grid`` of a rectilinear grid with these edges per axis (a bare integer, or
+    every chunk's length), runs of equal lengths written as ``[size, count]`` as zarr writes them."""
+    shapes: list[Any] = []
+    for axis in edges:
+        if isinstance(axis, int):
+            shapes.append(axis)
+            continue
+        runs: list[Any] = []
+        for size in axis:
+            last = runs[-1] if runs else None
+            if isinstance(last, list) and last[0] == size:
+                last[1] += 1
+            elif last == size:
+                runs[-1] = [size, 2]
+            else:
+                runs.append(int(size))
+        shapes.append(runs)
+    return {"name": RECTILINEAR, "configuration": {"kind": "inline", "chunk_shapes": shapes}}
 
 
 def grid_shape(shape: Sequence[int], chunk_shape: Sequence[int]) -> tuple[int, ...]:
     """Chunks per axis of a regular grid (the last one partial; none along a 0-size chunk axis)."""
     return tuple(-(-s // c) if c else 0 for s, c in zip(shape, chunk_shape, strict=True))
+
+
+def edges_grid_shape(shape: Sequence[int], edges: Sequence[int | Sequence[int]]) -> tuple[int, ...]:
+    """Chunks per axis of a rectilinear grid: those that hold part of the array (zarr allows
+    edges past its end)."""
+    found = []
+    for n, axis in zip(shape, edges, strict=True):
+        if isinstance(axis, int):
+            found.append(-(-n // axis))
+        else:
+            found.append(int(np.searchsorted(np.cumsum(axis), n, side="left")) + 1 if n else 0)
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -50,6 +119,9 @@ class ArrayDocument:
     codecs: tuple[Mapping[str, Any], ...]
     attributes: Mapping[str, Any]
     dimension_names: tuple[str | None, ...] | None
+    # a rectilinear grid's edges per axis (chunk_edges_of), None for a regular grid, whose
+    # chunk_shape is then exact; for a rectilinear grid chunk_shape is the largest chunk
+    edges: tuple[int | tuple[int, ...], ...] | None = None
 
     @classmethod
     def of(cls, doc: Mapping[str, Any]) -> ArrayDocument | None:
@@ -57,7 +129,9 @@ class ArrayDocument:
         if doc.get("node_type") != "array":
             return None
         names = doc.get("dimension_names")
+        edges = chunk_edges_of(doc) if doc["chunk_grid"].get("name") == RECTILINEAR else None
         return cls(
+            edges=edges,
             shape=tuple(doc["shape"]),
             chunk_shape=chunk_shape_of(doc),
             data_type=doc.get("data_type"),
@@ -69,6 +143,8 @@ class ArrayDocument:
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
+        if self.edges is not None:
+            return edges_grid_shape(self.shape, self.edges)
         return grid_shape(self.shape, self.chunk_shape)
 
 
@@ -84,7 +160,7 @@ class DocumentChecker:
 
     def array(self, doc: Mapping[str, Any]) -> tuple[Any, str | None]:
         """(zarr's ArrayV3Metadata or None, the error text or None) for an array document."""
-        body = {k: v for k, v in doc.items() if k != "attributes"}
+        body = {k: v for k, v in as_regular(doc).items() if k != "attributes"}
         key = json.dumps(body, sort_keys=True, allow_nan=True, default=repr)
         found = self._arrays.get(key)
         if found is None:
@@ -119,6 +195,7 @@ class DocumentChecker:
                 raise ManifestFormatError(f"/{path}: zarr refuses this metadata document ({error})")
             return
         _check_shapes(path, doc)
+        doc = as_regular(doc)  # zarr checks the rest without its rectilinear flag
         KeyEncoding.from_document(doc, "/" + path)  # before zarr: h5lens names what it reads
         itemsize, error = self._kind(doc)
         if error is not None:
@@ -218,11 +295,33 @@ def _shape_seen_by(name: str) -> int:
     return _NDIM if methods == transpose else _VALUES
 
 
+def as_regular(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A rectilinear array's document as the regular one of its largest chunks (what zarr's
+    checks of its codecs and data type see, without zarr's rectilinear flag); any other as it is."""
+    grid = doc.get("chunk_grid")
+    if not isinstance(grid, dict) or grid.get("name") != RECTILINEAR:
+        return doc
+    return {**doc, "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunk_shape_of(doc))}}}
+
+
 def _check_shapes(path: str, doc: Mapping[str, Any]) -> None:
     """``shape`` and the regular grid's ``chunk_shape`` as h5lens reads them: lists of
-    integers (zarr also takes a bool, or a bare integer, for a shape), one per dimension."""
+    integers (zarr also takes a bool, or a bare integer, for a shape), one per dimension;
+    a rectilinear grid's edges, one axis each, covering the shape."""
     shape = doc.get("shape")
     grid = doc.get("chunk_grid")
+    if isinstance(grid, dict) and grid.get("name") == RECTILINEAR:
+        if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
+            raise ManifestFormatError(f"/{path}: shape must be a list of non-negative integers. Got {shape!r}")
+        try:
+            edges = chunk_edges_of(doc)
+        except ManifestFormatError as e:
+            raise ManifestFormatError(f"/{path}: {e}") from None
+        if len(edges) != len(shape) or any(
+            not isinstance(axis, int) and sum(axis) < n for axis, n in zip(edges, shape, strict=False)
+        ):
+            raise ManifestFormatError(f"/{path}: the rectilinear chunk edges do not cover the shape {shape}")
+        return
     if not isinstance(grid, dict) or grid.get("name") != "regular" or not isinstance(grid.get("configuration"), dict):
         name = grid.get("name") if isinstance(grid, dict) else grid
         raise ManifestFormatError(f"/{path}: only regular chunk grids are supported. Got {name!r}")

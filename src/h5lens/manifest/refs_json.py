@@ -456,8 +456,8 @@ def _parse_document(key: str, value: Any) -> dict[str, Any]:
 
 def _check_array_document(path: str, doc: dict[str, Any]) -> None:
     grid = doc.get("chunk_grid", {})
-    if grid.get("name") != "regular":
-        raise ManifestFormatError(f"{path}: only regular chunk grids are supported. Got {grid.get('name')!r}")
+    if grid.get("name") not in ("regular", "rectilinear"):  # rectilinear: h5lens combine's
+        raise ManifestFormatError(f"{path}: only regular and rectilinear chunk grids are supported. Got {grid.get('name')!r}")
     KeyEncoding.from_document(doc, "/" + path)
 
 

@@ -73,7 +73,7 @@ def check_array(array: zarr.Array) -> int:
         return 1
     if 0 in array.shape:
         return 0
-    chunk_bytes = math.prod(array.chunks) * max(array.dtype.itemsize, 1)
+    chunk_bytes = math.prod(_chunks(array)) * max(array.dtype.itemsize, 1)
     per_row = math.prod(grid[1:]) * chunk_bytes
     step = max(1, _SLAB_BYTES // max(per_row, 1))
     for start in range(0, grid[0], step):
@@ -92,7 +92,18 @@ def check_array(array: zarr.Array) -> int:
 
 
 def _grid(array: zarr.Array) -> tuple[int, ...]:
-    return grid_shape(array.shape, array.chunks)
+    try:
+        return grid_shape(array.shape, array.chunks)
+    except NotImplementedError:  # a rectilinear grid (h5lens combine's): its chunks per axis
+        return tuple(len(sizes) for sizes in array.read_chunk_sizes)
+
+
+def _chunks(array: zarr.Array) -> tuple[int, ...]:
+    """The chunk shape; the largest chunk along each axis of a rectilinear grid."""
+    try:
+        return tuple(array.chunks)
+    except NotImplementedError:
+        return tuple(max(sizes, default=1) for sizes in array.read_chunk_sizes)
 
 
 def _blocks_of(array: zarr.Array, selection: Any) -> Iterator[tuple[int, ...]]:
@@ -105,8 +116,8 @@ def _blocks_of(array: zarr.Array, selection: Any) -> Iterator[tuple[int, ...]]:
         yield ()
         return
     found = region_of(selection, tuple(array.shape))
-    if found is None or any(stop <= start for start, stop in found[0]):
-        ranges = [range(n) for n in grid]
+    if found is None or any(stop <= start for start, stop in found[0]) or grid != grid_shape(array.shape, _chunks(array)):
+        ranges = [range(n) for n in grid]  # (every chunk of a rectilinear grid)
     else:
         ranges = [range(start // size, -(-stop // size)) for (start, stop), size in zip(found[0], array.chunks, strict=True)]
     yield from itertools.product(*ranges)

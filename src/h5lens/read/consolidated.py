@@ -23,6 +23,7 @@ import zarr
 from zarr.core.group import AsyncGroup, ConsolidatedMetadata
 
 from h5lens.manifest.zarr_keys import metadata_key
+from h5lens.read.rectilinear import rectilinear_allowed
 
 if TYPE_CHECKING:
     from zarr.core.metadata.v3 import ArrayV3Metadata
@@ -44,7 +45,8 @@ def consolidated_root(store: ManifestStore, *, hide: Collection[str] = ()) -> za
         for path in sorted(store.manifest.nodes)
         if path and not _under(path, hidden)
     }
-    consolidated = ConsolidatedMetadata.from_dict({"kind": "inline", "must_understand": False, "metadata": members})
+    with rectilinear_allowed(members.values()):
+        consolidated = ConsolidatedMetadata.from_dict({"kind": "inline", "must_understand": False, "metadata": members})
     root = GroupMetadata.from_dict(json.loads(documents[metadata_key("")]))
     metadata = GroupMetadata(attributes=root.attributes, consolidated_metadata=consolidated)
     return zarr.Group(AsyncGroup(metadata=metadata, store_path=StorePath(store, "")))
@@ -86,14 +88,18 @@ def node_at(store: ManifestStore, path: str) -> zarr.Array | zarr.Group:
     where = StorePath(store, path)
     if document.get("node_type") == "group":
         return zarr.Group(AsyncGroup(metadata=GroupMetadata.from_dict(document), store_path=where))
-    return zarr.Array(zarr.AsyncArray(metadata=ArrayV3Metadata.from_dict(document), store_path=where))
+    with rectilinear_allowed([document]):
+        metadata = ArrayV3Metadata.from_dict(document)
+    return zarr.Array(zarr.AsyncArray(metadata=metadata, store_path=where))
 
 
 def array_metadata(store: ManifestStore, path: str) -> ArrayV3Metadata:
     """zarr's metadata of the array at ``path``, parsed from its document (no store read)."""
     from zarr.core.metadata.v3 import ArrayV3Metadata
 
-    return ArrayV3Metadata.from_dict(json.loads(store.metadata[metadata_key(path)]))
+    document = json.loads(store.metadata[metadata_key(path)])
+    with rectilinear_allowed([document]):
+        return ArrayV3Metadata.from_dict(document)
 
 
 def _under(path: str, roots: tuple[str, ...]) -> bool:

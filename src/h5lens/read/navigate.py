@@ -50,6 +50,7 @@ from h5lens.read.check import read_checked
 from h5lens.read.linked_files import Indexer, external_url, load_external
 from h5lens.read.open import load_or_index
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
+from h5lens.read.rectilinear import rectilinear_allowed
 from h5lens.read.references import Region, each, with_targets
 from h5lens.read.references import parse as parse_region
 
@@ -191,7 +192,8 @@ class _File:
     def array(self, key: str) -> zarr.Array:
         found = self._arrays.get(key)
         if found is None:
-            found = zarr.open_array(self.store, path=key, mode="r", zarr_format=3)
+            with rectilinear_allowed([self.store.manifest.nodes.get(key.strip("/"), {})]):
+                found = zarr.open_array(self.store, path=key, mode="r", zarr_format=3)
             self._arrays[key] = found
         return found
 

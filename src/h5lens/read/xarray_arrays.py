@@ -63,7 +63,11 @@ class RegionArrayWrapper(ZarrArrayWrapper):
         self._path = path
 
     def _region(self, key: tuple[Any, ...]) -> np.ndarray | None:
-        found = region_of(key, tuple(self.shape), tuple(self._array.chunks))
+        try:
+            chunks: tuple[int, ...] | None = tuple(self._array.chunks)
+        except NotImplementedError:  # a rectilinear grid (h5lens combine's): no one chunk shape
+            chunks = None
+        found = region_of(key, tuple(self.shape), chunks)
         if found is None:
             return None
         bounds, post = found

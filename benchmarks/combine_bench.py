@@ -1,0 +1,149 @@
+#!/usr/bin/env python
+"""Benchmark: many h5ad files as one combined manifest (issue 45's targets), locally.
+
+``--files`` anndata-written h5ad files (``write_h5ad(compression="gzip")``: h5py's chunks, so
+every file's last chunk ends short) of ``--min-cells``..``--max-cells`` cells each (uniform,
+seeded), sharing ``--genes`` genes, X csr float32 of ``--density`` non-zero values, obs with
+a categorical column whose categories differ per file. Each file is indexed once into a
+compact manifest (outside the clock, in ``--workdir``, kept between runs). Then, one run,
+side by side:
+
+* combine: ``h5lens.combine`` of the per-file manifests (target <= 30 s for 1,000 files);
+* size: the combined compact manifest against the sum of the per-file compact manifests
+  plus 8 bytes per cell (target <= 1.1x);
+* open: ``h5lens.read_anndata(combined, lazy=True)`` and listing its obs columns (<= 1 s);
+* per-gene sum: the lazy combined X summed per gene, against ``anndata.concat`` of
+  ``anndata.read_h5ad`` of the files (>= 5x faster) and ``h5lens.read_anndata(list of
+  manifests, lazy=True)`` (>= 1x);
+
+every sum checked against the eager concatenation's. Each figure is printed beside its
+target. The full target scale (1,000 files of 200-5,000 cells) takes minutes and GBs of disk;
+the defaults are small (``--files 20``) for a quick look. S3 is not run here
+(``benchmarks/small_files.py`` shows the simulated S3 set-up for lists of manifests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def make_files(directory: str, n: int, low: int, high: int, genes: int, density: float) -> list[str]:
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(45)
+    cells = rng.integers(low, high + 1, n)
+    paths = []
+    os.makedirs(directory, exist_ok=True)
+    var = pd.DataFrame(index=[f"g{j}" for j in range(genes)])
+    for i, count in enumerate(cells.tolist()):
+        path = os.path.join(directory, f"f{i:04d}.h5ad")
+        paths.append(path)
+        if os.path.exists(path):
+            continue
+        x = sp.random(count, genes, density=density, format="csr", dtype=np.float32, random_state=i)
+        obs = pd.DataFrame(
+            {"cell_type": pd.Categorical(rng.choice([f"t{i % 7}", f"t{(i + 1) % 7}", "shared"], count)),
+             "n_counts": np.asarray(x.sum(axis=1)).ravel()},
+            index=[f"f{i}c{k}" for k in range(count)],
+        )  # fmt: skip
+        ad.AnnData(x, obs=obs, var=var).write_h5ad(path + ".partial", compression="gzip")
+        os.replace(path + ".partial", path)
+    return paths
+
+
+def index_files(paths: list[str], directory: str) -> list[str]:
+    import h5lens
+
+    out = []
+    os.makedirs(directory, exist_ok=True)
+    for path in paths:
+        target = os.path.join(directory, os.path.basename(path) + ".h5lens")
+        if not os.path.exists(target):
+            h5lens.index(path).save(target, format="compact")
+        out.append(target)
+    return out
+
+
+def timed(work: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    found = work()
+    return time.perf_counter() - start, found
+
+
+def gene_sums(x: Any) -> np.ndarray:
+    """Per-gene sums of a dask array of scipy blocks (or an in-memory matrix), in float64."""
+    if hasattr(x, "map_blocks"):
+        per_block = x.map_blocks(
+            lambda b: np.asarray(b.sum(axis=0, dtype="float64")).reshape(1, -1),
+            chunks=(1, x.shape[1]), dtype="float64", meta=np.empty((0, 0)),
+        )  # fmt: skip
+        return per_block.sum(axis=0).compute()
+    return np.asarray(x.sum(axis=0, dtype="float64")).ravel()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--files", type=int, default=20)
+    parser.add_argument("--min-cells", type=int, default=200)
+    parser.add_argument("--max-cells", type=int, default=5000)
+    parser.add_argument("--genes", type=int, default=2000)
+    parser.add_argument("--density", type=float, default=0.05)
+    parser.add_argument("--workdir", default="/tmp/h5lens-combine-bench")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    import anndata as ad
+
+    import h5lens
+
+    shape = f"{args.files}x{args.min_cells}-{args.max_cells}x{args.genes}"
+    workdir = os.path.join(args.workdir, shape)
+    paths = make_files(os.path.join(workdir, "h5ad"), args.files, args.min_cells, args.max_cells, args.genes, args.density)
+    manifests = index_files(paths, os.path.join(workdir, "manifests"))
+    combined_path = os.path.join(workdir, "combined.h5lens")
+
+    combine_s, combined = timed(lambda: h5lens.combine(manifests))
+    combined.save(combined_path, format="compact", force=True)
+    n_cells = int(combined.nodes["X"]["attributes"]["shape"][0])
+    per_file = sum(os.path.getsize(m) for m in manifests)
+    size_ratio = os.path.getsize(combined_path) / (per_file + 8 * n_cells)
+
+    def open_and_list() -> list[str]:
+        return list(h5lens.read_anndata(combined_path, lazy=True).obs.columns)
+
+    open_s, _ = timed(open_and_list)
+    lazy_s, lazy_sums = timed(lambda: gene_sums(h5lens.read_anndata(combined_path, lazy=True).X))
+    concat_s, eager = timed(lambda: ad.concat([ad.read_h5ad(p) for p in paths]))
+    concat_sum_s, eager_sums = timed(lambda: gene_sums(eager.X))
+    list_s, list_sums = timed(lambda: gene_sums(h5lens.read_anndata(manifests, lazy=True).X))
+    assert np.allclose(lazy_sums, eager_sums) and np.allclose(list_sums, eager_sums), "per-gene sums differ"
+
+    rows = [
+        ("combine (s)", combine_s, "<= 30 s at 1,000 files"),
+        ("combined compact / (sum of per-file + 8 B/cell)", size_ratio, "<= 1.1"),
+        ("open + list obs columns (s)", open_s, "<= 1 s"),
+        ("lazy per-gene sum, combined (s)", lazy_s, ""),
+        ("anndata.concat(read_h5ad) + sum (s)", concat_s + concat_sum_s, ""),
+        ("read_anndata(list, lazy) + sum (s)", list_s, ""),
+        ("speed-up vs anndata.concat", (concat_s + concat_sum_s) / lazy_s, ">= 5x"),
+        ("speed-up vs list of manifests", list_s / lazy_s, ">= 1x"),
+    ]
+    print(f"{args.files} files, {n_cells} cells, {args.genes} genes (density {args.density})")
+    for name, value, target in rows:
+        print(f"  {name:52s} {value:10.3f}   target {target}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"files": args.files, "cells": n_cells, **{name: value for name, value, _ in rows}}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Many files as one virtual dataset: ``h5lens.combine``.
+
+Manifests of many files (h5ad along obs; netCDF-4 along a named dimension) combined into one
+manifest, their chunks referenced where they lie: arrays whose files' chunks differ in
+length lie on a rectilinear chunk grid (:mod:`h5lens.combining.stack`), what must change
+is written as new small arrays (:mod:`h5lens.combining.written`), and each file's record
+(size, ETag, fingerprint) is kept, so a reader refuses the file that changed, by name.
+
+Modules: ``inputs`` (the manifests and the one source table), ``stack`` (arrays
+concatenated by reference), ``written`` (new small arrays), ``anndata`` (AnnData along obs),
+``netcdf`` (variables along a dimension), ``result`` (the nodes and tables made), ``summary``
+(what was referenced and written). The package is ``combining``, not ``combine``: importing a
+submodule would otherwise replace the function ``h5lens.combine`` with the package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from h5lens.combining.anndata import combine_anndata
+from h5lens.combining.inputs import Indexer, Input, SourceTable, load_inputs
+from h5lens.combining.netcdf import combine_netcdf
+from h5lens.combining.summary import Summary
+from h5lens.errors import InvalidOptionError
+from h5lens.manifest.model import Manifest
+from h5lens.read.options import OpenOptions
+
+FOR = ("any", "regular")  # --for: which readers the combined object is for
+
+
+def combine(
+    manifests: Sequence[Any],
+    *,
+    dim: str | None = None,
+    join: str = "inner",
+    label: str | None = None,
+    keys: Sequence[Any] | None = None,
+    index_unique: str | None = None,
+    merge: Any = None,
+    uns_merge: Any = None,
+    fill_value: Any = None,
+    pairwise: bool = False,
+    for_readers: str = "any",
+    append_to: Any = None,
+    storage_options: dict[str, Any] | None = None,
+    options: OpenOptions | None = None,
+    index: Indexer | None = None,
+) -> Manifest:
+    """Many manifests (paths, URLs or :class:`~h5lens.Manifest` objects) as one manifest:
+    :func:`combine_with_summary`'s manifest."""
+    return combine_with_summary(
+        manifests, dim=dim, join=join, label=label, keys=keys, index_unique=index_unique, merge=merge,
+        uns_merge=uns_merge, fill_value=fill_value, pairwise=pairwise, for_readers=for_readers, append_to=append_to,
+        storage_options=storage_options, options=options, index=index,
+    )[0]  # fmt: skip
+
+
+def combine_with_summary(
+    manifests: Sequence[Any],
+    *,
+    dim: str | None = None,
+    join: str = "inner",
+    label: str | None = None,
+    keys: Sequence[Any] | None = None,
+    index_unique: str | None = None,
+    merge: Any = None,
+    uns_merge: Any = None,
+    fill_value: Any = None,
+    pairwise: bool = False,
+    for_readers: str = "any",
+    append_to: Any = None,
+    storage_options: dict[str, Any] | None = None,
+    options: OpenOptions | None = None,
+    index: Indexer | None = None,
+) -> tuple[Manifest, Summary]:
+    """The combined manifest and what it references and writes.
+
+    AnnData (and the AnnData part of TreeData) along obs, with ``anndata.concat``'s options
+    (``join``, ``merge``, ``uns_merge``, ``label``, ``keys``, ``index_unique``, ``fill_value``,
+    ``pairwise``), when ``dim`` is None; netCDF-4 (any HDF5 with dimension names) along the
+    dimension ``dim`` otherwise. ``for_readers="regular"`` refuses, naming them, the arrays
+    that would need a rectilinear chunk grid. ``append_to``: a combined manifest the
+    ``manifests`` are added after (its files are not read again). ``storage_options`` (or
+    ``options``, :class:`~h5lens.OpenOptions`) serve the manifests and their files."""
+    if for_readers not in FOR:
+        raise InvalidOptionError(f"for_readers must be one of {FOR}. Got {for_readers!r}")
+    if append_to is not None and dim is None and (label is not None or keys is not None or index_unique is not None):
+        raise InvalidOptionError(
+            "label, keys and index_unique would take the combined manifest appended to for one file; "
+            "combine every file again instead"
+        )
+    opening = options or OpenOptions(storage_options=storage_options)
+    inputs = load_inputs([*([append_to] if append_to is not None else []), *manifests], options=opening, index=index)
+    sources = SourceTable()
+    try:
+        if dim is None:
+            combined = combine_anndata(
+                inputs, sources, join=join, merge=merge, uns_merge=uns_merge, label=label, keys=keys,
+                index_unique=index_unique, fill_value=fill_value, pairwise=pairwise,
+            )  # fmt: skip
+        else:
+            combined = combine_netcdf(inputs, sources, dim=dim)
+    finally:
+        for item in inputs:
+            item.close()
+    rectilinear = sorted(path for path, stacked in combined.referenced.items() if stacked.rectilinear)
+    if for_readers == "regular" and rectilinear:
+        raise InvalidOptionError(
+            f"{', '.join('/' + path for path in rectilinear)}: the files' chunks differ in length along the first "
+            "axis (a rectilinear chunk grid); refused for regular readers (zarr reads such grids with "
+            "array.rectilinear_chunks, h5lens's readers with nothing)"
+        )
+    first = inputs[0].manifest
+    # the recorded types of attributes kept as the first file has them (written nodes have their own)
+    attribute_types = {
+        path: dict(types)
+        for path, types in first.attribute_types.items()
+        if path in combined.nodes and combined.nodes[path].get("attributes") == first.nodes.get(path, {}).get("attributes")
+    }
+    manifest = Manifest(
+        nodes=combined.nodes,
+        chunks=combined.chunks,
+        sources=tuple(sources.sources),
+        convention=first.convention,
+        writer=first.writer,
+        attribute_types=attribute_types,
+    )
+    manifest = replace(manifest, location=None)
+    return manifest, Summary.of(inputs, combined, manifest)
+
+
+__all__ = ["FOR", "Input", "Summary", "combine", "combine_with_summary"]

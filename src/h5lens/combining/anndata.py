@@ -1,0 +1,277 @@
+"""AnnData files along obs: one AnnData, as ``anndata.concat`` makes it, referencing each
+file's matrices where they lie.
+
+What ``anndata.concat`` defines is computed by ``anndata.concat`` itself, on AnnData
+objects that hold each file's small elements (obs, var, and what the options keep: ``uns``
+under ``uns_merge``, ``varm`` / ``varp`` under ``merge``, ``obsp`` under ``pairwise``) and
+the matrices that cannot be referenced; anndata writes the result (obs with its categories
+as their union, var, ...) as new small arrays (:mod:`h5lens.combining.written`).
+
+The matrices along obs (``X``, each layer, each ``obsm`` entry) are referenced, when every
+file holds one that can be: a dense array of numbers, or a csr matrix, whose stored arrays
+agree between the files (:func:`h5lens.combining.stack.why_not`). A csr matrix's ``data``
+and ``indices`` are concatenated by reference; its ``indptr``, offset by the values before
+each file's rows, is written (8 bytes a row). Any other matrix (csc, which concatenates into
+a csr whose values are in another order; arrays whose codecs differ; dataframes in obsm) is
+read and concatenated by anndata, and written: the summary says so, with its bytes.
+
+Files must share var (the same var names in the same order): remapping the columns of a
+referenced matrix is not something zarr's readers could apply, so combining files of other
+var is refused, naming the first file that differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from h5lens.adata.eager import EagerReader
+from h5lens.combining.inputs import Input, SourceTable
+from h5lens.combining.result import Combined
+from h5lens.combining.stack import Part, stack, why_not
+from h5lens.combining.written import write_anndata_elements
+from h5lens.errors import InvalidOptionError, UnsupportedFeatureError
+from h5lens.read.rectilinear import rectilinear_allowed
+
+ALONG_OBS = ("layers", "obsm")  # mappings of matrices along obs (X apart)
+ROOT_ENCODINGS = ("anndata", "treedata")
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """How one matrix along obs (``X``, ``layers/k``, ``obsm/k``) is referenced: a dense
+    array, or a csr group's data and indices."""
+
+    path: str
+    kind: str  # "array" | "csr_matrix"
+
+
+def combine_anndata(
+    inputs: Sequence[Input],
+    sources: SourceTable,
+    *,
+    join: str = "inner",
+    merge: str | Callable[..., Any] | None = None,
+    uns_merge: str | Callable[..., Any] | None = None,
+    label: str | None = None,
+    keys: Sequence[Any] | None = None,
+    index_unique: str | None = None,
+    fill_value: Any = None,
+    pairwise: bool = False,
+) -> Combined:
+    """The AnnData files ``inputs`` along obs (``anndata.concat``'s options), their sources
+    added to ``sources``."""
+    import anndata
+
+    if join not in ("inner", "outer"):
+        raise InvalidOptionError(f"join must be 'inner' or 'outer'. Got {join!r}")
+    for item in inputs:
+        encoding = item.manifest.nodes.get("", {}).get("attributes", {}).get("encoding-type")
+        if encoding not in ROOT_ENCODINGS:
+            raise InvalidOptionError(f"{item.name}: not an AnnData manifest (its root's encoding-type is {encoding!r})")
+        trees = [name for name in ("obst", "vart") if item.manifest.children(name)]
+        if trees:
+            raise UnsupportedFeatureError(f"{item.name}: combining TreeData trees ({', '.join(trees)}) is not supported")
+    mappings = [sources.add(item) for item in inputs]
+    docs = [item.manifest.nodes for item in inputs]
+    referenced = _referenced(inputs, join)
+    skeletons = []
+    first_var = None
+    with rectilinear_allowed(doc for nodes in docs for doc in nodes.values()):
+        for item in inputs:  # one file open at a time
+            reader = EagerReader(item.store)
+            # a var stored byte for byte as the first file's (inline, as small ones are) is not read again
+            same = first_var is not None and _same_element(inputs[0], item, "var")
+            var = first_var if same else reader.read("var")
+            if first_var is None:
+                first_var = var
+            else:
+                _check_var(inputs[0], item, first_var, var)
+            skeletons.append(
+                _skeleton(reader, item, var, referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise)
+            )
+            item.close()
+    options: dict[str, Any] = {"join": join, "merge": merge, "uns_merge": uns_merge}  # checked by anndata
+    result = anndata.concat(
+        skeletons, label=label, keys=keys, index_unique=index_unique, fill_value=fill_value, pairwise=pairwise,
+        **options,
+    )  # fmt: skip
+    combined = Combined()
+    written = write_anndata_elements({"/": result})
+    for element in sorted({path.split("/", 1)[0] for path in written.nodes}):  # "" the root
+        combined.add(written.only(element), element or "/")
+    n_obs = result.n_obs
+    for matrix in referenced:
+        parts_of = [Part(item, "", mapping) for item, mapping in zip(inputs, mappings, strict=True)]
+        _reference(combined, matrix, parts_of, n_obs)
+    _container_docs(combined, referenced)
+    return combined
+
+
+def _same_element(one: Input, other: Input, path: str) -> bool:
+    """Whether element ``path`` is stored alike in both manifests: the same documents, and
+    chunk tables of inline bytes only, equal."""
+    def members(item: Input) -> dict[str, Any]:
+        return {p: d for p, d in item.manifest.nodes.items() if p == path or p.startswith(path + "/")}
+
+    mine, theirs = members(one), members(other)
+    if mine.keys() != theirs.keys() or any(mine[p] != theirs[p] for p in mine):
+        return False
+    for p in mine:
+        a, b = one.manifest.chunks.get(p), other.manifest.chunks.get(p)
+        if (a is None) != (b is None):
+            return False
+        if a is not None and (bool((a.source >= 0).any()) or a != b):
+            return False
+    return True
+
+
+def _check_var(first: Input, item: Input, first_var: Any, var: Any) -> None:
+    if not var.index.equals(first_var.index):
+        raise UnsupportedFeatureError(
+            f"{item.name}: its var differs from {first.name}'s ({len(var.index)} and {len(first_var.index)} "
+            "variables, or their names or order); combine references matrices of files that share var. "
+            "Read such files as one with h5lens.read_anndata([...], join=...) instead"
+        )
+
+
+def _matrix_kind(nodes: Any, path: str) -> str | None:
+    doc = nodes.get(path)
+    if doc is None:
+        return None
+    encoding = doc.get("attributes", {}).get("encoding-type")
+    if doc.get("node_type") == "array":
+        return "array" if encoding in (None, "array") else None
+    return "csr_matrix" if encoding == "csr_matrix" else None
+
+
+def _referenced(inputs: Sequence[Input], join: str) -> list[Matrix]:
+    """The matrices along obs every file holds and that can be referenced."""
+    nodes = [item.manifest.nodes for item in inputs]
+    candidates = ["X"] if all("X" in n for n in nodes) else []
+    for mapping in ALONG_OBS:
+        names = [set(item.manifest.children(mapping)) for item in inputs]
+        common = set.intersection(*names) if names else set()
+        candidates += [f"{mapping}/{name}" for name in sorted(common)]
+    found = []
+    for path in candidates:
+        kinds = {_matrix_kind(n, path) for n in nodes}
+        if len(kinds) != 1 or None in kinds:
+            continue
+        kind = kinds.pop()
+        assert kind is not None
+        members = [path] if kind == "array" else [f"{path}/data", f"{path}/indices"]
+        if kind == "csr_matrix" and not all(f"{path}/indptr" in n for n in nodes):
+            continue
+        parts = [[Part(item, member, np.empty(0, np.int32)) for item in inputs] for member in members]
+        if all(why_not(p) is None for p in parts):
+            found.append(Matrix(path, kind))
+    return found
+
+
+def _skeleton(
+    reader: EagerReader, item: Input, var: Any, referenced: list[Matrix], *, merge: Any, uns_merge: Any, pairwise: bool
+) -> Any:
+    """The file as an AnnData of what anndata must concatenate (everything but the
+    referenced matrices, and what the options drop)."""
+    import anndata
+
+    nodes = item.manifest.nodes
+    skip = {m.path for m in referenced}
+    elements: dict[str, Any] = {"obs": reader.read("obs"), "var": var}
+    if "X" in nodes and "X" not in skip:
+        elements["X"] = reader.read("X")
+    for mapping in ALONG_OBS:
+        found = {}
+        for name in item.manifest.children(mapping):
+            if f"{mapping}/{name}" not in skip:
+                found[_name(reader, mapping, name)] = reader.read(f"{mapping}/{name}")
+        elements[mapping] = found
+    if uns_merge is not None and "uns" in nodes:
+        elements["uns"] = reader.read("uns")
+    if merge is not None:
+        for mapping in ("varm", "varp"):
+            if mapping in nodes:
+                elements[mapping] = reader.read(mapping)
+    if pairwise and "obsp" in nodes:
+        elements["obsp"] = reader.read("obsp")
+    if "raw" in nodes:
+        elements["raw"] = reader.read("raw")
+    return anndata.AnnData(**elements)
+
+
+def _name(reader: EagerReader, mapping: str, name: str) -> str:
+    """A mapping member's key as anndata reads it (escaped names unescaped)."""
+    from h5lens.format.keys import unescape_key
+
+    attributes = reader.nodes.get(mapping, {}).get("attributes", {})
+    return unescape_key(name) if attributes.get("encoding-version") == "0.2.0" else name
+
+
+def _reference(combined: Combined, matrix: Matrix, parts_of: list[Part], n_obs: int) -> None:
+    """Matrix ``matrix`` of every file, referenced into ``combined``."""
+    inputs = [part.item for part in parts_of]
+
+    def parts(member: str) -> list[Part]:
+        return [Part(p.item, member, p.sources) for p in parts_of]
+
+    first = inputs[0].manifest.nodes
+    members = [matrix.path] if matrix.kind == "array" else [f"{matrix.path}/data", f"{matrix.path}/indices"]
+    for member in members:
+        stacked = stack(parts(member))
+        combined.nodes[member] = stacked.doc
+        combined.chunks[member] = stacked.table
+        combined.referenced[member] = stacked
+    if matrix.kind == "array":
+        return
+    pointers = [_values(item, f"{matrix.path}/indptr") for item in inputs]
+    for item, found in zip(inputs, pointers, strict=True):
+        stored = item.manifest.nodes[f"{matrix.path}/data"]["shape"][0]
+        if int(found[0]) != 0 or int(found[-1]) != stored:
+            raise UnsupportedFeatureError(
+                f"{item.name}: /{matrix.path}/indptr spans values {int(found[0])} to {int(found[-1])} of the "
+                f"{stored} stored; combine references csr matrices whose indptr spans their data exactly"
+            )
+    before = np.cumsum([0, *(int(p[-1]) - int(p[0]) for p in pointers[:-1])])
+    indptr = np.concatenate([pointers[0][:1] - pointers[0][0], *((p[1:] - p[0]) + b for p, b in zip(pointers, before, strict=True))])
+    written = write_anndata_elements({"indptr": indptr.astype(np.int64)})
+    written.nodes.pop("", None)
+    written.chunks.pop("", None)
+    combined.add(written.under(matrix.path), f"{matrix.path}/indptr")
+    attributes = dict(first[matrix.path].get("attributes", {}))
+    shape = attributes.get("shape", [0, 0])
+    attributes["shape"] = [n_obs, int(shape[1])]
+    combined.nodes[matrix.path] = {**first[matrix.path], "attributes": attributes}
+
+
+def _values(item: Input, path: str) -> np.ndarray:
+    from h5lens.engine.plan import whole
+
+    doc = item.manifest.nodes[path]
+    try:
+        found = item.store.read_region(path, whole(tuple(doc["shape"])))
+        if found is not None:
+            return np.asarray(found)
+        import zarr
+
+        with rectilinear_allowed([doc]):
+            return np.asarray(zarr.open_array(item.store, path=path, mode="r", zarr_format=3)[...])
+    finally:
+        item.close()  # one file open at a time
+
+
+def _container_docs(combined: Combined, referenced: list[Matrix]) -> None:
+    """Groups above referenced matrices (``layers``, ``obsm``) that anndata's write did not
+    make (it writes an empty mapping as an empty group: those stand)."""
+    for matrix in referenced:
+        parent = matrix.path.rpartition("/")[0]
+        if parent and parent not in combined.nodes:
+            combined.nodes[parent] = {
+                "zarr_format": 3, "node_type": "group", "attributes": {"encoding-type": "dict", "encoding-version": "0.1.0"},
+            }  # fmt: skip
+
+
+__all__ = ["Combined", "combine_anndata"]

@@ -1,0 +1,210 @@
+"""Arrays of many files concatenated along axis 0 by reference: one chunk table over every
+file's chunks, on a regular chunk grid where the chunks allow one and a rectilinear one
+(zarr's ``"rectilinear"`` grid, each chunk's length along axis 0 given) where they do not.
+
+Each file's chunks keep their bytes where they lie. One chunk per file may have to be
+written: the last chunk of a file whose rows end inside it (HDF5 stores an edge chunk
+whole, padded past the data, and a contiguous dataset's tail slab is stored so too), when
+another file's rows follow. A zarr reader decodes a chunk of a rectilinear grid to exactly
+its length, so that chunk is decoded, cut to its rows and encoded again with the array's
+own codecs, inline (:func:`h5lens.combining.written.encode_chunks`); the last file's last
+chunk stays a reference (a grid may end past the array). Nothing else is written.
+
+Arrays can be concatenated so when every file's array has the same data type, codecs, fill
+value, and shape and chunking along the other axes; :func:`why_not` says why not otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from h5lens.combining.inputs import Input
+from h5lens.combining.written import encode_chunks
+from h5lens.engine.plan import whole
+from h5lens.manifest.documents import ArrayDocument, rectilinear_json
+from h5lens.manifest.model import INLINE, MISSING, ChunkTable
+from h5lens.read.rectilinear import rectilinear_allowed
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """The concatenated array: its document and chunk table, whether its grid is
+    rectilinear, and the bytes written (chunks cut short)."""
+
+    doc: dict[str, Any]
+    table: ChunkTable
+    rectilinear: bool
+    written_bytes: int
+
+
+@dataclass(frozen=True)
+class Part:
+    """One file's array: which input, its path there, and where its sources are in the
+    combined manifest's source table."""
+
+    item: Input
+    path: str
+    sources: np.ndarray
+
+
+def _kind(doc: dict[str, Any]) -> str:
+    """What must agree between the files' arrays (all of the document but its shape, grid
+    along axis 0 and attributes)."""
+    view = ArrayDocument.of(doc)
+    assert view is not None
+    rest_chunks = _rest_chunks(view)
+    body = {k: v for k, v in doc.items() if k not in ("shape", "chunk_grid", "attributes", "chunk_key_encoding")}
+    return json.dumps([body, list(view.shape[1:]), list(rest_chunks)], sort_keys=True, allow_nan=True, default=repr)
+
+
+def _edges(view: ArrayDocument, grid0: int) -> np.ndarray:
+    """Each chunk's length along axis 0 (the last as stored: it may reach past the rows)."""
+    head = view.chunk_shape[0] if view.edges is None else view.edges[0]
+    if isinstance(head, int):
+        return np.full(grid0, head, dtype=np.int64)
+    return np.asarray(head[:grid0], dtype=np.int64)
+
+
+def why_not(parts: Sequence[Part]) -> str | None:
+    """Why these arrays cannot be concatenated by reference, or None if they can."""
+    docs = [part.item.manifest.nodes.get(part.path) for part in parts]
+    if any(doc is None or doc.get("node_type") != "array" for doc in docs):
+        return "not an array in every file"
+    views = [ArrayDocument.of(doc) for doc in docs if doc is not None]
+    if any(view is None or not view.shape for view in views):
+        return "0-d"
+    if any(view is not None and view.edges is not None and not all(_uniform(e) for e in view.edges[1:]) for view in views):
+        return "chunks of varying size along an axis but the first"
+    kinds = [_kind(doc) for doc in docs if doc is not None]
+    if len(set(kinds)) > 1:
+        first = kinds[0]
+        other = next(i for i, kind in enumerate(kinds) if kind != first)
+        return (
+            f"its data type, codecs, fill value, or shape or chunks beyond the first axis differ between "
+            f"{parts[0].item.name} and {parts[other].item.name}"
+        )
+    return None
+
+
+def stack(parts: Sequence[Part]) -> Stacked:
+    """The arrays of ``parts`` (which :func:`why_not` accepts) concatenated along axis 0."""
+    docs = [part.item.manifest.nodes[part.path] for part in parts]
+    views = [ArrayDocument.of(doc) for doc in docs]
+    first_doc = docs[0]
+    rest = views[0].shape[1:]  # type: ignore[union-attr]
+    rows = [view.shape[0] for view in views]  # type: ignore[union-attr]
+    tables = [part.item.manifest.chunks[part.path] for part in parts]
+    per_row = math.prod(tables[0].grid_shape[1:])
+    live = [i for i, n in enumerate(rows) if n > 0]  # files with rows of this array
+    last_live = live[-1] if live else -1
+    edges_all: list[np.ndarray] = []
+    sources, offsets, lengths = [], [], []
+    inline: dict[int, bytes] = {}
+    written = 0
+    chunk_rows = 0  # chunks along axis 0 so far
+    for i in live:
+        view, table, part = views[i], tables[i], parts[i]
+        assert view is not None
+        grid0 = table.grid_shape[0]
+        edges = _edges(view, grid0)
+        valid_last = rows[i] - int(edges[:-1].sum())
+        source = table.source.reshape(grid0, per_row).copy()
+        offset = table.offset.reshape(grid0, per_row)
+        length = table.length.reshape(grid0, per_row).copy()
+        referenced = source >= 0
+        source[referenced] = part.sources[source[referenced]]
+        part_inline = {flat + chunk_rows * per_row: data for flat, data in table.inline.items()}
+        if valid_last < edges[-1] and i != last_live:  # cut short: written anew, exactly its rows
+            payloads = _cut_chunks(part, view, docs[i], rows[i] - valid_last, rows[i])
+            edges = edges.copy()
+            edges[-1] = valid_last
+            tail = grid0 - 1
+            for j in range(per_row):
+                flat = (chunk_rows + tail) * per_row + j
+                part_inline.pop(flat, None)
+                index = np.unravel_index(j, tables[0].grid_shape[1:]) if rest else ()
+                data = payloads.get((0, *(int(k) for k in index)))
+                if data is None:
+                    source[tail, j], length[tail, j] = MISSING, 0
+                else:
+                    source[tail, j], length[tail, j] = INLINE, len(data)
+                    part_inline[flat] = data
+                    written += len(data)
+            offset = offset.copy()
+            offset[tail, :] = 0
+        sources.append(source)
+        offsets.append(offset)
+        lengths.append(length)
+        inline.update(part_inline)
+        edges_all.append(edges)
+        chunk_rows += grid0
+    total = sum(rows)
+    edges = np.concatenate(edges_all) if edges_all else np.empty(0, dtype=np.int64)
+    grid_rest = tables[0].grid_shape[1:]
+    if edges.size:
+        table = ChunkTable(
+            np.ascontiguousarray(np.concatenate(sources).reshape(edges.size, *grid_rest)),
+            np.ascontiguousarray(np.concatenate(offsets).reshape(edges.size, *grid_rest)),
+            np.ascontiguousarray(np.concatenate(lengths).reshape(edges.size, *grid_rest)),
+            inline,
+        )
+    else:
+        table = ChunkTable.empty((0, *grid_rest))
+    rest_chunks = _rest_chunks(views[0])  # type: ignore[arg-type]
+    # regular where every chunk is as long (the last may reach past the rows, as any grid's)
+    regular = edges.size == 0 or bool(np.all(edges == edges[0]))
+    doc = {**first_doc, "shape": [total, *rest]}
+    if regular:
+        first = int(edges[0]) if edges.size else max(1, views[0].chunk_shape[0])  # type: ignore[union-attr]
+        doc["chunk_grid"] = {"name": "regular", "configuration": {"chunk_shape": [first, *rest_chunks]}}
+    else:
+        # every axis as its list of edges: Icechunk (2.3) reads no bare integer for an axis
+        rest_edges = [[c] * max(1, -(-n // c)) for c, n in zip(rest_chunks, rest, strict=True)]
+        doc["chunk_grid"] = rectilinear_json([edges.tolist(), *rest_edges])
+    return Stacked(doc, table, not regular, written)
+
+
+def _uniform(axis: int | tuple[int, ...]) -> bool:
+    """Whether an axis of a rectilinear grid is regular: every chunk of one length (a last
+    chunk cut to the extent would decode to fewer values than the others)."""
+    return isinstance(axis, int) or len(set(axis)) == 1
+
+
+def _rest_chunks(view: ArrayDocument) -> list[int]:
+    """The chunk length along each axis but the first (regular there: why_not checks)."""
+    if view.edges is None:
+        return list(view.chunk_shape[1:])
+    return [axis if isinstance(axis, int) else axis[0] for axis in view.edges[1:]]
+
+
+def _cut_chunks(part: Part, view: ArrayDocument, doc: dict[str, Any], start: int, stop: int) -> dict[tuple[int, ...], bytes]:
+    """Rows ``[start, stop)`` of the file's array (its last chunk's rows) encoded anew as one
+    row of chunks of exactly those rows."""
+    values = _values(part, view, [(start, stop), *whole(view.shape[1:])])
+    return encode_chunks(doc, values)
+
+
+def _values(part: Part, view: ArrayDocument, bounds: list[tuple[int, int]]) -> np.ndarray:
+    """The values of a region of the file's array, read by h5lens (through zarr where it
+    does not decode the array)."""
+    store = part.item.store
+    try:
+        found = store.read_region(part.path, bounds)
+        if found is not None:
+            return np.asarray(found)
+        import zarr
+
+        with rectilinear_allowed([part.item.manifest.nodes[part.path]]):
+            array = zarr.open_array(store, path=part.path, mode="r", zarr_format=3)
+        return np.asarray(array[tuple(slice(a, b) for a, b in bounds)])
+    finally:
+        part.item.close()  # one file open at a time
+
+
+__all__ = ["Part", "Stacked", "stack", "why_not"]
