@@ -72,7 +72,7 @@ def differences(expected: Any, actual: Any, where: str) -> list[str]:
 
 
 def attr_plain(value: Any, file: Any) -> Any:
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+    if isinstance(value, np.ndarray) and (value.dtype.kind in "biuf" or value.size == 0):  # [] has no type
         return value.tolist()
     return plain(value, file)
 

@@ -28,6 +28,7 @@ import h5lens
 from cli_runner import h5lens as run
 from h5lens.browser.lindi import to_lindi, write_lindi
 from h5lens.errors import InvalidOptionError, UnsupportedFeatureError
+from shared_data import DATA, shared_file
 
 REPO = Path(__file__).resolve().parents[1]
 LINDI_PYTHON = Path(os.environ.get("H5LENS_LINDI_PYTHON", REPO / ".venv-lindi" / "bin" / "python"))
@@ -114,6 +115,7 @@ def write_fletcher32(path: Path) -> None:
 # zeros, so the fletcher32 checksum after a compressed chunk reads as 0
 LINDI_READER_LIMITS = {"icephys.nwb": "Compound dataset", "fletcher32.h5": "fletcher32 checksum"}
 FILES = ("features.h5", "fletcher32.h5", "ecephys.nwb", "icephys.nwb", "extension.nwb")
+SHARED = "adata_v0.11.4.h5ad"  # anndata's own file (../shared/data): strings, categoricals, sparse X
 
 
 @pytest.fixture(scope="module")
@@ -133,13 +135,16 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, P
         spec_dir.mkdir()
         test_nwb.write_extension(root / "extension.nwb", spec_dir)
     out = {}
-    for name in FILES:
+    for name in (*FILES, SHARED):
+        source = DATA / name if name == SHARED else root / name
+        if not source.is_file():
+            continue  # the shared file: its test skips (or fails in CI), saying where it was looked for
         manifest = root / f"{name}.json"
         target = root / f"{name}.lindi.json"
-        h5lens.index(root / name).to_json(manifest)
+        h5lens.index(source).to_json(manifest)
         done = run("convert", manifest, target, "--for", "lindi")
         assert done.returncode == 0, done.stderr
-        out[name] = (root / name, target, name.endswith(".nwb"))
+        out[name] = (source, target, name.endswith(".nwb"))
     return out
 
 
@@ -158,8 +163,10 @@ def lindi_report(written: dict[str, tuple[Path, Path, bool]], tmp_path_factory: 
     return {name: report[str(w)] for name, (_, w, _) in written.items()}
 
 
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", [*FILES, SHARED])
 def test_lindi_reads_as_h5py_and_nwbhdf5io(lindi_report, name):
+    if name == SHARED:
+        shared_file(name)
     found = lindi_report[name]
     limit = LINDI_READER_LIMITS.get(name)
     if limit is None:
@@ -223,8 +230,11 @@ def _refusal(path: Path, write) -> str:
         (lambda f: f.__setitem__("pos", np.zeros((), dtype=[("x", "f4"), ("y", "f4")])), "/pos: a scalar of records"),
         (lambda f: f.create_dataset("nothing", data=h5py.Empty("f8")), "/nothing: a null dataspace"),
         (lambda f: f.attrs.__setitem__("z", 1 + 2j), "/ attribute 'z'"),
+        (lambda f: f.attrs.__setitem__("na", "NaN"), "/ attribute 'na': the text 'NaN', which LINDI reads back as a float"),
+        (lambda f: f.create_dataset("t", data=np.array([(1, "a")], dtype=[("n", "i4"), ("s", h5py.string_dtype())])),
+         "/t: field 's' holds variable-length strings"),
     ],
-    ids=["lzf", "external-link", "scalar-compound", "null-dataspace", "complex-attribute"],
+    ids=["lzf", "external-link", "scalar-compound", "null-dataspace", "complex-attribute", "nan-text", "vlen-field"],
 )  # fmt: skip
 def test_lindi_refuses_by_name(tmp_path, write, named):
     assert named in _refusal(tmp_path / "f.h5", write)

@@ -37,7 +37,7 @@ from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.files import write_bytes_atomic
 from h5lens.manifest.locations import resolve
 from h5lens.manifest.model import Manifest
-from h5lens.manifest.tables import MISSING
+from h5lens.manifest.tables import INLINE, MISSING
 from h5lens.read import navigate
 from h5lens.read.references import Region
 
@@ -241,15 +241,14 @@ class _Writer:
 
     def chunks(self, escaped: str, key: str) -> Iterator[tuple[str, Any]]:
         table = self.manifest.chunks[escaped]
-        for index in np.argwhere(table.source != MISSING):
-            position = tuple(int(i) for i in index)
-            found = table.lookup(position)
-            chunk_key = _join(key, ".".join(str(i) for i in position))
-            if isinstance(found, bytes):
-                yield chunk_key, "base64:" + base64.b64encode(found).decode("ascii")
-            elif found is not None:
-                source, offset, length = found
-                yield chunk_key, [self.urls[source], offset, length]
+        source, offset, length = (grid.reshape(-1) for grid in (table.source, table.offset, table.length))
+        grid = table.grid_shape
+        for flat in np.flatnonzero(source != MISSING).tolist():
+            chunk_key = _join(key, ".".join(str(i) for i in np.unravel_index(flat, grid)))
+            if source[flat] == INLINE:
+                yield chunk_key, "base64:" + base64.b64encode(table.inline[flat]).decode("ascii")
+            else:
+                yield chunk_key, [self.urls[int(source[flat])], int(offset[flat]), int(length[flat])]
 
     def inline(self, node: navigate.Dataset, key: str, attributes: dict[str, Any]) -> None:
         """Values LINDI keeps in the reference file: raw for numbers and fixed-length bytes,
@@ -311,6 +310,8 @@ class _Writer:
         field = dtype.fields[name][0] if dtype.fields else dtype
         if name in node.reference_fields:
             return "<REFERENCE>"
+        if field.kind in "UOT":  # variable-length text: LINDI reads an 'object' field as a reference
+            raise _refused(node.h5_path, f"field {name!r} holds variable-length strings, which LINDI's records cannot")
         if field.names is not None or field.subdtype is not None or field.kind not in "biufS":
             raise _refused(node.h5_path, f"field {name!r} of type {field}: LINDI's records hold numbers and strings")
         return str(field)
