@@ -48,6 +48,8 @@ def write_features(path: Path) -> None:
         f.create_dataset("bools", data=np.arange(3000) % 3 == 0)
         f.create_dataset("complex", data=np.arange(600) * (1 + 2j))
         f["small"] = np.array([1, 2, 3], dtype=np.int16)
+        colours = h5py.enum_dtype({"red": 0, "green": 1}, basetype="i1")
+        f.create_dataset("enum", data=np.arange(5000) % 2, dtype=colours, chunks=(1000,), compression="gzip")
         f["empty"] = np.zeros((0,), dtype=np.float64)
         f["scalar_f"] = 3.5
         f["scalar_i"] = np.int64(-7)
@@ -259,3 +261,16 @@ def test_lindi_names_and_urls(tmp_path):
     with pytest.raises(InvalidOptionError, match="NAME.lindi.json"):
         write_lindi(manifest, str(tmp_path / "f.json"), url="https://example.org/f.h5")
     assert "NAME.lindi.json" in run("convert", tmp_path / "m.json", tmp_path / "out.json", "--for", "lindi").stderr
+
+
+def test_lindi_convert_refuses_in_one_line(tmp_path):
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f["pos"] = np.zeros((), dtype=[("x", "f4"), ("y", "f4")])
+    h5lens.index(tmp_path / "f.h5").to_json(tmp_path / "f.json")
+    line = run("convert", tmp_path / "f.json", tmp_path / "f.lindi.json", "--for", "lindi").error_line()
+    assert line.startswith("/pos: a scalar of records")
+    assert not (tmp_path / "f.lindi.json").exists()
+    assert (
+        "convert writes 'lindi'"
+        in run("convert", tmp_path / "f.json", tmp_path / "f.lindi.json", "--for", "x").error_line()
+    )

@@ -33,7 +33,6 @@ import numpy as np
 
 from h5lens.errors import InvalidOptionError, UnsupportedFeatureError
 from h5lens.format import convention
-from h5lens.manifest.documents import ArrayDocument
 from h5lens.manifest.files import write_bytes_atomic
 from h5lens.manifest.locations import resolve
 from h5lens.manifest.model import Manifest
@@ -173,10 +172,7 @@ class _Writer:
             raise _refused(node.h5_path, "a null dataspace (h5py.Empty), for which LINDI has no form")
         attributes = self.attributes(node)
         escaped = node.path.strip("/")
-        doc = self.manifest.nodes[escaped]
-        view = ArrayDocument.of(doc)
-        assert view is not None  # a Dataset is made for arrays only
-        referenced = self.referenced_form(node, doc, key)
+        referenced = self.referenced_form(node, self.manifest.nodes[escaped])
         if referenced is None:
             self.inline(node, key, attributes)
         else:
@@ -186,7 +182,7 @@ class _Writer:
         if attributes:
             self.refs[_join(key, ".zattrs")] = attributes
 
-    def referenced_form(self, node: navigate.Dataset, doc: dict[str, Any], key: str) -> dict[str, Any] | None:
+    def referenced_form(self, node: navigate.Dataset, doc: dict[str, Any]) -> dict[str, Any] | None:
         """The .zarray of an array kept as the manifest's chunks, or None to write it inline."""
         data_type = doc.get("data_type")
         stored = doc.get("attributes", {})
@@ -196,7 +192,6 @@ class _Writer:
             or node.is_scalar
             or node.size == 0
             or node.is_reference
-            or node.enum is not None
             or any(name in stored for name in _STORED_OTHERWISE)
         ):
             return None
@@ -270,6 +265,8 @@ class _Writer:
             self.json_array(key, self.records(node, values), values.shape)
         elif dtype.kind in "OUT":  # T: numpy's StringDType, as zarr 3 reads text
             self.json_array(key, self.objects(node, values), values.shape)
+        elif dtype.kind in "fc" and dtype.itemsize > (8 if dtype.kind == "f" else 16):
+            raise _refused(node.h5_path, f"long doubles ({dtype}), for which LINDI has no form")
         elif dtype.kind in "biufcS":
             if dtype.kind == "c" and node.is_scalar:
                 raise _refused(node.h5_path, "a complex scalar, for which LINDI has no form")
