@@ -2,7 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo js test test-oldest typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read bench-loader clean
+.PHONY: demo js test test-oldest lindi typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read bench-loader clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $$(scripts/find-python) -m venv $(VENV)
@@ -43,6 +43,19 @@ $(OLDEST)/.installed: pyproject.toml .ci/oldest.txt
 test-oldest: $(OLDEST)/.installed
 	$(OLDEST)/bin/python -c "import zarr, numcodecs, anndata, xarray; print('oldest:', 'zarr', zarr.__version__, 'numcodecs', numcodecs.__version__, 'anndata', anndata.__version__, 'xarray', xarray.__version__)" 2>/dev/null
 	$(OLDEST)/bin/python -m pytest -q -n auto --dist loadfile $(OLDEST_TESTS)
+
+# LINDI's own reader (pip `lindi`, which needs zarr 2) and pynwb, in a venv of their own,
+# for tests/test_lindi.py: h5lens writes .lindi.json files in the project's venv, and
+# tests/lindi_check.py reads them back under this one (the test skips, saying so, without it).
+LINDI := .venv-lindi
+
+$(LINDI)/.installed: Makefile
+	@test -x $(LINDI)/bin/python || $$(scripts/find-python) -m venv $(LINDI)
+	$(LINDI)/bin/python -m pip install --quiet --upgrade pip
+	$(LINDI)/bin/python -m pip install --quiet lindi==0.4.6 pynwb==4.2.0 "zarr>=2.18,<3"
+	@touch $@
+
+lindi: $(LINDI)/.installed
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -435,16 +435,54 @@ def convert(
     storage_option: StorageOption = [],  # noqa: B006
     anon: Anon = False,
     endpoint_url: EndpointUrl = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--for",
+            metavar="READER",
+            help="'lindi': LINDI's reference JSON (OUT.lindi.json), which the DANDI archive's NWB viewer and "
+            "lindi.LindiH5pyFile read (docs/browser.md); what LINDI has no form for is refused by name.",
+        ),
+    ] = None,
 ) -> None:
     """Write MANIFEST in another form: the JSON references any fsspec reader opens (OUT.json),
     or the compact columns that open in milliseconds at millions of chunks (OUT.h5lens).
-    Exact both ways; the form is OUT's, or --format's."""
+    Exact both ways; the form is OUT's, or --format's. --for lindi: LINDI's form."""
     from h5lens.cli.manifests import open_manifest
 
     check_form(form)
     options = storage_options(storage_option, anon, endpoint_url)
+    if target is not None:
+        _convert_for(target, manifest, output, form, options, force=force, anon=anon)
+        return
     check_destination(output, None, None, options, force=force, form=form)
     loaded = open_manifest(manifest, options)
     with reporting(output, "writing", anon=anon):
         written = loaded.save(output, format=form, storage_options=options or None, force=force)
     typer.echo(f"{output}: {written} form, {len(loaded.nodes)} nodes, {loaded.n_chunks} chunks")
+
+
+def _convert_for(
+    target: str, manifest: str, output: str, form: str | None, options: dict[str, Any], *, force: bool, anon: bool
+) -> None:
+    """``convert --for lindi``: LINDI's reference JSON of the manifest (h5lens.browser.lindi)."""
+    if target != "lindi":
+        fail(f"--for {target!r}: convert writes 'lindi' (index --for browser writes a manifest for browsers)")
+    if form is not None:
+        fail("--format names h5lens's manifest forms; --for lindi writes LINDI's")
+    from h5lens.browser.lindi import check_lindi_name, write_lindi
+    from h5lens.cli.manifests import open_manifest
+
+    with reporting(output, "checking the destination", anon=anon):
+        check_lindi_name(output)
+    loaded = open_manifest(manifest, options)
+    with reporting(output, "checking the destination", anon=anon):
+        from h5lens.manifest.destination import check_destination as check
+        from h5lens.manifest.locations import resolve
+
+        sources = [resolve(s.url, loaded.location) for s in loaded.sources]
+        check(output, sources=sources, storage_options=options or None, force=force, what="a LINDI file")
+    with reporting(output, "writing", anon=anon):
+        written = write_lindi(loaded, output, storage_options=options or None)
+    chunks = sum(isinstance(v, list) for v in written["refs"].values())
+    typer.echo(f"{output}: LINDI form, {len(loaded.nodes)} nodes, {chunks} chunk references")
