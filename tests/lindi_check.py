@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import sys
 import warnings
 from typing import Any
@@ -210,7 +211,9 @@ def check(original: str, written: str, is_nwb: bool) -> list[str]:
 def lindi_own(original: str, is_nwb: bool) -> list[str] | str:
     """The same check of LINDI's own conversion of ``original`` (its differences: what
     LINDI's reader gets wrong whoever wrote the file), or why LINDI refused to convert it."""
-    written = original + ".by-lindi.lindi.json"
+    # beside the pairs file (the test's temporary directory), never beside the original: the
+    # shared files other software wrote are read-only to the tests
+    written = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), os.path.basename(original) + ".by-lindi.lindi.json")
     try:
         lindi.LindiH5pyFile.from_hdf5_file(original, url=original).write_lindi_file(written)
     except Exception as error:  # noqa: BLE001 - LINDI's own refusal, reported
