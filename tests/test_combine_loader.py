@@ -94,10 +94,24 @@ def test_the_case_is_a_rectilinear_grid(combined):
 
 
 @pytest.mark.parametrize(("chunk_size", "preload_nchunks", "batch_size"), [(32, 8, 64), (7, 4, 14), (500, 2, 250)])
-def test_loader_over_one_combined_manifest(combined, expected, read_mode, chunk_size, preload_nchunks, batch_size):
+def test_loader_over_one_combined_manifest(
+    combined, expected, read_mode, chunk_size, preload_nchunks, batch_size, monkeypatch
+):
     """Every batch holds the rows it names, as anndata reads them from the files; every row
     once an epoch; obs read from the combined object beside it. Blocks of 500 rows cross from
-    one file into the next."""
+    one file into the next. Under ``fast_reads()`` a preload of the rectilinear ``data`` and
+    ``indices`` reads as runs of their segments (as a regular array's does), not through
+    zarr's chunk list."""
+    from h5lens.engine import plan, reader
+
+    made: list[str] = []
+    runs_plan = plan.runs_plan
+
+    def counted(engine, path, *args, **kwargs):  # noqa: ANN001, ANN202 - the engine's own signature
+        made.append(path)
+        return runs_plan(engine, path, *args, **kwargs)
+
+    monkeypatch.setattr(reader, "runs_plan", counted)
     expected_x = expected.X.tocsr()
     with zarr.config.set({RECTILINEAR_FLAG: True}):
         group = h5lens.open_group(combined)
@@ -117,6 +131,7 @@ def test_loader_over_one_combined_manifest(combined, expected, read_mode, chunk_
             pd.testing.assert_frame_equal(batch["obs"], expected.obs.iloc[index])
             seen.append(index)
     np.testing.assert_array_equal(np.sort(np.concatenate(seen)), np.arange(expected.n_obs))
+    assert ({"X/data", "X/indices"} <= set(made)) is read_mode, sorted(set(made))
 
 
 def test_the_flag_is_needed_while_the_loader_reads(combined):
