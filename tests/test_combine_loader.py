@@ -107,7 +107,7 @@ def test_loader_over_one_combined_manifest(
     made: list[str] = []
     runs_plan = plan.runs_plan
 
-    def counted(engine, path, *args, **kwargs):  # noqa: ANN001, ANN202 - the engine's own signature
+    def counted(engine, path, *args, **kwargs):  # the engine's own signature
         made.append(path)
         return runs_plan(engine, path, *args, **kwargs)
 

@@ -260,7 +260,7 @@ def _joint_runs(
     if codec is None or codec.shape != tuple(metadata.shape):
         return None
     # a rectilinear grid (h5lens combine's) reads as runs of its segments, a regular one as its own
-    if isinstance(codec, SegmentedCodec) is chunk_grid.is_regular:
+    if isinstance(codec, SegmentedCodec) == bool(chunk_grid.is_regular):
         return None
     if chunk_grid.is_regular and codec.chunk_shape != tuple(chunk_grid.chunk_shape):
         return None
