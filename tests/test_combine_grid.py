@@ -87,6 +87,29 @@ def test_1d_regions_and_runs(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", ["gzip", "contiguous"])
+def test_runs_in_order_across_files_decode_into_their_stretches(tmp_path, kind):
+    """Runs in order over many files (a lazy block of rows): each file's pieces are one
+    stretch of the result, decoded straight into it, also into a buffer the caller gives."""
+    import asyncio
+
+    paths = _files(tmp_path, kind, [(1000,), (333,), (50,), (777,)], [(128,), (100,), (40,), (128,)])
+    expected = _expected(paths)
+    store = h5lens.open_store(_combined(paths, slab_bytes=400))
+    cases = [
+        (np.asarray([0]), np.asarray([len(expected)])),  # the whole array
+        (np.asarray([5, 990, 1340]), np.asarray([990, 1340, 2100])),  # runs that meet, across files
+        (np.asarray([10, 500, 1300, 1380, 2000]), np.asarray([20, 1200, 1300, 1390, 2150])),  # gaps, an empty run
+    ]
+    for starts, stops in cases:
+        want = np.concatenate([expected[a:b] for a, b in zip(starts, stops, strict=True)])
+        np.testing.assert_array_equal(store.read_runs("a", starts, stops), want)
+        given = np.full(len(want), -1, dtype=want.dtype)
+        found = asyncio.run(store.engine.read_runs_async("a", starts, stops, given))
+        assert found is given
+        np.testing.assert_array_equal(given, want)
+
+
+@pytest.mark.parametrize("kind", ["gzip", "contiguous"])
 def test_2d_rows_from_files_of_other_chunk_lengths(tmp_path, kind):
     paths = _files(tmp_path, kind, [(90, 12), (41, 12), (7, 12)], [(16, 5), (10, 5), (4, 5)])
     manifest = _combined(paths, slab_bytes=12 * 4 * 8)

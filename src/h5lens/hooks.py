@@ -244,6 +244,7 @@ def _joint_runs(
 
     from h5lens.adata.whole_rows import cuts_columns, refusal
     from h5lens.engine.plan import decoder
+    from h5lens.engine.segments import SegmentedCodec
     from h5lens.store import ManifestStore
 
     parts = getattr(indexer, "indexers", None)
@@ -253,10 +254,15 @@ def _joint_runs(
         return None
     if chunk_grid.is_regular and cuts_columns(metadata.shape, chunk_grid.chunk_shape) and _misplaces(indexer, parts):
         raise refusal(path, metadata.shape, chunk_grid.chunk_shape)
-    if len(metadata.shape) != 1 or config.order != "C" or config.read_missing_chunks is False or not chunk_grid.is_regular:
+    if len(metadata.shape) != 1 or config.order != "C" or config.read_missing_chunks is False:
         return None
     codec = decoder(store.engine, path, text=False)
-    if codec is None or codec.chunk_shape != tuple(chunk_grid.chunk_shape) or codec.shape != tuple(metadata.shape):
+    if codec is None or codec.shape != tuple(metadata.shape):
+        return None
+    # a rectilinear grid (h5lens combine's) reads as runs of its segments, a regular one as its own
+    if isinstance(codec, SegmentedCodec) == bool(chunk_grid.is_regular):
+        return None
+    if chunk_grid.is_regular and codec.chunk_shape != tuple(chunk_grid.chunk_shape):
         return None
     starts, stops = [], []
     for part in parts:

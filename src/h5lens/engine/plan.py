@@ -263,28 +263,51 @@ def _segmented_runs(
     at = np.cumsum(take) - take  # where each piece goes in the result
     total = int(take.sum())
     numbers = np.unique(segment).tolist()
+    mines = [segment == number for number in numbers]
+    gather = False
+    if len(numbers) == 1:
+        result, views = out, [out]
+    elif all(_one_stretch(at[mine], take[mine]) for mine in mines):
+        # each segment's pieces one stretch of the result (a block of rows over many files):
+        # each segment decodes straight into its stretch, nothing is gathered after
+        result = runs_out(codec.segments[0].codec, starts, stops, out)
+        result = np.empty(total, dtype=codec.dtype) if result is None else result
+        firsts = [int(at[mine][0]) for mine in mines]
+        views = [result[a : a + int(take[mine].sum())] for a, mine in zip(firsts, mines, strict=True)]
+    else:
+        result, views, gather = None, [None] * len(numbers), True
     parts, places = [], []
-    for number in numbers:
-        mine = segment == number
+    for number, mine, view in zip(numbers, mines, views, strict=True):
         part = codec.segments[number]
-        given = out if len(numbers) == 1 else None
-        layout = Runs(part.codec, lo[mine] - part.start, hi[mine] - part.start, given)
+        layout = Runs(part.codec, lo[mine] - part.start, hi[mine] - part.start, view)
         parts.append(ReadPlan(path, part.codec, layout, codec.flat_offset(part)))
-        pieces = take[mine]
-        places.append(np.arange(int(pieces.sum()), dtype=np.int64) + np.repeat(at[mine] - (np.cumsum(pieces) - pieces), pieces))
+        if gather:  # pieces interleaved with other segments' (rows in any order): gathered
+            pieces = take[mine]
+            places.append(np.arange(int(pieces.sum()), dtype=np.int64) + np.repeat(at[mine] - (np.cumsum(pieces) - pieces), pieces))
 
     def join(found: list[np.ndarray]) -> np.ndarray:
         if len(found) == 1:
             return found[0]
-        result = runs_out(codec.segments[0].codec, starts, stops, out)
-        result = np.empty(total, dtype=codec.dtype) if result is None else result
+        if not gather:
+            for values, view in zip(found, views, strict=True):
+                if values is not view:  # the layout kept its own buffer
+                    view[...] = values  # type: ignore[index]
+            assert result is not None
+            return result
+        gathered = runs_out(codec.segments[0].codec, starts, stops, out)
+        gathered = np.empty(total, dtype=codec.dtype) if gathered is None else gathered
         for values, where in zip(found, places, strict=True):
-            result[where] = values
-        return result
+            gathered[where] = values
+        return gathered
 
     if not parts:  # no run holds anything
         return SegmentedPlan([], lambda found: np.empty(0, dtype=codec.dtype))
     return SegmentedPlan(parts, join)
+
+
+def _one_stretch(at: np.ndarray, take: np.ndarray) -> bool:
+    """Whether pieces placed at ``at``, ``take`` values each, follow one another."""
+    return bool(np.array_equal(at[1:], (at + take)[:-1]))
 
 
 # -- selections -> regions -----------------------------------------------------------------
