@@ -23,7 +23,15 @@ $(JS_STAMP): js/package-lock.json
 
 js: $(JS_STAMP)
 
-test: $(STAMP) $(JS_STAMP)
+# The emulators the tests start that are not Python packages: Azurite (tests/test_azure.py), from npm.
+EMULATORS := tests/emulators/node_modules/.installed
+
+$(EMULATORS): tests/emulators/package.json tests/emulators/package-lock.json
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix tests/emulators --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "npm not found: tests/test_azure.py will skip (Azurite is an npm package)"; fi
+
+test: $(STAMP) $(JS_STAMP) $(EMULATORS)
 	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile
 
 # The read, AnnData and store tests again, under the oldest zarr, numcodecs, anndata and

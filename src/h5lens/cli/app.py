@@ -84,8 +84,28 @@ def _options(
         # h5lens's own warnings say where a scan took a slower road (libhdf5 listing a chunk
         # index the walker refused): for -v, not an extra line before every error.
         logging.getLogger("h5lens").setLevel(logging.ERROR)
-    else:
-        logging.getLogger("h5lens").setLevel(logging.NOTSET)
+    _stop_logging()
+    if verbose:
+        # -v also says what h5lens decided on the way (public data read unsigned, a scan's
+        # requests and bytes): its INFO records, one line each on this command's stderr
+        logger = logging.getLogger("h5lens")
+        logger.setLevel(logging.INFO)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.set_name(_LOG_HANDLER)
+        handler.setFormatter(logging.Formatter("h5lens: %(message)s"))
+        logger.addHandler(handler)
+
+
+_LOG_HANDLER = "h5lens-cli"
+
+
+def _stop_logging() -> None:
+    """Remove the handler -v gave the h5lens logger (its stderr is the command's)."""
+    import logging
+
+    logger = logging.getLogger("h5lens")
+    for handler in [h for h in logger.handlers if h.get_name() == _LOG_HANDLER]:
+        logger.removeHandler(handler)
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -256,6 +276,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     finally:
+        _stop_logging()
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
             sys.unraisablehook = previous_unraisable

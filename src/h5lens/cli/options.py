@@ -40,7 +40,18 @@ def _pairs(option: str, pairs: list[str]) -> list[tuple[str, str]]:
 
 
 def storage_options(pairs: list[str], anon: bool, endpoint_url: str | None) -> dict[str, Any]:
-    options: dict[str, Any] = {key: _parse_value(value) for key, value in _pairs("--storage-option", pairs)}
+    """The storage options ``-s KEY=VALUE`` give; ``KEY.NAME=VALUE`` sets NAME in the option
+    KEY that is a mapping (``-s headers.Authorization="Bearer …"``: an HTTP header, kept as
+    text; ``-s config_kwargs.connect_timeout=30``)."""
+    options: dict[str, Any] = {}
+    for key, value in _pairs("--storage-option", pairs):
+        outer, dot, inner = key.partition(".")
+        if not dot:
+            options[key] = _parse_value(value)
+            continue
+        if not inner or not isinstance(options.setdefault(outer, {}), dict):
+            fail(f"--storage-option {key}: {outer!r} is given both as a value and as a mapping")
+        options[outer][inner] = value if outer == "headers" else _parse_value(value)
     if anon:
         options["anon"] = True
     if endpoint_url:
@@ -70,7 +81,10 @@ def _parse_value(text: str) -> Any:
 StorageOption = Annotated[
     list[str],
     typer.Option(
-        "--storage-option", "-s", metavar="KEY=VALUE", help="fsspec storage option KEY=VALUE (repeatable)."
+        "--storage-option",
+        "-s",
+        metavar="KEY=VALUE",
+        help="fsspec storage option KEY=VALUE (repeatable; KEY.NAME=VALUE for a mapping: -s headers.Authorization=...).",
     ),
 ]
 Anon = Annotated[bool, typer.Option("--anon", help="Anonymous access to object storage.")]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import re
 import socket
 from typing import Any
 
@@ -167,9 +168,46 @@ def with_object(action: str) -> str:
 _PREPOSITIONS = frozenset({"of", "to", "into", "from", "with", "at", "in", "on"})
 
 
-def storage_error(error: BaseException, url: str, action: str = "reading", *, anon: bool = False) -> H5LensError:
+def unsigned_refused(url: str, doing: str, detail: str) -> AccessDeniedError:
+    """The error of a request refused to a reader that went unsigned because no credentials
+    were found (:mod:`h5lens.fetch.credentials`): the data is not public, it needs credentials."""
+    said = (
+        f"{url}: access denied to unsigned requests while {doing} ({detail}); "
+        "no credentials were found, and this data needs them: configure credentials"
+    )
+    python, cli = _WHERE_CREDENTIALS.get(url.split("://", 1)[0].lower(), _WHERE_CREDENTIALS["s3"])
+    return AccessDeniedError(f"{said} ({python})").at_cli(f"{said} ({cli})")
+
+
+# Where credentials go, per scheme: in Python's words, and the command line's.
+_WHERE_CREDENTIALS = {
+    "s3": (
+        "storage_options key and secret, the AWS environment variables or a profile",
+        "-s key=… -s secret=…, the AWS environment variables or a profile",
+    ),
+    "gs": (
+        "storage_options token=…, GOOGLE_APPLICATION_CREDENTIALS or gcloud's application-default login",
+        "-s token=…, GOOGLE_APPLICATION_CREDENTIALS or gcloud's application-default login",
+    ),
+    "az": (
+        "storage_options account_name with account_key or sas_token, or the AZURE_STORAGE_* variables",
+        "-s account_name=… -s account_key=… or -s sas_token=…, or the AZURE_STORAGE_* variables",
+    ),
+}
+_WHERE_CREDENTIALS.update(
+    s3a=_WHERE_CREDENTIALS["s3"],
+    gcs=_WHERE_CREDENTIALS["gs"],
+    abfs=_WHERE_CREDENTIALS["az"],
+    abfss=_WHERE_CREDENTIALS["az"],
+)
+
+
+def storage_error(
+    error: BaseException, url: str, action: str = "reading", *, anon: bool = False, unsigned: bool = False
+) -> H5LensError:
     """The h5lens error for ``error``, raised while ``action`` ``url`` (see :func:`with_object`);
-    the message is one line and starts with ``url``."""
+    the message is one line and starts with ``url``. ``unsigned``: the request went unsigned
+    because no credentials were found (a refusal then says the data needs them)."""
     if isinstance(error, H5LensError):
         return error
     detail = _reason(error)
@@ -190,6 +228,8 @@ def storage_error(error: BaseException, url: str, action: str = "reading", *, an
         what = "bucket" if error_code(error) == "NoSuchBucket" else "file or object"
         return SourceNotFoundError(f"{url}: no such {what} ({detail})")
     if isinstance(error, PermissionError) or status in (401, 403):
+        if unsigned:
+            return unsigned_refused(url, doing, detail)
         hint = (
             "; anonymous access was asked for (--anon): the data may need credentials"
             if anon
@@ -207,8 +247,19 @@ def storage_error(error: BaseException, url: str, action: str = "reading", *, an
 
 def _reason(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:  # without the (maybe temporary) file name
-        return error.strerror
-    return first_line(error)
+        return redact_urls(error.strerror)
+    return redact_urls(first_line(error))
+
+
+# A URL's query string in a library's message: a signed URL's signature, a SAS token.
+_QUERY = re.compile(r"((?:https?|s3|gs|az|abfss?)://[^\s?'\"<>)]*)\?[^\s'\"<>)]*")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the query string of every URL in it replaced by ``?…``: what a backend's
+    message quotes of a request may hold a signature or a token (a signed redirect target,
+    an Azure SAS), which no message h5lens writes may."""
+    return _QUERY.sub(r"\1?…", text)
 
 
 # The first request to a store (is the source there, can the destination be written, the

@@ -3,12 +3,20 @@
 :func:`open_client` makes the :class:`~h5lens.fetch.protocol.ByteReader` that fits a URL:
 
 * a local path: :class:`~h5lens.fetch.local.LocalClient` (``os.pread``, views of a map);
-* ``s3://`` and plain ``http(s)://``, where the options say all obstore needs
+* ``s3://``, ``az://`` / ``abfs://`` (an account and its key, a SAS token or ``anon``) and
+  plain ``http(s)://``, where the options say all obstore needs
   (:mod:`h5lens.fetch.obstore_options`): :class:`~h5lens.fetch.obstore_client.ObstoreClient`
   (which goes on through fsspec if its first request fails for another reason than the
   object's absence);
 * anything else (gcs, azure, ssh ...; S3 options only botocore understands, HTTP with
   headers): :class:`~h5lens.fetch.fsspec_client.FsspecClient`.
+
+An ``http(s)://`` URL is read through an :class:`~h5lens.fetch.http_client.HTTPClient`,
+which asks it once where its bytes are (following redirects to a signed URL itself, and
+again when that signature expires), then reads them with the reader that fits the target.
+
+An ``s3://`` source whose options configure no signing, where no credentials are found,
+is read unsigned (:mod:`h5lens.fetch.credentials`: public data needs no setup).
 
 ``H5LENS_CLIENT=fsspec`` (or ``obstore``) forces a choice. Retries follow
 :mod:`h5lens.fetch.retry`, one policy for all; HTTP servers that ignore ``Range`` are found
@@ -23,7 +31,9 @@ import logging
 from typing import Any
 
 from h5lens.errors import NotHDF5Error, SourceNotFoundError
+from h5lens.fetch.credentials import reads_unsigned
 from h5lens.fetch.fsspec_client import FsspecClient
+from h5lens.fetch.http_client import HTTPClient
 from h5lens.fetch.local import LocalClient
 from h5lens.fetch.obstore_client import CLIENT_ENV, PROBE_POLICY, ObstoreClient, forced_client
 from h5lens.fetch.obstore_options import obstore_config
@@ -37,13 +47,23 @@ def open_client(url: str, storage_options: dict[str, Any] | None = None) -> Byte
     """The reader of ``url`` (see the module docstring). Nothing is sent yet."""
     if not is_remote(url):
         return LocalClient(url)
+    unsigned = reads_unsigned(url, storage_options)
+    if unsigned:  # no credentials anywhere: public data, read as the AWS CLI's --no-sign-request does
+        storage_options = {**(storage_options or {}), "anon": True}
+    if url.lower().startswith(("http://", "https://")):
+        return HTTPClient(url, storage_options, remote_client)  # resolves redirects once, not per read
+    return remote_client(url, storage_options, unsigned=unsigned)
+
+
+def remote_client(url: str, storage_options: dict[str, Any] | None, *, unsigned: bool = False) -> ByteReader:
+    """obstore's reader of ``url`` where the options say all it needs, else fsspec's."""
     forced = forced_client()
     config = obstore_config(url, storage_options) if forced != "fsspec" else None
     if forced == "obstore" and config is None:
         logger.info("%s: obstore cannot be configured from these storage options; using fsspec", url)
     if config is not None:
-        return ObstoreClient(url, storage_options, config)
-    return FsspecClient(url, storage_options)
+        return ObstoreClient(url, storage_options, config, unsigned=unsigned)
+    return FsspecClient(url, storage_options, unsigned=unsigned)
 
 
 def exists(url: str, storage_options: dict[str, Any] | None = None) -> bool:
@@ -82,9 +102,11 @@ __all__ = [
     "ByteReader",
     "Client",
     "FsspecClient",
+    "HTTPClient",
     "LocalClient",
     "ObstoreClient",
     "exists",
     "open_client",
     "read_head",
+    "remote_client",
 ]

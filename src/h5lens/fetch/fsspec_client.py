@@ -35,6 +35,7 @@ from h5lens.fetch.backend_errors import (
     unreachable,
 )
 from h5lens.fetch.cost import CostModel
+from h5lens.fetch.credentials import anonymous_by_default
 from h5lens.fetch.protocol import FetchedOrFailed, each_alone
 from h5lens.fetch.ranges import FirstRequest, RangeIgnoredError, past_end
 
@@ -57,8 +58,11 @@ class FsspecClient:
     name = "fsspec"
     maps = False
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, unsigned: bool = False) -> None:
         self.url = url
+        # read unsigned because no credentials were found (h5lens.fetch.credentials): a
+        # refusal then says the data needs credentials
+        self.unsigned = unsigned
         self.cost: CostModel = costs.from_environment(FSSPEC_COST)
         self.storage_options = fsspec_options(url, storage_options)
         self._fs: Any = None
@@ -99,8 +103,11 @@ class FsspecClient:
             _own_retries_only(fs)
             client = await fs.set_session() if asynchronous and hasattr(fs, "set_session") else None
         except Exception as e:  # noqa: BLE001 - a missing backend, an unknown protocol
-            raise storage_error(e, self.url, "opening", anon=anon_requested(self.storage_options)) from e
+            anon = anon_requested(self.storage_options)
+            raise storage_error(e, self.url, "opening", anon=anon, unsigned=self.unsigned) from e
         self._fs, self._path, self._client, self._loop = fs, path, client, loop
+        if anonymous_by_default(self.url, self.storage_options, fs):
+            self.unsigned = True
         if client is not None:
             _live(self)
 
@@ -157,7 +164,9 @@ class FsspecClient:
         if http_status(error) == 416:
             return past_end(self.url, offset, length, "the object (HTTP 416)")
         anon = anon_requested(self.storage_options)
-        found = storage_error(error, self.url, f"reading bytes {offset}-{offset + length} of", anon=anon)
+        found = storage_error(
+            error, self.url, f"reading bytes {offset}-{offset + length} of", anon=anon, unsigned=self.unsigned
+        )
         if type(found) is not StorageError:
             return found
         tries = f" after {attempts} attempts" if attempts > 1 else ""
@@ -181,7 +190,8 @@ class FsspecClient:
         try:  # retried as reads are: a 503 on the HEAD is as transient as on a GET
             info = await self._retried(attempt, probe=probe)
         except Exception as e:  # noqa: BLE001
-            found = storage_error(e, self.url, "checking", anon=anon_requested(self.storage_options))
+            anon = anon_requested(self.storage_options)
+            found = storage_error(e, self.url, "checking", anon=anon, unsigned=self.unsigned)
             attempts = getattr(e, "attempts", 1)
             if unreachable(e) and attempts > 1:
                 found = StorageError(f"{found} after {attempts} attempts")
@@ -190,8 +200,7 @@ class FsspecClient:
             from h5lens.errors import NotHDF5Error
 
             raise NotHDF5Error(f"{self.url}: a directory (a prefix of other objects), not a file")
-        etag = info.get("ETag") or info.get("etag")
-        return {"size": info.get("size"), "etag": etag.strip('"') if isinstance(etag, str) else etag}
+        return {"size": info.get("size"), "etag": version_tag(self.url, info)}
 
     def close(self, *, wait: bool = True) -> None:
         """Close the HTTP session, on its own loop (waiting for it unless ``wait`` is false
@@ -228,10 +237,20 @@ class FsspecClient:
 
     def __getstate__(self) -> dict[str, Any]:
         return {
-            "url": self.url, "storage_options": self.storage_options, "cost": self.cost, "_fs": None, "_path": None,
-            "_client": None, "_loop": None, "_first": FirstRequest(self.url), "_answered": False,
+            "url": self.url, "storage_options": self.storage_options, "unsigned": self.unsigned, "cost": self.cost,
+            "_fs": None, "_path": None, "_client": None, "_loop": None, "_first": FirstRequest(self.url), "_answered": False,
             "_making": weakref.WeakKeyDictionary(),
         }  # fmt: skip
+
+
+def version_tag(url: str, info: dict[str, Any]) -> str | None:
+    """What identifies the version of the object ``info`` describes: on Google Cloud Storage
+    its generation (a new one for every write of the data; its ETag changes with its
+    metadata too), elsewhere its ETag."""
+    if url.split("://", 1)[0].lower() in ("gs", "gcs") and info.get("generation"):
+        return str(info["generation"])
+    etag = info.get("ETag") or info.get("etag")
+    return etag.strip('"') if isinstance(etag, str) else etag
 
 
 def fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
@@ -318,4 +337,4 @@ def _aiobotocore_session(loop: asyncio.AbstractEventLoop) -> Any:
     return session
 
 
-__all__ = ["FSSPEC_CONCURRENCY", "FSSPEC_COST", "FsspecClient", "fsspec_options"]
+__all__ = ["FSSPEC_CONCURRENCY", "FSSPEC_COST", "FsspecClient", "fsspec_options", "version_tag"]

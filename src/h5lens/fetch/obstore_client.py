@@ -1,6 +1,6 @@
-"""The obstore byte reader: ``s3://`` and plain ``http(s)://`` URLs through obstore (Rust,
-``object_store``): about a tenth of s3fs's CPU per request, requests in parallel without the
-GIL, its HTTP connections shared by every client of the same store (made once per process,
+"""The obstore byte reader: ``s3://``, ``az://`` / ``abfs://`` and plain ``http(s)://`` URLs
+through obstore (Rust, ``object_store``): about a tenth of s3fs's CPU per request, requests in
+parallel without the GIL, its HTTP connections shared by every client of the same store (made once per process,
 :func:`_shared_store`), and many ranges asked for in one call (:meth:`ObstoreClient.get_many`).
 
 If its first request fails for a reason other than the object's absence, the client goes on
@@ -23,7 +23,7 @@ import numpy as np
 from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError, first_line
 from h5lens.fetch import cost as costs
 from h5lens.fetch import retry
-from h5lens.fetch.backend_errors import PROBE_CONNECT_TIMEOUT
+from h5lens.fetch.backend_errors import PROBE_CONNECT_TIMEOUT, redact_urls, unsigned_refused
 from h5lens.fetch.cost import CostModel
 from h5lens.fetch.fsspec_client import FsspecClient
 from h5lens.fetch.protocol import FetchedOrFailed, each_alone
@@ -66,13 +66,15 @@ def _shared_store(config: dict[str, Any], policy: retry.RetryPolicy) -> Any:
         if store is not None:
             _STORES.move_to_end(key)
             return store
-    from obstore.store import HTTPStore, S3Store
+    from obstore.store import AzureStore, HTTPStore, S3Store
 
     settings = {**config["config"], "retry_config": policy.obstore_config()}
     # obstore's own default, said here: the bound h5lens documents for a first request
     settings["client_options"] = {"connect_timeout": f"{PROBE_CONNECT_TIMEOUT}s", **settings.get("client_options", {})}
     if config["kind"] == "s3":
         store = S3Store(config["bucket"], **settings)
+    elif config["kind"] == "azure":
+        store = AzureStore(config["bucket"], **settings)
     else:
         store = HTTPStore.from_url(config["bucket"], **settings)
     with _STORES_LOCK:
@@ -101,8 +103,11 @@ class ObstoreClient:
     concurrency = OBSTORE_CONCURRENCY
     maps = False
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None, config: dict[str, Any]) -> None:
+    def __init__(
+        self, url: str, storage_options: dict[str, Any] | None, config: dict[str, Any], *, unsigned: bool = False
+    ) -> None:
         self.url = url
+        self.unsigned = unsigned  # read unsigned because no credentials were found (h5lens.fetch.credentials)
         self._cost = costs.from_environment(replace(costs.OBJECT_STORE, in_flight=self.concurrency))
         self.storage_options = dict(storage_options or {})
         self.config = config
@@ -218,8 +223,10 @@ class ObstoreClient:
         return not self._confirmed and not isinstance(error, (FileNotFoundError, oe.NotSupportedError, H5LensError))
 
     def _fall_back(self, error: BaseException) -> FsspecClient:
-        logger.info("%s: obstore failed on a first request (%s); reading through fsspec", self.url, first_line(error))
-        self._fallback = FsspecClient(self.url, self.storage_options)
+        logger.info(
+            "%s: obstore failed on a first request (%s); reading through fsspec", self.url, redact_urls(first_line(error))
+        )
+        self._fallback = FsspecClient(self.url, self.storage_options, unsigned=self.unsigned)
         return self._fallback
 
     def _error(self, error: BaseException, offset: int, length: int, *, explain: bool = False) -> H5LensError:
@@ -227,13 +234,13 @@ class ObstoreClient:
         import obstore.exceptions as oe
 
         where = f"bytes {offset}-{offset + length}"
-        detail = first_line(error)
+        detail = redact_urls(first_line(error))
         if isinstance(error, H5LensError):
             return error
         if isinstance(error, FileNotFoundError):  # obstore >= 0.12 raises the builtin for a missing object
             return self._missing(detail, f" while reading {where}")
         if isinstance(error, (oe.PermissionDeniedError, oe.UnauthenticatedError)):
-            return AccessDeniedError(f"{self.url}: access denied while reading {where} ({detail})")
+            return self._denied(f"reading {where} of it", detail)
         if isinstance(error, oe.NotSupportedError):
             return RangeIgnoredError(
                 f"{self.url}: the server ignores HTTP Range requests (it answers with the whole file), "
@@ -277,12 +284,24 @@ class ObstoreClient:
     def _stat_error(self, error: BaseException) -> H5LensError:
         import obstore.exceptions as oe
 
-        detail = first_line(error)
+        detail = redact_urls(first_line(error))
         if isinstance(error, FileNotFoundError):
             return self._missing(detail, directory=True)
         if isinstance(error, (oe.PermissionDeniedError, oe.UnauthenticatedError)):
-            return AccessDeniedError(f"{self.url}: access denied while checking it ({detail})")
+            return self._denied("checking it", detail)
         return StorageError(f"{self.url}: checking it failed ({detail})")
+
+    def _denied(self, doing: str, detail: str) -> H5LensError:
+        """A request refused: to a reader that went unsigned for want of credentials, the
+        data needs them; to one told to (``anon``), it may; else check the credentials."""
+        if self.unsigned:
+            return unsigned_refused(self.url, doing, detail)
+        if self.config["config"].get("skip_signature"):
+            return AccessDeniedError(
+                f"{self.url}: access denied while {doing} ({detail}); anonymous access was asked for (--anon): "
+                "the data may need credentials"
+            )
+        return AccessDeniedError(f"{self.url}: access denied while {doing} ({detail})")
 
     def _missing(self, detail: str, doing: str = "", *, directory: bool = False) -> H5LensError:
         """The error for an object obstore did not find. On S3, one listing of its key says

@@ -1,7 +1,7 @@
 """obstore's store options for a URL and fsspec-style storage options, where they say it all.
 
-h5lens reads ``s3://`` and plain ``http(s)://`` sources through obstore when the options
-can be given to obstore exactly (:func:`obstore_config`); anything only botocore or aiohttp
+h5lens reads ``s3://``, ``az://`` / ``abfs://`` and plain ``http(s)://`` sources through
+obstore when the options can be given to obstore exactly (:func:`obstore_config`); anything only botocore or aiohttp
 understands goes through fsspec instead (:mod:`h5lens.fetch.clients`).
 """
 
@@ -11,7 +11,7 @@ import os
 import re
 from typing import Any
 
-__all__ = ["obstore_config", "obstore_http_config", "obstore_s3_config"]
+__all__ = ["obstore_azure_config", "obstore_config", "obstore_http_config", "obstore_s3_config"]
 
 # s3fs options that only concern caching, listing or writing: nothing a ranged GET needs.
 _IGNORABLE = frozenset(
@@ -84,6 +84,52 @@ def obstore_http_config(url: str, storage_options: dict[str, Any] | None) -> dic
     return {"kind": "http", "bucket": base, "path": name, "config": config}
 
 
+_AZURE_SCHEMES = ("az", "abfs", "abfss")
+
+
+def obstore_azure_config(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``obstore.store.AzureStore`` keyword arguments equivalent to adlfs's
+    ``storage_options`` for an ``az://`` / ``abfs://`` URL, where they name the account and
+    its key, a SAS token or anonymous access (a ``connection_string`` holding them, or
+    ``account_name`` with ``account_key`` / ``sas_token`` / ``anon``); None for the rest
+    (azure-identity's credentials, the environment: adlfs's business)."""
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() not in _AZURE_SCHEMES:
+        return None
+    container, _, key = rest.partition("/")
+    if not container or not key or "@" in container:  # container@account.dfs...: adlfs's form
+        return None
+    options = dict(storage_options or {})
+    parts: dict[str, str] = {}
+    connection = options.pop("connection_string", None)
+    if connection:
+        pairs = (item.partition("=") for item in str(connection).split(";"))
+        parts = {name.strip(): value for name, sep, value in pairs if sep}
+    account = options.pop("account_name", None) or parts.get("AccountName")
+    account_key = options.pop("account_key", None) or parts.get("AccountKey")
+    sas = options.pop("sas_token", None) or parts.get("SharedAccessSignature")
+    anon = options.pop("anon", None)
+    if any(k not in _IGNORABLE for k in options) or not account:
+        return None
+    config: dict[str, Any] = {"account_name": account}
+    if account_key:
+        config["account_key"] = account_key
+    elif sas:
+        config["sas_key"] = str(sas).lstrip("?")
+    elif anon:
+        config["skip_signature"] = True
+    else:
+        return None
+    endpoint = parts.get("BlobEndpoint")
+    if not endpoint and parts.get("EndpointSuffix"):
+        endpoint = f"{parts.get('DefaultEndpointsProtocol', 'https')}://{account}.blob.{parts['EndpointSuffix']}"
+    if endpoint:
+        config["endpoint"] = endpoint.rstrip("/")
+        if endpoint.startswith("http://"):
+            config["client_options"] = {"allow_http": True}
+    return {"kind": "azure", "bucket": container, "path": key, "config": config}
+
+
 def obstore_config(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
     """What an :class:`ObstoreClient` needs for ``url``, or None if obstore is not installed
     or cannot be relied on for these options."""
@@ -91,5 +137,8 @@ def obstore_config(url: str, storage_options: dict[str, Any] | None) -> dict[str
         import obstore  # noqa: F401
     except ImportError:
         return None
-    return obstore_s3_config(url, storage_options) or obstore_http_config(url, storage_options)
-
+    return (
+        obstore_s3_config(url, storage_options)
+        or obstore_http_config(url, storage_options)
+        or obstore_azure_config(url, storage_options)
+    )

@@ -1,0 +1,193 @@
+"""Local emulators of Google Cloud Storage and Azure Blob Storage for tests, on 127.0.0.1.
+
+* :class:`LocalGCS`: ``gcp-storage-emulator`` (a Python package: the JSON API, ranged
+  downloads, object generations), served from a thread of this process;
+* :class:`LocalAzure`: Azurite's blob service (the npm package ``azurite``, installed under
+  ``tests/emulators/`` by ``npm ci``), a process of its own, in memory.
+
+Each says what is missing when it cannot start (:func:`missing_gcs`, :func:`missing_azure`);
+the tests skip with that reason, or fail where CI requires the emulators
+(``H5LENS_REQUIRE_EMULATORS=1``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Self
+
+from h5lens.testing.s3 import free_port
+
+__all__ = [
+    "AZURITE_ACCOUNT",
+    "AZURITE_KEY",
+    "LocalAzure",
+    "LocalGCS",
+    "azurite_command",
+    "missing_azure",
+    "missing_gcs",
+]
+
+REQUIRE_ENV = "H5LENS_REQUIRE_EMULATORS"
+# gcsfs >= 2026.10 asks Google's gRPC control API what kind of bucket it writes to (its
+# "experimental zonal and hierarchical bucket support", on by default): no emulator answers
+# that, and gcsfs retries it for minutes. Off for this process, before gcsfs is imported.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+# Azurite's development account: a well-known name and key, published by Microsoft.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def _wait_for_port(port: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+# -- Google Cloud Storage ------------------------------------------------------------------
+
+
+def missing_gcs() -> str | None:
+    """Why :class:`LocalGCS` cannot run here, or None."""
+    for module, package in (("gcp_storage_emulator", "gcp-storage-emulator"), ("gcsfs", "gcsfs")):
+        try:
+            __import__(module)
+        except ImportError:
+            return f"{package} is not installed (pip install -e '.[test]')"
+    return None
+
+
+class LocalGCS:
+    """gcp-storage-emulator on 127.0.0.1, in memory, started on enter and stopped on exit.
+    ``storage_options()`` are gcsfs's for it (anonymous: the emulator checks no token)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self._server: Any = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def storage_options(self) -> dict[str, Any]:
+        return {"endpoint_url": self.endpoint_url, "token": "anon"}
+
+    def __enter__(self) -> Self:
+        import logging
+
+        from gcp_storage_emulator.server import create_server
+
+        logging.getLogger("gcp_storage_emulator").setLevel(logging.ERROR)  # a line per request otherwise
+        self._server = create_server("127.0.0.1", self.port, in_memory=True)
+        self._server.start()
+        if not _wait_for_port(self.port, 10):
+            raise RuntimeError("gcp-storage-emulator did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def filesystem(self) -> Any:
+        import gcsfs
+
+        return gcsfs.GCSFileSystem(**self.storage_options(), skip_instance_cache=True)
+
+    def make_bucket(self, name: str) -> None:
+        self.filesystem().mkdir(name)
+
+
+# -- Azure Blob Storage --------------------------------------------------------------------
+
+_EMULATORS = Path(__file__).resolve().parents[3] / "tests" / "emulators"
+
+
+def azurite_command() -> list[str] | None:
+    """Azurite's blob service: from ``tests/emulators/node_modules`` (``npm ci`` there), else
+    an ``azurite-blob`` on the PATH; None if neither (or no node) is there."""
+    local = _EMULATORS / "node_modules" / ".bin" / "azurite-blob"
+    if local.exists() and shutil.which("node"):
+        return [str(local)]
+    found = shutil.which("azurite-blob")
+    return [found] if found else None
+
+
+def missing_azure() -> str | None:
+    """Why :class:`LocalAzure` cannot run here, or None."""
+    if azurite_command() is None:
+        return "Azurite is not installed (npm ci --prefix tests/emulators; make setup does it)"
+    try:
+        import adlfs  # noqa: F401
+    except ImportError:
+        return "adlfs is not installed (pip install -e '.[test]')"
+    return None
+
+
+class LocalAzure:
+    """Azurite's blob service on 127.0.0.1, in memory, a process started on enter and stopped
+    on exit. ``storage_options()`` are adlfs's for it (the development account's key)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._workdir: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT}"
+
+    @property
+    def connection_string(self) -> str:
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={self.endpoint_url};"
+        )
+
+    def storage_options(self) -> dict[str, Any]:
+        return {"connection_string": self.connection_string}
+
+    def __enter__(self) -> Self:
+        command = azurite_command()
+        if command is None:
+            raise RuntimeError(missing_azure() or "Azurite is not installed")
+        self._workdir = tempfile.TemporaryDirectory(prefix="h5lens-azurite-")
+        self._process = subprocess.Popen(
+            [*command, "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--inMemoryPersistence", "--silent",
+             "--skipApiVersionCheck", "--loose"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self._workdir.name,
+        )  # fmt: skip
+        if not _wait_for_port(self.port, 30):
+            self.__exit__()
+            raise RuntimeError("Azurite did not start within 30 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(10)
+            self._process = None
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+
+    def filesystem(self) -> Any:
+        import adlfs
+
+        return adlfs.AzureBlobFileSystem(**self.storage_options(), skip_instance_cache=True)
+
+    def make_container(self, name: str) -> None:
+        self.filesystem().mkdir(name)
