@@ -177,3 +177,15 @@ def test_cli_verbose_says_unsigned_once(s3, objects, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stderr.count(NOTICE) == 1, done.stderr
+
+
+def test_a_public_prefix_is_indexed_with_no_setup(s3, bucket, objects, no_credentials, tmp_path):
+    """index-many over a public bucket's prefix, no credentials and no --anon: the listing
+    goes unsigned as the reads do, and every file's manifest reads as anndata reads the file."""
+    name, client = bucket
+    client.put_bucket_acl(Bucket=name, ACL="public-read")  # anyone may list it, as a public bucket
+    options = {"endpoint_url": s3.endpoint_url}
+    result = h5lens.index_many([f"s3://{name}/public/"], tmp_path / "manifests", storage_options=options)
+    assert sorted(r.status for r in result.records) == ["indexed", "indexed"], result.records
+    manifest = tmp_path / "manifests" / "sample.h5ad.json"
+    assert_equal(h5lens.read_anndata(manifest, storage_options=options), _read_h5ad(objects["local"]))

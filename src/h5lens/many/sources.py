@@ -15,6 +15,7 @@ from typing import Any
 
 from h5lens.errors import H5LensError, InvalidOptionError
 from h5lens.fetch.backend_errors import anon_requested, probe_options, storage_error
+from h5lens.fetch.credentials import reads_unsigned
 from h5lens.manifest.destination import check_bucket
 from h5lens.manifest.locations import is_remote, same_location
 
@@ -68,10 +69,21 @@ def plan_jobs(
     return jobs
 
 
+def _listing_options(url: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The storage options a listing of ``url`` uses: public S3 data with no credentials
+    anywhere is listed unsigned, as its files are read (:mod:`h5lens.fetch.credentials`)."""
+    found = dict(options or {})
+    if reads_unsigned(url, found):
+        found["anon"] = True
+    return found
+
+
 def _expand(spec: str, options: dict[str, Any] | None) -> list[tuple[str, str]]:
     if not is_remote(spec):
         return _expand_local(spec.removeprefix("file://"))
     import fsspec
+
+    options = _listing_options(spec, options)
 
     try:
         # A filesystem of our own: a listing fills the filesystem's cache of object info,
