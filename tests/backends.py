@@ -25,6 +25,7 @@ import pytest
 from anndata.tests.helpers import assert_equal
 
 import h5lens
+import required
 from cli_runner import h5lens as run_cli
 from h5lens.cli.sample import write_sample
 from h5lens.testing.emulators import REQUIRE_ENV
@@ -48,11 +49,8 @@ class Backend:
 def emulator_or_skip(missing: str | None) -> None:
     """Skip when the emulator is missing; where CI requires it (``H5LENS_REQUIRE_EMULATORS``),
     fail instead."""
-    if missing is None:
-        return
-    if os.environ.get(REQUIRE_ENV):
-        pytest.fail(f"{missing}, and {REQUIRE_ENV} is set")
-    pytest.skip(missing)
+    if missing is not None:
+        required.missing(missing, REQUIRE_ENV)
 
 
 @dataclass

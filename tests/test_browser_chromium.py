@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,29 +31,24 @@ from h5lens.browser import check_for_browser
 from h5lens.browser.check import data_type_name
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.testing.s3 import LoopServer
+from required import js_packages_missing, missing
 from shared_data import shared_file
 from test_js_codecs import JS, assert_same, h5py_value, write_filters_file, write_netcdf_file
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-REQUIRED = os.environ.get("H5LENS_REQUIRE_CHROMIUM", "") not in ("", "0")
+REQUIRE_CHROMIUM = "H5LENS_REQUIRE_CHROMIUM"
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
 FILES = ("filters.h5", "packed.nc", "pbmc.h5ad")
 
 
 def chromium_or_skip() -> str:
     found = next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
-    reason = None
     if found is None:
-        reason = "chromium not found on PATH (Debian: apt-get install chromium)"
-    elif not (JS / "node_modules" / "zarrita").is_dir():
-        reason = "js/node_modules is missing: run `npm ci` in js/ (`make js`)"
-    if reason is not None:
-        if REQUIRED:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    assert found is not None
+        missing("chromium not found on PATH (Debian: apt-get install chromium)", REQUIRE_CHROMIUM)
+    if (reason := js_packages_missing()) is not None:
+        missing(reason, REQUIRE_CHROMIUM)
     return found
 
 

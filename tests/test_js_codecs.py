@@ -18,7 +18,6 @@ without them the tests skip, saying so, and fail where ``H5LENS_REQUIRE_JS=1`` (
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -29,30 +28,24 @@ import numpy as np
 import pytest
 
 import h5lens
+from cli_runner import h5lens as h5lens_command
 from h5lens.browser import check_for_browser
 from h5lens.browser.check import NAME
 from h5lens.format.keys import unescape_key
 from h5lens.testing.http import FileServer
-from cli_runner import h5lens as h5lens_command
+from required import JS, js_packages_missing, missing
 from shared_data import shared_file, shared_names
 
-JS = Path(__file__).resolve().parents[1] / "js"
-REQUIRED = os.environ.get("H5LENS_REQUIRE_JS", "") not in ("", "0")
+REQUIRE_JS = "H5LENS_REQUIRE_JS"
 
 
 def node_or_skip() -> str:
     """The node executable, or a skip (a failure under ``H5LENS_REQUIRE_JS=1``) saying what is missing."""
     node = shutil.which("node")
-    reason = None
     if node is None:
-        reason = "node not found on PATH: Node 20 or later runs the JavaScript tests"
-    elif not (JS / "node_modules" / "zarrita").is_dir():
-        reason = "js/node_modules is missing: run `npm ci` in js/ (`make js`)"
-    if reason is not None:
-        if REQUIRED:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    assert node is not None
+        missing("node not found on PATH: Node 20 or later runs the JavaScript tests", REQUIRE_JS)
+    if (reason := js_packages_missing()) is not None:
+        missing(reason, REQUIRE_JS)
     return node
 
 

@@ -28,6 +28,7 @@ import h5lens
 from cli_runner import h5lens as run
 from h5lens.browser.lindi import to_lindi, write_lindi
 from h5lens.errors import InvalidOptionError, UnsupportedFeatureError
+from required import missing
 from shared_data import DATA, shared_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -153,10 +154,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, P
 @pytest.fixture(scope="module")
 def lindi_report(written: dict[str, tuple[Path, Path, bool]], tmp_path_factory: pytest.TempPathFactory) -> Any:
     if not LINDI_PYTHON.is_file():
-        missing = f"LINDI's venv not found ({LINDI_PYTHON}): `make lindi` builds it (lindi needs zarr 2)"
-        if os.environ.get("H5LENS_REQUIRE_LINDI"):  # CI builds it: its absence is a failure there
-            pytest.fail(missing)
-        pytest.skip(missing)
+        missing(f"LINDI's venv not found ({LINDI_PYTHON}): `make lindi` builds it (lindi needs zarr 2)", "H5LENS_REQUIRE_LINDI")
     pairs = tmp_path_factory.mktemp("pairs") / "pairs.json"
     pairs.write_text(json.dumps([[str(o), str(w), nwb] for o, w, nwb in written.values()]))
     out = pairs.with_name("report.json")
