@@ -17,6 +17,7 @@ import numpy as np
 import zarr
 
 from h5lens.manifest.model import MISSING
+from h5lens.read.rectilinear import largest_chunks
 
 if TYPE_CHECKING:
     from h5lens.store import ManifestStore
@@ -88,10 +89,8 @@ def dense_row_block(array: zarr.Array, store: ManifestStore, target: int) -> int
     """Rows per block of a dense matrix: about ``target`` bytes decoded, a whole number of
     its stored chunks (a block never splits a chunk that another block then reads again)."""
     n_rows = int(array.shape[0]) if array.shape else 0
-    try:
-        chunk_rows = max(1, int(array.chunks[0])) if array.chunks else 1
-    except NotImplementedError:  # a rectilinear grid (h5lens combine's): its longest chunk
-        chunk_rows = max(1, max(array.read_chunk_sizes[0], default=1))
+    chunks = largest_chunks(array)  # (a rectilinear grid, h5lens combine's: its longest chunk)
+    chunk_rows = max(1, int(chunks[0])) if chunks else 1
     decoded = math.prod(array.shape) * np.dtype(str(array.dtype)).itemsize
     nbytes = max(decoded, stored_bytes(store, [array.path]))
     rows = row_block_for_bytes(n_rows, nbytes, target, at_least=chunk_rows)

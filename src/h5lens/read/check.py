@@ -18,6 +18,7 @@ import zarr
 
 from h5lens.errors import H5LensError, SourceReadError
 from h5lens.manifest.documents import grid_shape
+from h5lens.read.rectilinear import largest_chunks
 
 _SLAB_BYTES = 64 << 20  # decoded bytes read at once by check_array
 
@@ -73,7 +74,7 @@ def check_array(array: zarr.Array) -> int:
         return 1
     if 0 in array.shape:
         return 0
-    chunk_bytes = math.prod(_chunks(array)) * max(array.dtype.itemsize, 1)
+    chunk_bytes = math.prod(largest_chunks(array)) * max(array.dtype.itemsize, 1)
     per_row = math.prod(grid[1:]) * chunk_bytes
     step = max(1, _SLAB_BYTES // max(per_row, 1))
     for start in range(0, grid[0], step):
@@ -98,14 +99,6 @@ def _grid(array: zarr.Array) -> tuple[int, ...]:
         return tuple(len(sizes) for sizes in array.read_chunk_sizes)
 
 
-def _chunks(array: zarr.Array) -> tuple[int, ...]:
-    """The chunk shape; the largest chunk along each axis of a rectilinear grid."""
-    try:
-        return tuple(array.chunks)
-    except NotImplementedError:
-        return tuple(max(sizes, default=1) for sizes in array.read_chunk_sizes)
-
-
 def _blocks_of(array: zarr.Array, selection: Any) -> Iterator[tuple[int, ...]]:
     """The chunk indices a basic selection's region touches (:func:`~h5lens.engine.plan.region_of`,
     the one converter); every chunk for anything fancier, or an empty selection."""
@@ -116,7 +109,7 @@ def _blocks_of(array: zarr.Array, selection: Any) -> Iterator[tuple[int, ...]]:
         yield ()
         return
     found = region_of(selection, tuple(array.shape))
-    if found is None or any(stop <= start for start, stop in found[0]) or grid != grid_shape(array.shape, _chunks(array)):
+    if found is None or any(stop <= start for start, stop in found[0]) or grid != grid_shape(array.shape, largest_chunks(array)):
         ranges = [range(n) for n in grid]  # (every chunk of a rectilinear grid)
     else:
         ranges = [range(start // size, -(-stop // size)) for (start, stop), size in zip(found[0], array.chunks, strict=True)]

@@ -37,4 +37,13 @@ def rectilinear_allowed(docs: Iterable[Mapping[str, Any]]) -> Iterator[None]:
         yield
 
 
-__all__ = ["RECTILINEAR_FLAG", "is_rectilinear", "rectilinear_allowed"]
+def largest_chunks(array: Any) -> tuple[int, ...]:
+    """A zarr array's chunk shape; on a rectilinear grid, which has none, its largest chunk
+    along each axis."""
+    try:
+        return tuple(array.chunks)
+    except NotImplementedError:  # zarr: a rectilinear grid has no one chunk shape
+        return tuple(max(sizes, default=1) for sizes in array.read_chunk_sizes)
+
+
+__all__ = ["RECTILINEAR_FLAG", "is_rectilinear", "largest_chunks", "rectilinear_allowed"]
