@@ -238,8 +238,11 @@ class _Writer:
         table = self.manifest.chunks[escaped]
         source, offset, length = (grid.reshape(-1) for grid in (table.source, table.offset, table.length))
         grid = table.grid_shape
-        for flat in np.flatnonzero(source != MISSING).tolist():
-            chunk_key = _join(key, ".".join(str(i) for i in np.unravel_index(flat, grid)))
+        flats = np.flatnonzero(source != MISSING)
+        # every chunk's grid position at once (a 0-d array's one chunk has none)
+        positions = np.stack(np.unravel_index(flats, grid), axis=1).tolist() if flats.size and grid else [[]] * flats.size
+        for flat, position in zip(flats.tolist(), positions, strict=True):
+            chunk_key = _join(key, ".".join(map(str, position)))
             if source[flat] == INLINE:
                 yield chunk_key, "base64:" + base64.b64encode(table.inline[flat]).decode("ascii")
             else:
