@@ -123,7 +123,8 @@ def manifests(draw: st.DrawFn) -> dict[str, Any]:
             refs[(array + "/" if array else "") + tail] = refs.pop(key)
         elif damage == "value":
             refs[key] = copy.deepcopy(draw(st.sampled_from(BAD_VALUES)))
-        elif damage == "near" and isinstance(refs[key], list) and len(refs[key]) == 3:  # one character away
+        elif damage == "near" and isinstance(refs[key], list) and len(refs[key]) == 3 and isinstance(refs[key][0], str):
+            # one character away (from a reference: not from a value another damage put there)
             url, offset, length = refs[key]
             refs[key] = draw(st.sampled_from([[url + "5", offset, length], [url, offset, length, 0], [url, -offset - 1, length],
                                               [url, float(offset), length], [url, offset, bool(length)]]))
