@@ -42,7 +42,9 @@ from typing import Any
 import numpy as np
 
 
-def make_files(directory: str, n: int, low: int, high: int, genes: int, density: float) -> list[str]:
+def make_files(
+    directory: str, n: int, low: int, high: int, genes: int, density: float, compression: str | None
+) -> list[str]:
     import anndata as ad
     import pandas as pd
     import scipy.sparse as sp
@@ -63,7 +65,7 @@ def make_files(directory: str, n: int, low: int, high: int, genes: int, density:
              "n_counts": np.asarray(x.sum(axis=1)).ravel()},
             index=[f"f{i}c{k}" for k in range(count)],
         )  # fmt: skip
-        ad.AnnData(x, obs=obs, var=var).write_h5ad(path + ".partial", compression="gzip")
+        ad.AnnData(x, obs=obs, var=var).write_h5ad(path + ".partial", compression=compression)
         os.replace(path + ".partial", path)
     return paths
 
@@ -144,6 +146,10 @@ def main() -> None:
     parser.add_argument("--max-cells", type=int, default=5000)
     parser.add_argument("--genes", type=int, default=2000)
     parser.add_argument("--density", type=float, default=0.05)
+    parser.add_argument(
+        "--compression", choices=("none", "gzip"), default="gzip",
+        help="write_h5ad's compression: gzip (h5py chunks) or none (anndata's default: contiguous datasets)",
+    )  # fmt: skip
     parser.add_argument("--workdir", default="/tmp/h5lens-combine-bench")
     parser.add_argument("--json", default=None)
     parser.add_argument("--no-loader", action="store_true", help="skip annbatch's Loader")
@@ -155,9 +161,12 @@ def main() -> None:
     import h5lens
 
     da.zeros(2, chunks=1).sum().compute()  # dask's first compute imports its schedulers: off the clock
-    shape = f"{args.files}x{args.min_cells}-{args.max_cells}x{args.genes}"
+    compression = None if args.compression == "none" else args.compression
+    shape = f"{args.files}x{args.min_cells}-{args.max_cells}x{args.genes}-{args.density}-{args.compression}"
     workdir = os.path.join(args.workdir, shape)
-    paths = make_files(os.path.join(workdir, "h5ad"), args.files, args.min_cells, args.max_cells, args.genes, args.density)
+    paths = make_files(
+        os.path.join(workdir, "h5ad"), args.files, args.min_cells, args.max_cells, args.genes, args.density, compression
+    )
     manifests = index_files(paths, os.path.join(workdir, "manifests"))
     combined_path = os.path.join(workdir, "combined.h5lens")
 

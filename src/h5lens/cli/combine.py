@@ -16,7 +16,9 @@ JOINS = ("inner", "outer")
 def combine(
     manifests: Annotated[
         list[str],
-        typer.Argument(metavar="MANIFEST...", help="Manifests (paths or URLs; NAME.json or NAME.h5lens) or HDF5 files."),
+        typer.Argument(
+            metavar="MANIFEST...", help="Manifests (paths or URLs; NAME.json or NAME.h5lens) or HDF5 files."
+        ),
     ],
     output: Annotated[
         str,
@@ -30,7 +32,9 @@ def combine(
     ],
     dim: Annotated[
         str | None,
-        typer.Option("--dim", metavar="NAME", help="netCDF: the dimension to combine along (default: AnnData along obs)."),
+        typer.Option(
+            "--dim", metavar="NAME", help="netCDF: the dimension to combine along (default: AnnData along obs)."
+        ),
     ] = None,
     join: Annotated[str, typer.Option(metavar="HOW", help="AnnData: 'inner' or 'outer', as anndata.concat.")] = "inner",
     label: Annotated[
@@ -55,6 +59,23 @@ def combine(
         bool,
         typer.Option("--append", help="Add MANIFEST... after the combined manifest at OUT (replaced with the result)."),
     ] = False,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            metavar="ADDRESS",
+            help="HDF5 files among MANIFEST...: index them on this dask scheduler (default: here, one by one).",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            metavar="N",
+            min=1,
+            help="HDF5 files among MANIFEST...: index them on a LocalCluster of N processes.",
+        ),
+    ] = None,
     form: Form = None,
     force: Force = False,
     storage_option: StorageOption = [],  # noqa: B006 - typer needs a literal default
@@ -81,6 +102,7 @@ def combine(
     with reporting(output, "combining", anon=anon):
         from h5lens.api import index
         from h5lens.combining import combine_with_summary
+        from h5lens.many.sources import expand_manifests
         from h5lens.read.options import OpenOptions
 
         opening = OpenOptions(storage_options=options or None)
@@ -89,10 +111,11 @@ def combine(
             from h5lens.read.options import load_manifest
 
             previous = load_manifest(output, storage_options=options or None)
+        named = expand_manifests(manifests, options or None)  # prefixes and globs: the manifests there
         manifest, summary = combine_with_summary(
-            manifests, dim=dim, join=join, label=label, keys=keys.split(",") if keys else None,
+            named, dim=dim, join=join, label=label, keys=keys.split(",") if keys else None,
             index_unique=index_unique, pairwise=pairwise, for_readers=for_readers, append_to=previous,
-            options=opening, index=index,
+            options=opening, index=index, scheduler=scheduler, workers=workers,
         )  # fmt: skip
     with reporting(output, "writing", anon=anon):
         if to_icechunk:

@@ -47,13 +47,15 @@ def combine(
     storage_options: dict[str, Any] | None = None,
     options: OpenOptions | None = None,
     index: Indexer | None = None,
+    scheduler: Any = None,
+    workers: int | None = None,
 ) -> Manifest:
     """Many manifests (paths, URLs or :class:`~h5lens.Manifest` objects) as one manifest:
     :func:`combine_with_summary`'s manifest."""
     return combine_with_summary(
         manifests, dim=dim, join=join, label=label, keys=keys, index_unique=index_unique, merge=merge,
         uns_merge=uns_merge, fill_value=fill_value, pairwise=pairwise, for_readers=for_readers, append_to=append_to,
-        storage_options=storage_options, options=options, index=index,
+        storage_options=storage_options, options=options, index=index, scheduler=scheduler, workers=workers,
     )[0]  # fmt: skip
 
 
@@ -74,6 +76,8 @@ def combine_with_summary(
     storage_options: dict[str, Any] | None = None,
     options: OpenOptions | None = None,
     index: Indexer | None = None,
+    scheduler: Any = None,
+    workers: int | None = None,
 ) -> tuple[Manifest, Summary]:
     """The combined manifest and what it references and writes.
 
@@ -83,7 +87,11 @@ def combine_with_summary(
     dimension ``dim`` otherwise. ``for_readers="regular"`` refuses, naming them, the arrays
     that would need a rectilinear chunk grid. ``append_to``: a combined manifest the
     ``manifests`` are added after (its files are not read again). ``storage_options`` (or
-    ``options``, :class:`~h5lens.OpenOptions`) serve the manifests and their files."""
+    ``options``, :class:`~h5lens.OpenOptions`) serve the manifests and their files. HDF5
+    files given in place of manifests are indexed on the way with ``index``; with
+    ``scheduler`` (a ``distributed.Client`` or an address) or ``workers`` (a LocalCluster
+    of that many processes, closed after), one dask task per file, as
+    :func:`h5lens.index_many` runs them."""
     if for_readers not in FOR:
         raise InvalidOptionError(f"for_readers must be one of {FOR}. Got {for_readers!r}")
     if append_to is not None and dim is None and (label is not None or keys is not None or index_unique is not None):
@@ -92,7 +100,10 @@ def combine_with_summary(
             "combine every file again instead"
         )
     opening = options or OpenOptions(storage_options=storage_options)
-    inputs = load_inputs([*([append_to] if append_to is not None else []), *manifests], options=opening, index=index)
+    inputs = load_inputs(
+        [*([append_to] if append_to is not None else []), *manifests], options=opening, index=index,
+        scheduler=scheduler, workers=workers,
+    )  # fmt: skip
     sources = SourceTable()
     try:
         if dim is None:
@@ -117,7 +128,8 @@ def combine_with_summary(
     attribute_types = {
         path: dict(types)
         for path, types in first.attribute_types.items()
-        if path in combined.nodes and combined.nodes[path].get("attributes") == first.nodes.get(path, {}).get("attributes")
+        if path in combined.nodes
+        and combined.nodes[path].get("attributes") == first.nodes.get(path, {}).get("attributes")
     }
     manifest = Manifest(
         nodes=combined.nodes,

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from h5lens.errors import InvalidOptionError
+from h5lens.errors import InvalidOptionError, NotAManifestError
+from h5lens.format import convention
 from h5lens.manifest.locations import resolve
 from h5lens.manifest.model import Manifest, Source
-from h5lens.read.open import load_or_index, open_store
+from h5lens.read.open import open_store
 from h5lens.read.options import OpenOptions
 from h5lens.store import ManifestStore
 
@@ -56,21 +58,89 @@ class Input:
             self._store = None
 
 
+# Manifests loaded at once: each load is a few requests (HEAD, GET) of small objects, so a
+# thousand manifests on object storage take a thousand round trips; threads overlap them.
+LOADING_THREADS = 16
+
+
 def load_inputs(
-    manifests: Sequence[Any], *, options: OpenOptions, index: Indexer | None = None
+    manifests: Sequence[Any],
+    *,
+    options: OpenOptions,
+    index: Indexer | None = None,
+    scheduler: Any = None,
+    workers: int | None = None,
 ) -> list[Input]:
-    """The manifests to combine, loaded (an HDF5 file is indexed with ``index``)."""
+    """The manifests to combine, loaded (at once, on threads), in the order given.
+
+    An HDF5 file given in place of a manifest is indexed with ``index``: in this process,
+    or, when ``scheduler`` or ``workers`` is given, one dask.distributed task per file, as
+    :func:`h5lens.index_many` runs them (``scheduler``: a ``distributed.Client`` or an
+    address; else a LocalCluster of ``workers`` processes, closed after)."""
     if isinstance(manifests, (str, os.PathLike, Manifest)):
         raise InvalidOptionError("combine takes a list of manifests; got one")
-    found = []
-    for number, given in enumerate(manifests):
-        manifest = load_or_index(given, options, index)
-        # in messages: the manifest file, or for a Manifest object made in memory its file's URL
-        name = os.fspath(given) if not isinstance(given, Manifest) else (manifest.location or _source_of(manifest, number))
-        found.append(Input(name, manifest, options))
-    if len(found) < 1:
+    given = list(manifests)
+    if len(given) < 1:
         raise InvalidOptionError("combine needs at least one manifest")
+    loaded: list[Manifest | None] = [None] * len(given)
+    files: list[int] = []  # the positions of HDF5 files, indexed below
+
+    def load(number: int) -> None:
+        item = given[number]
+        if isinstance(item, Manifest):
+            loaded[number] = item
+            return
+        try:
+            loaded[number] = options.load(os.fspath(item))
+        except NotAManifestError as e:
+            if e.kind != "hdf5":
+                raise
+            if index is None:
+                raise InvalidOptionError(
+                    f"{os.fspath(item)}: an HDF5 file; pass index=h5lens.index to index it"
+                ) from None
+            files.append(number)
+
+    if len(given) == 1:
+        load(0)
+    else:
+        with ThreadPoolExecutor(min(LOADING_THREADS, len(given))) as pool:
+            list(pool.map(load, range(len(given))))  # the first failure, in order, is raised
+    if files:
+        assert index is not None
+        files.sort()
+        for number, manifest in zip(files, _index_files([os.fspath(given[n]) for n in files], options, index,
+                                                        scheduler, workers), strict=True):  # fmt: skip
+            loaded[number] = manifest
+    found = []
+    for number, (item, manifest) in enumerate(zip(given, loaded, strict=True)):
+        assert manifest is not None
+        # in messages: the manifest file, or for a Manifest object made in memory its file's URL
+        name = (
+            os.fspath(item) if not isinstance(item, Manifest) else (manifest.location or _source_of(manifest, number))
+        )
+        found.append(Input(name, manifest, options))
     return found
+
+
+def _index_files(
+    files: list[str], options: OpenOptions, index: Indexer, scheduler: Any, workers: int | None
+) -> list[Manifest]:
+    """Each HDF5 file's manifest, made in memory: here, one after another, or on a dask
+    cluster when one is asked for (the first file that fails is raised, named)."""
+    kwargs = {"storage_options": options.storage_options, "convention": convention.DEFAULT_PROFILE}
+    if scheduler is None and workers is None:
+        return [index(file, **kwargs) for file in files]
+    from h5lens.many.cluster import client_for
+
+    with client_for(scheduler, workers) as client:
+        # pure=False: indexed again on every call, not a result the scheduler remembers
+        futures = [client.submit(index, file, pure=False, **kwargs) for file in files]
+        try:
+            return list(client.gather(futures))
+        finally:
+            for future in futures:
+                future.release()
 
 
 def _source_of(manifest: Manifest, number: int) -> str:
