@@ -109,12 +109,13 @@ def load_inputs(
     if files:
         assert index is not None
         files.sort()
-        for number, manifest in zip(files, _index_files([os.fspath(given[n]) for n in files], options, index,
-                                                        scheduler, workers), strict=True):  # fmt: skip
-            loaded[number] = manifest
+        made = _index_files([os.fspath(given[n]) for n in files], options, index, scheduler, workers)
+        for number, made_here in zip(files, made, strict=True):
+            loaded[number] = made_here
     found = []
     for number, (item, manifest) in enumerate(zip(given, loaded, strict=True)):
-        assert manifest is not None
+        if manifest is None:  # pragma: no cover - every position was loaded or indexed above
+            raise AssertionError(f"manifest {number} neither loaded nor indexed")
         # in messages: the manifest file, or for a Manifest object made in memory its file's URL
         name = (
             os.fspath(item) if not isinstance(item, Manifest) else (manifest.location or _source_of(manifest, number))
