@@ -220,14 +220,6 @@ def test_regular_grid_where_chunks_allow(tmp_path):
         h5lens.combine(_manifests(uneven, tmp_path, inline_threshold=0, slab_bytes=32 * GENES * 4), for_readers="regular")
 
 
-def test_files_of_other_var_are_refused_by_name(h5ads, tmp_path):
-    other = _adata(50, 9)
-    other.var_names = [f"x{j}" for j in range(GENES)]
-    odd = _write(tmp_path, "odd.h5ad", other, compression="gzip")
-    with pytest.raises(UnsupportedFeatureError, match="odd.h5ad.json: its var differs"):
-        h5lens.combine(_manifests([*h5ads, odd], tmp_path))
-
-
 def test_a_file_changed_after_combining_is_refused_by_name(h5ads, tmp_path):
     combined = h5lens.combine(_manifests(h5ads, tmp_path, inline_threshold=0))
     target = tmp_path / "combined.json"
