@@ -35,6 +35,10 @@ from h5lens.combining.columns import offset_pointers, column_map, reference_by_f
 from h5lens.combining.inputs import Input, SourceTable
 from h5lens.combining.result import Combined
 from h5lens.combining.stack import Part, stack, why_not
+from h5lens.combining.treedata import ROOT as TREEDATA_ROOT
+from h5lens.combining.treedata import check as check_treedata
+from h5lens.combining.treedata import concat as concat_treedata
+from h5lens.combining.treedata import is_treedata, tree_elements, with_trees
 from h5lens.combining.written import write_anndata_elements
 from h5lens.errors import InvalidOptionError, UnsupportedFeatureError
 from h5lens.read.rectilinear import rectilinear_allowed
@@ -76,14 +80,14 @@ def combine_anndata(
         encoding = item.manifest.nodes.get("", {}).get("attributes", {}).get("encoding-type")
         if encoding not in ROOT_ENCODINGS:
             raise InvalidOptionError(f"{item.name}: not an AnnData manifest (its root's encoding-type is {encoding!r})")
-        trees = [name for name in ("obst", "vart") if item.manifest.children(name)]
-        if trees:
-            raise UnsupportedFeatureError(f"{item.name}: combining TreeData trees ({', '.join(trees)}) is not supported")
         if COLUMNS in item.manifest.nodes:
             raise UnsupportedFeatureError(
                 f"{item.name}: a combined AnnData whose files' var differ (its matrices' columns are mapped "
                 "file by file); combine its files again together with the new ones"
             )
+    trees = is_treedata(inputs)
+    if trees:
+        check_treedata(inputs, index_unique)
     mappings = [sources.add(item) for item in inputs]
     docs = [item.manifest.nodes for item in inputs]
     with rectilinear_allowed(doc for nodes in docs for doc in nodes.values()):
@@ -93,19 +97,35 @@ def combine_anndata(
         skeletons = []
         for item, var in zip(inputs, variables, strict=True):  # one file open at a time
             reader = EagerReader(item.store)
-            skeletons.append(
-                _skeleton(reader, item, var, referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise)
-            )
+            skeleton = _skeleton(reader, item, var, referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise)
+            skeletons.append(with_trees(item, skeleton) if trees else skeleton)
             item.close()
     options: dict[str, Any] = {"join": join, "merge": merge, "uns_merge": uns_merge}  # checked by anndata
-    result = anndata.concat(
-        skeletons, label=label, keys=keys, index_unique=index_unique, fill_value=fill_value, pairwise=pairwise,
-        **options,
-    )  # fmt: skip
+    if trees:  # treedata.concat: anndata.concat's, and the trees by treedata's rules
+        result = concat_treedata(
+            skeletons, label=label, keys=keys, fill_value=fill_value, pairwise=pairwise, **options
+        )  # fmt: skip
+        written = write_anndata_elements({"/": result.to_adata()})
+        if written.nodes.get("raw", {}).get("attributes", {}).get("encoding-type") == "null":
+            # anndata writes a missing raw as null; treedata's writer leaves it out, and its reader
+            # takes any raw member for a raw AnnData
+            written.nodes.pop("raw")
+            written.chunks.pop("raw", None)
+        root = written.nodes[""]
+        written.nodes[""] = {**root, "attributes": {**root.get("attributes", {}), **TREEDATA_ROOT}}
+    else:
+        result = anndata.concat(
+            skeletons, label=label, keys=keys, index_unique=index_unique, fill_value=fill_value, pairwise=pairwise,
+            **options,
+        )  # fmt: skip
+        written = write_anndata_elements({"/": result})
     combined = Combined()
-    written = write_anndata_elements({"/": result})
     for element in sorted({path.split("/", 1)[0] for path in written.nodes}):  # "" the root
         combined.add(written.only(element), element or "/")
+    if trees:
+        made = tree_elements(result)
+        for element in sorted({path.split("/", 1)[0] for path in made.nodes}):
+            combined.add(made.only(element), element)
     n_obs = result.n_obs
     by_file = [m for m in referenced if differ and m.path.split("/", 1)[0] in ALONG_VAR]
     for matrix in referenced:
