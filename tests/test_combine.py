@@ -220,14 +220,6 @@ def test_regular_grid_where_chunks_allow(tmp_path):
         h5lens.combine(_manifests(uneven, tmp_path, inline_threshold=0, slab_bytes=32 * GENES * 4), for_readers="regular")
 
 
-def test_files_of_other_var_are_refused_by_name(h5ads, tmp_path):
-    other = _adata(50, 9)
-    other.var_names = [f"x{j}" for j in range(GENES)]
-    odd = _write(tmp_path, "odd.h5ad", other, compression="gzip")
-    with pytest.raises(UnsupportedFeatureError, match="odd.h5ad.json: its var differs"):
-        h5lens.combine(_manifests([*h5ads, odd], tmp_path))
-
-
 def test_a_file_changed_after_combining_is_refused_by_name(h5ads, tmp_path):
     combined = h5lens.combine(_manifests(h5ads, tmp_path, inline_threshold=0))
     target = tmp_path / "combined.json"
@@ -341,25 +333,23 @@ def test_pairwise_keeps_obsp_block_diagonal_and_uns_merge(tmp_path):
 
 
 def test_treedata_files(tmp_path):
-    """TreeData files along obs: their AnnData part combined as anndata.concat makes it; trees
-    (which treedata.concat joins by its own rules) refused by name."""
+    """TreeData files along obs: their AnnData part combined as anndata.concat makes it (trees:
+    tests/test_combine_treedata.py)."""
     treedata = pytest.importorskip("treedata")
-    import networkx as nx
 
     paths = []
     for i, n in enumerate(CELLS):
         adata = _adata(n, i)
+        adata.obs_names = [f"t{i}_{name}" for name in adata.obs_names]  # treedata.concat wants them unique
         path = tmp_path / f"t{i}.h5td"
         treedata.TreeData(adata).write_h5td(path)
         paths.append(path)
-    combined = h5lens.combine(_manifests(paths, tmp_path, inline_threshold=0))
+    manifests = _manifests(paths, tmp_path, inline_threshold=0)
+    combined = h5lens.combine(manifests)
     expected = ad.concat([treedata.read_h5td(p).to_adata() for p in paths])
     assert_equal(h5lens.read_anndata(combined), expected)
-    tree = nx.DiGraph()
-    tree.add_edges_from([("root", "c0"), ("root", "c1")])
-    with_tree = treedata.TreeData(_adata(2, 9), obst={"lineage": tree})
-    with_tree.obs_names = ["c0", "c1"]
-    treed = tmp_path / "trees.h5td"
-    with_tree.write_h5td(treed)
-    with pytest.raises(UnsupportedFeatureError, match="trees.h5td.json: combining TreeData trees"):
-        h5lens.combine(_manifests([paths[0], treed], tmp_path))
+    # obs names the files share: treedata.concat refuses them (anndata.concat would take them)
+    twin = tmp_path / "twin.h5td"
+    treedata.read_h5td(paths[0]).write_h5td(twin)
+    with pytest.raises(InvalidOptionError, match="treedata.concat refuses.*obs_names must be unique"):
+        h5lens.combine([manifests[0], *_manifests([twin], tmp_path)])

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
+from h5lens.adata.columns import remapped
 from h5lens.adata.adapter import ANNDATA_ELEMENTS, OwnEncodings, own_encoding, read_legacy_raw, scalar_value
 from h5lens.engine.plan import decodes
 from h5lens.format import convention
@@ -61,6 +62,8 @@ class EagerReader:
         self.manifest = store.manifest
         self.nodes = store.manifest.nodes
         self.own = OwnEncodings(store.manifest, self.read_node)
+        # matrices of a combined AnnData whose files' columns h5lens maps (h5lens.adata.columns)
+        self.remapped = remapped(store)
 
     # -- entry points ---------------------------------------------------------------
     def read_root(self) -> Any:
@@ -70,6 +73,12 @@ class EagerReader:
 
     def read(self, path: str) -> Any:
         """The element at ``path``, read by h5lens where it owns the encoding, else by anndata."""
+        if path in self.remapped:
+            from h5lens.adata.columns import ColumnMaps, read_remapped
+
+            maps = ColumnMaps.of(self.store)
+            assert maps is not None  # remapped() found its group
+            return read_remapped(self.store, path, maps)
         doc = self.nodes[path]
         found = self._own(path, doc["node_type"], doc.get("attributes", {}))
         if found is not NOT_MINE:

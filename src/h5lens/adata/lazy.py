@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import zarr
 
 from h5lens.adata.adapter import OwnEncodings
+from h5lens.adata.columns import COLUMNS, ColumnMaps, lazy_remapped, remapped
 from h5lens.adata.blocks import DEFAULT_BLOCK_BYTES, dense_row_block, is_sparse_matrix, sparse_row_block
 from h5lens.adata.lazy_dense import lazy_dense
 from h5lens.engine.plan import decoder
@@ -59,9 +60,12 @@ def read_lazy(store: ManifestStore, block_bytes: int | None) -> Any:
     no zarr node opened through the store), with ``X`` and the layers h5lens reads itself
     (:func:`_lazy_blocks`) left out of its walk."""
     layers = store.manifest.children("layers") if "layers" in store.manifest.nodes else []
-    sparse = [path for path in ("X", *(f"layers/{name}" for name in layers)) if is_sparse_matrix(store, path)]
-    walk = consolidated_root(store, hide=sparse)
-    return _lazy_blocks(_LazyReads(store, block_bytes).read(walk), walk, sparse, block_bytes)
+    mapped = remapped(store)  # a combined AnnData's matrices whose files' columns h5lens maps
+    sparse = [
+        path for path in ("X", *(f"layers/{name}" for name in layers)) if path not in mapped and is_sparse_matrix(store, path)
+    ]
+    walk = consolidated_root(store, hide=[*sparse, *mapped, *([COLUMNS] if mapped else [])])
+    return _lazy_blocks(_LazyReads(store, block_bytes).read(walk), walk, sparse, block_bytes, mapped)
 
 
 class _LazyReads:
@@ -113,7 +117,7 @@ class _LazyReads:
         return (dense_row_block(elem, self.store, self.block_bytes), *elem.shape[1:])
 
 
-def _lazy_blocks(adata: Any, walk: zarr.Group, sparse: list[str], block_bytes: int | None) -> Any:
+def _lazy_blocks(adata: Any, walk: zarr.Group, sparse: list[str], block_bytes: int | None, mapped: list[str]) -> Any:
     """X and layers read lazily in blocks sized by bytes (``block_bytes``, by default
     :data:`~h5lens.adata.blocks.DEFAULT_BLOCK_BYTES`): the ``sparse`` ones (left out of
     anndata's walk) along their major axis (rows of csr, columns of csc) through
@@ -123,8 +127,11 @@ def _lazy_blocks(adata: Any, walk: zarr.Group, sparse: list[str], block_bytes: i
 
     store = store_of(walk)
     target = DEFAULT_BLOCK_BYTES if block_bytes is None else block_bytes
+    maps = ColumnMaps.of(store) if mapped else None
 
     def reblocked(key: str) -> Any:
+        if maps is not None and key in mapped:
+            return lazy_remapped(store, key, maps, target)
         if key in sparse:
             return lazy_sparse(store, key, sparse_row_block(store, key, target))
         if block_bytes is None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 if TYPE_CHECKING:
+    from h5lens.adata.columns import ColumnMaps
     from h5lens.store import ManifestStore
 
 
@@ -43,6 +44,7 @@ class LazySparse:
         self.shape = (int(shape[0]), int(shape[1]))
         self._prefix = f"{path}/" if path else ""
         self.dtype = array_metadata(store, f"{self._prefix}data").dtype.to_native_dtype()
+        self.indptr_path = f"{self._prefix}indptr"
 
     def __dask_tokenize__(self) -> tuple[str, str, str]:
         key = getattr(self.store, "key", None) or str(id(self.store))
@@ -66,6 +68,12 @@ class LazySparse:
         """The matrix of the major-axis rows ``major_key`` (a slice or integer indices)."""
         import scipy.sparse as sp
 
+        rows, indptr, data, indices = self._stored(major_key)
+        return self._build(sp, indptr, data, indices, rows.size, self.shape[1] if self.csr else self.shape[0])
+
+    def _stored(self, major_key: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The major-axis rows ``major_key`` (a slice or integer indices) as stored: their
+        numbers, and their (indptr, data, indices)."""
         from h5lens.engine.plan import region_of
 
         n = self.major
@@ -79,11 +87,10 @@ class LazySparse:
             start, stop = (int(rows.min()), int(rows.max()) + 1) if rows.size else (0, 0)
             if rows.size and np.array_equal(rows, np.arange(start, stop)):
                 rows = None
-        minor = self.shape[1] if self.csr else self.shape[0]
+        numbers = np.arange(start, max(start, stop), dtype=np.int64) if rows is None else rows
         if stop <= start:
-            count = 0 if rows is None else int(rows.size)
-            return self._build(sp, np.zeros(count + 1, np.int64), np.empty(0, self.dtype), np.empty(0, np.int32), count, minor)
-        pointers = self._read(f"{self._prefix}indptr", np.asarray([start]), np.asarray([stop + 1]))
+            return numbers, np.zeros(numbers.size + 1, np.int64), np.empty(0, self.dtype), np.empty(0, np.int32)
+        pointers = self._read(self.indptr_path, np.asarray([start]), np.asarray([stop + 1]))
         if rows is None:
             first, last = int(pointers[0]), int(pointers[-1])
             starts, stops = np.asarray([first]), np.asarray([last])
@@ -93,8 +100,7 @@ class LazySparse:
             starts, stops = pointers[local], pointers[local + 1]
             indptr = np.r_[0, np.cumsum(stops - starts)]
         indices, data = self._read_both(starts, stops)
-        count = stop - start if rows is None else int(rows.size)
-        return self._build(sp, indptr, data, indices, count, minor)
+        return numbers, indptr, data, indices
 
     def _build(self, sp: Any, indptr: np.ndarray, data: np.ndarray, indices: np.ndarray, count: int, minor: int) -> Any:
         if self.csr:
@@ -134,6 +140,35 @@ class LazySparse:
         return np.asarray(array.get_coordinate_selection(positions))
 
 
+class RemappedSparse(LazySparse):
+    """A csr matrix of a combined AnnData whose files have different var: the values of the
+    rows asked for, as stored, then each file's columns mapped to the combined var
+    (:mod:`h5lens.adata.columns`)."""
+
+    def __init__(self, store: ManifestStore, path: str, maps: ColumnMaps) -> None:
+        from h5lens.adata.columns import COLUMNS
+
+        super().__init__(store, path)
+        self.maps = maps
+        self.indptr_path = f"{COLUMNS}/{path}/indptr"
+        self.dtype = maps.dtype(path)
+
+    def __dask_tokenize__(self) -> tuple[str, str, str]:
+        key = getattr(self.store, "key", None) or str(id(self.store))
+        return ("h5lens.RemappedSparse", key, self.path)
+
+    def remapped_parts(self, major_key: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(data, indices, indptr) of the rows ``major_key``, in the combined var's columns."""
+        rows, indptr, data, indices = self._stored(major_key)
+        return self.maps.csr_parts(self.path, rows, indptr, data, indices)
+
+    def _major(self, major_key: Any) -> Any:
+        import scipy.sparse as sp
+
+        data, indices, indptr = self.remapped_parts(major_key)
+        return sp.csr_matrix((data, indices, indptr), shape=(indptr.size - 1, self.shape[1]))
+
+
 def _whole(key: Any, size: int) -> bool:
     if isinstance(key, slice):
         return key.indices(size) == (0, size, 1)
@@ -153,4 +188,4 @@ def lazy_sparse(store: ManifestStore, path: str, block: int) -> Any:
     return da.from_array(source, chunks=chunks, asarray=False, fancy=True, meta=meta, name=name)
 
 
-__all__ = ["LazySparse", "lazy_sparse"]
+__all__ = ["LazySparse", "RemappedSparse", "lazy_sparse"]

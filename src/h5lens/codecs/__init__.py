@@ -15,6 +15,7 @@ from h5lens.codecs.bitshuffle import register as register_bitshuffle
 from h5lens.codecs.blosc2 import CODEC_NAME as BLOSC2_CODEC_NAME
 from h5lens.codecs.blosc2 import Blosc2Codec
 from h5lens.codecs.blosc2 import register as register_blosc2
+from h5lens.codecs.file_columns import register as register_file_columns
 from h5lens.codecs.lzf import CODEC_NAME as LZF_CODEC_NAME
 from h5lens.codecs.lzf import LZFCodec
 from h5lens.codecs.lzf import register as register_lzf
@@ -63,3 +64,4 @@ def register() -> None:
     register_zfp()
     register_bitfield()
     register_spacepad()
+    register_file_columns()

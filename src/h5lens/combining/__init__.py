@@ -81,7 +81,7 @@ def combine_with_summary(
 ) -> tuple[Manifest, Summary]:
     """The combined manifest and what it references and writes.
 
-    AnnData (and the AnnData part of TreeData) along obs, with ``anndata.concat``'s options
+    AnnData along obs (TreeData: as ``treedata.concat``), with ``anndata.concat``'s options
     (``join``, ``merge``, ``uns_merge``, ``label``, ``keys``, ``index_unique``, ``fill_value``,
     ``pairwise``), when ``dim`` is None; netCDF-4 (any HDF5 with dimension names) along the
     dimension ``dim`` otherwise. ``for_readers="regular"`` refuses, naming them, the arrays

@@ -15,9 +15,10 @@ each file's rows, is written (8 bytes a row). Any other matrix (csc, which conca
 a csr whose values are in another order; arrays whose codecs differ; dataframes in obsm) is
 read and concatenated by anndata, and written: the summary says so, with its bytes.
 
-Files must share var (the same var names in the same order): remapping the columns of a
-referenced matrix is not something zarr's readers could apply, so combining files of other
-var is refused, naming the first file that differs.
+Files whose var differ (``join`` then makes the combined var the union or intersection,
+as anndata does) keep ``X`` and the layers referenced as each file stores them, with each
+file's column map recorded for h5lens's reader, which zarr's readers refuse, saying why
+(:mod:`h5lens.combining.columns`); ``obsm`` is not indexed by var and stacks as before.
 """
 
 from __future__ import annotations
@@ -29,14 +30,21 @@ from typing import Any
 import numpy as np
 
 from h5lens.adata.eager import EagerReader
+from h5lens.adata.columns import COLUMNS
+from h5lens.combining.columns import offset_pointers, column_map, reference_by_file
 from h5lens.combining.inputs import Input, SourceTable
 from h5lens.combining.result import Combined
 from h5lens.combining.stack import Part, stack, why_not
+from h5lens.combining.treedata import ROOT as TREEDATA_ROOT
+from h5lens.combining.treedata import check as check_treedata
+from h5lens.combining.treedata import concat as concat_treedata
+from h5lens.combining.treedata import is_treedata, tree_elements, with_trees
 from h5lens.combining.written import write_anndata_elements
 from h5lens.errors import InvalidOptionError, UnsupportedFeatureError
 from h5lens.read.rectilinear import rectilinear_allowed
 
 ALONG_OBS = ("layers", "obsm")  # mappings of matrices along obs (X apart)
+ALONG_VAR = ("X", "layers")  # matrices along obs whose columns are var
 ROOT_ENCODINGS = ("anndata", "treedata")
 
 
@@ -72,41 +80,66 @@ def combine_anndata(
         encoding = item.manifest.nodes.get("", {}).get("attributes", {}).get("encoding-type")
         if encoding not in ROOT_ENCODINGS:
             raise InvalidOptionError(f"{item.name}: not an AnnData manifest (its root's encoding-type is {encoding!r})")
-        trees = [name for name in ("obst", "vart") if item.manifest.children(name)]
-        if trees:
-            raise UnsupportedFeatureError(f"{item.name}: combining TreeData trees ({', '.join(trees)}) is not supported")
+        if COLUMNS in item.manifest.nodes:
+            raise UnsupportedFeatureError(
+                f"{item.name}: a combined AnnData whose files' var differ (its matrices' columns are mapped "
+                "file by file); combine its files again together with the new ones"
+            )
+    trees = is_treedata(inputs)
+    if trees:
+        check_treedata(inputs, index_unique)
     mappings = [sources.add(item) for item in inputs]
     docs = [item.manifest.nodes for item in inputs]
-    referenced = _referenced(inputs, join)
-    skeletons = []
-    first_var = None
     with rectilinear_allowed(doc for nodes in docs for doc in nodes.values()):
-        for item in inputs:  # one file open at a time
+        variables = _vars(inputs)
+        differ = any(not var.index.equals(variables[0].index) for var in variables[1:])
+        referenced = _referenced(inputs, join, by_file=differ)
+        skeletons = []
+        for item, var in zip(inputs, variables, strict=True):  # one file open at a time
             reader = EagerReader(item.store)
-            # a var stored byte for byte as the first file's (inline, as small ones are) is not read again
-            same = first_var is not None and _same_element(inputs[0], item, "var")
-            var = first_var if same else reader.read("var")
-            if first_var is None:
-                first_var = var
-            else:
-                _check_var(inputs[0], item, first_var, var)
-            skeletons.append(
-                _skeleton(reader, item, var, referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise)
-            )
+            skeleton = _skeleton(reader, item, var, referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise)
+            skeletons.append(with_trees(item, skeleton) if trees else skeleton)
             item.close()
     options: dict[str, Any] = {"join": join, "merge": merge, "uns_merge": uns_merge}  # checked by anndata
-    result = anndata.concat(
-        skeletons, label=label, keys=keys, index_unique=index_unique, fill_value=fill_value, pairwise=pairwise,
-        **options,
-    )  # fmt: skip
+    if trees:  # treedata.concat: anndata.concat's, and the trees by treedata's rules
+        result = concat_treedata(
+            skeletons, label=label, keys=keys, fill_value=fill_value, pairwise=pairwise, **options
+        )  # fmt: skip
+        written = write_anndata_elements({"/": result.to_adata()})
+        if written.nodes.get("raw", {}).get("attributes", {}).get("encoding-type") == "null":
+            # anndata writes a missing raw as null; treedata's writer leaves it out, and its reader
+            # takes any raw member for a raw AnnData
+            written.nodes.pop("raw")
+            written.chunks.pop("raw", None)
+        root = written.nodes[""]
+        written.nodes[""] = {**root, "attributes": {**root.get("attributes", {}), **TREEDATA_ROOT}}
+    else:
+        result = anndata.concat(
+            skeletons, label=label, keys=keys, index_unique=index_unique, fill_value=fill_value, pairwise=pairwise,
+            **options,
+        )  # fmt: skip
+        written = write_anndata_elements({"/": result})
     combined = Combined()
-    written = write_anndata_elements({"/": result})
     for element in sorted({path.split("/", 1)[0] for path in written.nodes}):  # "" the root
         combined.add(written.only(element), element or "/")
+    if trees:
+        made = tree_elements(result)
+        for element in sorted({path.split("/", 1)[0] for path in made.nodes}):
+            combined.add(made.only(element), element)
     n_obs = result.n_obs
+    by_file = [m for m in referenced if differ and m.path.split("/", 1)[0] in ALONG_VAR]
     for matrix in referenced:
+        if matrix in by_file:
+            continue
         parts_of = [Part(item, "", mapping) for item, mapping in zip(inputs, mappings, strict=True)]
         _reference(combined, matrix, parts_of, n_obs)
+    if by_file:
+        maps = [column_map(result.var_names, var.index) for var in variables]
+        pointers = {m.path: _pointers(inputs, m.path) for m in by_file if m.kind == "csr_matrix"}
+        reference_by_file(
+            combined, inputs, mappings, [(m.path, m.kind) for m in by_file], maps, [s.n_obs for s in skeletons],
+            width=result.n_vars, join=join, fill_value=fill_value, pointers=pointers,
+        )  # fmt: skip
     _container_docs(combined, referenced)
     return combined
 
@@ -129,13 +162,17 @@ def _same_element(one: Input, other: Input, path: str) -> bool:
     return True
 
 
-def _check_var(first: Input, item: Input, first_var: Any, var: Any) -> None:
-    if not var.index.equals(first_var.index):
-        raise UnsupportedFeatureError(
-            f"{item.name}: its var differs from {first.name}'s ({len(var.index)} and {len(first_var.index)} "
-            "variables, or their names or order); combine references matrices of files that share var. "
-            "Read such files as one with h5lens.read_anndata([...], join=...) instead"
-        )
+def _vars(inputs: Sequence[Input]) -> list[Any]:
+    """Each file's var (a var stored byte for byte as the first file's, inline as small ones
+    are, is not read again)."""
+    found: list[Any] = []
+    for item in inputs:
+        if found and _same_element(inputs[0], item, "var"):
+            found.append(found[0])
+        else:
+            found.append(EagerReader(item.store).read("var"))
+            item.close()
+    return found
 
 
 def _matrix_kind(nodes: Any, path: str) -> str | None:
@@ -148,8 +185,10 @@ def _matrix_kind(nodes: Any, path: str) -> str | None:
     return "csr_matrix" if encoding == "csr_matrix" else None
 
 
-def _referenced(inputs: Sequence[Input], join: str) -> list[Matrix]:
-    """The matrices along obs every file holds and that can be referenced."""
+def _referenced(inputs: Sequence[Input], join: str, *, by_file: bool = False) -> list[Matrix]:
+    """The matrices along obs every file holds and that can be referenced. ``by_file``: the
+    files' var differ, so that the matrices along var (X, layers) are referenced file by file
+    (:mod:`h5lens.combining.columns`): a dense one needs only to be an array of numbers."""
     nodes = [item.manifest.nodes for item in inputs]
     candidates = ["X"] if all("X" in n for n in nodes) else []
     for mapping in ALONG_OBS:
@@ -165,6 +204,10 @@ def _referenced(inputs: Sequence[Input], join: str) -> list[Matrix]:
         assert kind is not None
         members = [path] if kind == "array" else [f"{path}/data", f"{path}/indices"]
         if kind == "csr_matrix" and not all(f"{path}/indptr" in n for n in nodes):
+            continue
+        if by_file and kind == "array" and path.split("/", 1)[0] in ALONG_VAR:
+            if all(_numbers(n[path], 2) for n in nodes):
+                found.append(Matrix(path, kind))
             continue
         parts = [[Part(item, member, np.empty(0, np.int32)) for item in inputs] for member in members]
         if all(why_not(p) is None for p in parts):
@@ -203,6 +246,28 @@ def _skeleton(
     return anndata.AnnData(**elements)
 
 
+def _numbers(doc: dict[str, Any], ndim: int) -> bool:
+    """Whether an array's document is of numbers (or booleans) of ``ndim`` axes."""
+    try:
+        kind = np.dtype(doc.get("data_type")).kind  # a name, or a form numpy refuses
+    except TypeError:
+        return False
+    return kind in "biuf" and len(doc.get("shape", ())) == ndim
+
+
+def _pointers(inputs: Sequence[Input], path: str) -> list[np.ndarray]:
+    """Every file's ``indptr`` of csr matrix ``path``, checked to span its values exactly."""
+    pointers = [_values(item, f"{path}/indptr") for item in inputs]
+    for item, found in zip(inputs, pointers, strict=True):
+        stored = item.manifest.nodes[f"{path}/data"]["shape"][0]
+        if int(found[0]) != 0 or int(found[-1]) != stored:
+            raise UnsupportedFeatureError(
+                f"{item.name}: /{path}/indptr spans values {int(found[0])} to {int(found[-1])} of the "
+                f"{stored} stored; combine references csr matrices whose indptr spans their data exactly"
+            )
+    return pointers
+
+
 def _name(reader: EagerReader, mapping: str, name: str) -> str:
     """A mapping member's key as anndata reads it (escaped names unescaped)."""
     from h5lens.format.keys import unescape_key
@@ -227,17 +292,8 @@ def _reference(combined: Combined, matrix: Matrix, parts_of: list[Part], n_obs: 
         combined.referenced[member] = stacked
     if matrix.kind == "array":
         return
-    pointers = [_values(item, f"{matrix.path}/indptr") for item in inputs]
-    for item, found in zip(inputs, pointers, strict=True):
-        stored = item.manifest.nodes[f"{matrix.path}/data"]["shape"][0]
-        if int(found[0]) != 0 or int(found[-1]) != stored:
-            raise UnsupportedFeatureError(
-                f"{item.name}: /{matrix.path}/indptr spans values {int(found[0])} to {int(found[-1])} of the "
-                f"{stored} stored; combine references csr matrices whose indptr spans their data exactly"
-            )
-    before = np.cumsum([0, *(int(p[-1]) - int(p[0]) for p in pointers[:-1])])
-    indptr = np.concatenate([pointers[0][:1] - pointers[0][0], *((p[1:] - p[0]) + b for p, b in zip(pointers, before, strict=True))])
-    written = write_anndata_elements({"indptr": indptr.astype(np.int64)})
+    indptr = offset_pointers(_pointers(inputs, matrix.path))
+    written = write_anndata_elements({"indptr": indptr})
     written.nodes.pop("", None)
     written.chunks.pop("", None)
     combined.add(written.under(matrix.path), f"{matrix.path}/indptr")

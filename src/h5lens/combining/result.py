@@ -19,6 +19,7 @@ class Combined:
     chunks: dict[str, Any] = field(default_factory=dict)
     referenced: dict[str, Stacked] = field(default_factory=dict)  # array path -> stacked
     written: dict[str, int] = field(default_factory=dict)  # element -> bytes written
+    remapped: list[str] = field(default_factory=list)  # matrices whose files' columns h5lens's reader maps
 
     def add(self, written: Written, element: str) -> None:
         self.nodes.update(written.nodes)

@@ -14,6 +14,7 @@ from h5lens.manifest.model import Manifest
 class _Made(Protocol):
     referenced: dict[str, Any]
     written: dict[str, int]
+    remapped: list[str]
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Summary:
     referenced: tuple[ReferencedArray, ...]
     written: dict[str, int] = field(default_factory=dict)  # element -> bytes of new arrays
     inline_bytes: int = 0  # every inline byte of the combined manifest
+    remapped: tuple[str, ...] = ()  # matrices whose files' columns h5lens's reader maps (var differ)
 
     @classmethod
     def of(cls, inputs: Sequence[Any], made: _Made, manifest: Manifest) -> Summary:
@@ -45,7 +47,7 @@ class Summary:
             for path, stacked in sorted(made.referenced.items())
         )  # fmt: skip
         inline = sum(table.inline_bytes for table in manifest.chunks.values())
-        return cls(len(inputs), arrays, dict(made.written), inline)
+        return cls(len(inputs), arrays, dict(made.written), inline, tuple(getattr(made, "remapped", ())))
 
     @property
     def rectilinear(self) -> list[str]:
@@ -66,6 +68,11 @@ class Summary:
             if nbytes:
                 out.append(f"  written /{element.lstrip('/')}: {nbytes} B")
         out.append(f"  bytes written into the manifest: {self.written_bytes} (inline in all: {self.inline_bytes})")
+        if self.remapped:
+            out.append(
+                f"  columns mapped file by file (the files' var differ): {', '.join('/' + p for p in self.remapped)}; "
+                "read by h5lens's readers, refused by zarr's own (their values would sit in the wrong columns)"
+            )
         if self.rectilinear:
             out.append(
                 "  rectilinear grids: zarr's own readers need zarr.config.set({'array.rectilinear_chunks': True}); "
@@ -81,6 +88,7 @@ class Summary:
             "written_bytes": self.written_bytes,
             "inline_bytes": self.inline_bytes,
             "rectilinear": self.rectilinear,
+            "remapped": list(self.remapped),
         }
 
 
