@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from h5lens.adata.eager import EagerReader
 from h5lens.adata.columns import COLUMNS
-from h5lens.combining.columns import offset_pointers, column_map, reference_by_file
-from h5lens.combining.inputs import Input, SourceTable
+from h5lens.adata.eager import EagerReader
+from h5lens.combining.columns import column_map, offset_pointers, reference_by_file
+from h5lens.combining.inputs import Input, SourceTable, each_file
 from h5lens.combining.result import Combined
 from h5lens.combining.stack import Part, stack, why_not
 from h5lens.combining.treedata import ROOT as TREEDATA_ROOT
@@ -94,12 +94,16 @@ def combine_anndata(
         variables = _vars(inputs)
         differ = any(not var.index.equals(variables[0].index) for var in variables[1:])
         referenced = _referenced(inputs, join, by_file=differ)
-        skeletons = []
-        for item, var in zip(inputs, variables, strict=True):  # one file open at a time
+        var_of = {id(item): var for item, var in zip(inputs, variables, strict=True)}
+
+        def skeleton_of(item: Input) -> Any:
             reader = EagerReader(item.store)
-            skeleton = _skeleton(reader, item, var, referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise)
-            skeletons.append(with_trees(item, skeleton) if trees else skeleton)
-            item.close()
+            found = _skeleton(
+                reader, item, var_of[id(item)], referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise
+            )  # fmt: skip
+            return with_trees(item, found) if trees else found
+
+        skeletons = each_file(inputs, skeleton_of)
     options: dict[str, Any] = {"join": join, "merge": merge, "uns_merge": uns_merge}  # checked by anndata
     if trees:  # treedata.concat: anndata.concat's, and the trees by treedata's rules
         result = concat_treedata(
@@ -147,6 +151,7 @@ def combine_anndata(
 def _same_element(one: Input, other: Input, path: str) -> bool:
     """Whether element ``path`` is stored alike in both manifests: the same documents, and
     chunk tables of inline bytes only, equal."""
+
     def members(item: Input) -> dict[str, Any]:
         return {p: d for p, d in item.manifest.nodes.items() if p == path or p.startswith(path + "/")}
 
@@ -165,14 +170,13 @@ def _same_element(one: Input, other: Input, path: str) -> bool:
 def _vars(inputs: Sequence[Input]) -> list[Any]:
     """Each file's var (a var stored byte for byte as the first file's, inline as small ones
     are, is not read again)."""
-    found: list[Any] = []
-    for item in inputs:
-        if found and _same_element(inputs[0], item, "var"):
-            found.append(found[0])
-        else:
-            found.append(EagerReader(item.store).read("var"))
-            item.close()
-    return found
+    first = EagerReader(inputs[0].store).read("var")
+    inputs[0].close()
+
+    def var(item: Input) -> Any:
+        return first if _same_element(inputs[0], item, "var") else EagerReader(item.store).read("var")
+
+    return [first, *each_file(inputs[1:], var)]
 
 
 def _matrix_kind(nodes: Any, path: str) -> str | None:
@@ -257,7 +261,7 @@ def _numbers(doc: dict[str, Any], ndim: int) -> bool:
 
 def _pointers(inputs: Sequence[Input], path: str) -> list[np.ndarray]:
     """Every file's ``indptr`` of csr matrix ``path``, checked to span its values exactly."""
-    pointers = [_values(item, f"{path}/indptr") for item in inputs]
+    pointers = each_file(inputs, lambda item: _values(item, f"{path}/indptr"))
     for item, found in zip(inputs, pointers, strict=True):
         stored = item.manifest.nodes[f"{path}/data"]["shape"][0]
         if int(found[0]) != 0 or int(found[-1]) != stored:
