@@ -51,6 +51,15 @@ def combine(
             help="'any' (default) or 'regular': refuse, naming them, arrays that need a rectilinear chunk grid.",
         ),
     ] = "any",
+    encoding: Annotated[
+        str,
+        typer.Option(
+            "--encoding",
+            metavar="HOW",
+            help="netCDF: 'equal' (default) refuses files whose CF encoding differs; 'per-file' records each "
+            "file's, which h5lens's xarray engine applies (zarr's readers are refused those arrays).",
+        ),
+    ] = "equal",
     append: Annotated[
         bool,
         typer.Option("--append", help="Add MANIFEST... after the combined manifest at OUT (replaced with the result)."),
@@ -75,6 +84,8 @@ def combine(
         fail(f"--join must be one of {', '.join(JOINS)}")
     if for_readers not in ("any", "regular"):
         fail("--for must be 'any' or 'regular'")
+    if encoding not in ("equal", "per-file"):
+        fail("--encoding must be 'equal' or 'per-file'")
     to_icechunk = output.startswith("icechunk://")
     if to_icechunk and form is not None:
         fail("--format is for manifest files; an Icechunk repository holds the references itself")
@@ -91,7 +102,7 @@ def combine(
             previous = load_manifest(output, storage_options=options or None)
         manifest, summary = combine_with_summary(
             manifests, dim=dim, join=join, label=label, keys=keys.split(",") if keys else None,
-            index_unique=index_unique, pairwise=pairwise, for_readers=for_readers, append_to=previous,
+            index_unique=index_unique, pairwise=pairwise, for_readers=for_readers, encoding=encoding, append_to=previous,
             options=opening, index=index,
         )  # fmt: skip
     with reporting(output, "writing", anon=anon):

@@ -18,6 +18,9 @@ from h5lens.codecs.blosc2 import register as register_blosc2
 from h5lens.codecs.lzf import CODEC_NAME as LZF_CODEC_NAME
 from h5lens.codecs.lzf import LZFCodec
 from h5lens.codecs.lzf import register as register_lzf
+from h5lens.codecs.per_file import CODEC_NAME as PER_FILE_CODEC_NAME
+from h5lens.codecs.per_file import PerFileEncodingCodec
+from h5lens.codecs.per_file import register as register_per_file
 from h5lens.codecs.shuffle import CODEC_NAME as SHUFFLE_CODEC_NAME
 from h5lens.codecs.shuffle import HDF5ShuffleCodec
 from h5lens.codecs.shuffle import register as register_shuffle
@@ -33,6 +36,7 @@ __all__ = [
     "BITSHUFFLE_CODEC_NAME",
     "BLOSC2_CODEC_NAME",
     "LZF_CODEC_NAME",
+    "PER_FILE_CODEC_NAME",
     "SHUFFLE_CODEC_NAME",
     "SPACEPAD_CODEC_NAME",
     "ZFP_CODEC_NAME",
@@ -41,6 +45,7 @@ __all__ = [
     "Blosc2Codec",
     "HDF5ShuffleCodec",
     "LZFCodec",
+    "PerFileEncodingCodec",
     "SpacePadCodec",
     "ZFPCodec",
     "register",
@@ -48,6 +53,7 @@ __all__ = [
     "register_bitshuffle",
     "register_blosc2",
     "register_lzf",
+    "register_per_file",
     "register_shuffle",
     "register_spacepad",
     "register_zfp",
@@ -63,3 +69,4 @@ def register() -> None:
     register_zfp()
     register_bitfield()
     register_spacepad()
+    register_per_file()
