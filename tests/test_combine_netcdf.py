@@ -86,3 +86,14 @@ def test_coordinates_that_differ_are_refused(daily, tmp_path):
     moved = _write(tmp_path / "moved.nc", 30, 2, lat_shift=1)
     with pytest.raises(InvalidOptionError, match="/lat: its values differ"):
         h5lens.combine([h5lens.index(p) for p in [*daily, moved]], dim="time")
+
+
+def test_append_to_a_combined_manifest(daily, tmp_path):
+    # the combined manifest's grid is rectilinear (5, 3 and 7 days in chunks of 2): a file after it
+    # has its last chunk cut short, on the grid's other axes as their edges give them
+    first = h5lens.combine([h5lens.index(p) for p in daily], dim="time")
+    late = _write(tmp_path / "late.nc", 15, 3)
+    appended = h5lens.combine([h5lens.index(late)], dim="time", append_to=first)
+    target = tmp_path / "appended.json"
+    appended.to_json(target)
+    xr.testing.assert_identical(xr.open_dataset(target, engine="h5lens").load(), _expected([*daily, late]))

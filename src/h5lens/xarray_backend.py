@@ -113,33 +113,38 @@ class H5LensBackendEntrypoint(BackendEntrypoint):
     ) -> Dataset:
         from xarray.backends.zarr import ZarrBackendEntrypoint
 
+        from h5lens.read.per_file import Decoding, PerFileZarrStore, stored_values_store
         from h5lens.read.rectilinear import rectilinear_allowed
-        from h5lens.read.xarray_arrays import RegionZarrStore
 
         opening = _opening(options, storage_options, source_options, source_urls, verify, allow_local, limits)
         store = _open_store(filename_or_obj, opening, options is not None)
         # arrays on a rectilinear grid (h5lens combine's) need zarr's flag while xarray opens them
         with _closing_on_error(store, filename_or_obj), rectilinear_allowed(store.manifest.nodes.values()):
-            data_store = RegionZarrStore.open_group(
-                _as_given(store), group=_zarr_group(group), mode="r", consolidated=False, consolidate_on_close=False,
-                zarr_format=3,
-            )  # fmt: skip
-            ds = ZarrBackendEntrypoint().open_dataset(
-                _as_given(store),
-                store=data_store,
-                mask_and_scale=mask_and_scale,
-                decode_times=decode_times,
-                concat_characters=concat_characters,
-                decode_coords=decode_coords,
-                drop_variables=drop_variables,
-                use_cftime=use_cftime,
-                decode_timedelta=decode_timedelta,
-                group=_zarr_group(group),
-                mode="r",
-                consolidated=False,  # a manifest has none: looking for it would only warn
-                zarr_format=3,
-            )
-        ds.set_close(_also_closing(ds._close, store, filename_or_obj))
+            # arrays whose files were encoded differently (combine --encoding per-file): their stored
+            # values read, each file's rows decoded with its own attributes
+            reading, records = stored_values_store(store)
+            decoding = Decoding(mask_and_scale, decode_times, use_cftime, decode_timedelta)
+            with _closing_on_error(reading, store):
+                data_store = PerFileZarrStore.open_group(
+                    _as_given(reading), group=_zarr_group(group), mode="r", consolidated=False,
+                    consolidate_on_close=False, zarr_format=3,
+                ).per_file(records, decoding)  # fmt: skip
+                ds = ZarrBackendEntrypoint().open_dataset(
+                    _as_given(reading),
+                    store=data_store,
+                    mask_and_scale=mask_and_scale,
+                    decode_times=decode_times,
+                    concat_characters=concat_characters,
+                    decode_coords=decode_coords,
+                    drop_variables=drop_variables,
+                    use_cftime=use_cftime,
+                    decode_timedelta=decode_timedelta,
+                    group=_zarr_group(group),
+                    mode="r",
+                    consolidated=False,  # a manifest has none: looking for it would only warn
+                    zarr_format=3,
+                )
+        ds.set_close(_also_closing(ds._close, store, filename_or_obj, reading))
         return ds
 
     def open_datatree(
@@ -207,35 +212,41 @@ class H5LensBackendEntrypoint(BackendEntrypoint):
         from xarray.backends.store import StoreBackendEntrypoint
         from xarray.core.treenode import NodePath
 
-        from h5lens.read.xarray_arrays import RegionZarrStore
+        from h5lens.read.per_file import Decoding, PerFileZarrStore, stored_values_store
+        from h5lens.read.rectilinear import rectilinear_allowed
 
         opening = _opening(options, storage_options, source_options, source_urls, verify, allow_local, limits)
         store = _open_store(filename_or_obj, opening, options is not None)
-        with _closing_on_error(store, filename_or_obj):
+        # as open_dataset: zarr's flag on while xarray opens arrays on a rectilinear grid
+        with _closing_on_error(store, filename_or_obj), rectilinear_allowed(store.manifest.nodes.values()):
+            reading, records = stored_values_store(store)  # as open_dataset: files encoded differently
+            decoding = Decoding(mask_and_scale, decode_times, use_cftime, decode_timedelta)
             # as xarray's zarr engine does it (open_groups_as_dict), with region reads
             zarr_group = _zarr_group(group)
             parent = str(NodePath("/") / NodePath(zarr_group)) if zarr_group else "/"
-            stores = RegionZarrStore.open_store(
-                _as_given(store), group=parent, mode="r", consolidated=False, consolidate_on_close=False, zarr_format=3
-            )
-            groups = {}
-            for path_group, data_store in stores.items():
-                ds = StoreBackendEntrypoint().open_dataset(
-                    data_store,
-                    mask_and_scale=mask_and_scale,
-                    decode_times=decode_times,
-                    concat_characters=concat_characters,
-                    decode_coords=decode_coords,
-                    drop_variables=drop_variables,
-                    use_cftime=use_cftime,
-                    decode_timedelta=decode_timedelta,
-                )
-                name = str(NodePath(path_group).relative_to(parent)) if zarr_group else str(NodePath(path_group))
-                groups[name] = ds
+            with _closing_on_error(reading, store):
+                stores = PerFileZarrStore.open_store(
+                    _as_given(reading), group=parent, mode="r", consolidated=False, consolidate_on_close=False,
+                    zarr_format=3,
+                )  # fmt: skip
+                groups = {}
+                for path_group, data_store in stores.items():
+                    ds = StoreBackendEntrypoint().open_dataset(
+                        data_store.per_file(records, decoding),
+                        mask_and_scale=mask_and_scale,
+                        decode_times=decode_times,
+                        concat_characters=concat_characters,
+                        decode_coords=decode_coords,
+                        drop_variables=drop_variables,
+                        use_cftime=use_cftime,
+                        decode_timedelta=decode_timedelta,
+                    )
+                    name = str(NodePath(path_group).relative_to(parent)) if zarr_group else str(NodePath(path_group))
+                    groups[name] = ds
         # the store is shared by every group: closed with the first (the root of the tree)
         first = next(iter(groups.values()), None)
         if first is not None:
-            first.set_close(_also_closing(first._close, store, filename_or_obj))
+            first.set_close(_also_closing(first._close, store, filename_or_obj, reading))
         return groups
 
 
@@ -343,9 +354,12 @@ def _closing_on_error(store: ManifestStore, given: object) -> Iterator[None]:
         raise
 
 
-def _also_closing(close: Callable[[], None] | None, store: ManifestStore, given: object) -> Callable[[], None]:
+def _also_closing(
+    close: Callable[[], None] | None, store: ManifestStore, given: object, reading: ManifestStore
+) -> Callable[[], None]:
     """``close`` (xarray's, for its zarr wrapper), then the ManifestStore's source readers,
-    unless the caller passed the store and keeps it."""
+    unless the caller passed the store and keeps it, and those of the store of stored values
+    read instead of it (:func:`h5lens.read.per_file.stored_values_store`), where it is another."""
     owned = store is not given
 
     def close_both() -> None:
@@ -353,8 +367,12 @@ def _also_closing(close: Callable[[], None] | None, store: ManifestStore, given:
             if close is not None:
                 close()
         finally:
-            if owned:
-                store.close()
+            try:
+                if reading is not store:
+                    reading.close()
+            finally:
+                if owned:
+                    store.close()
 
     return close_both
 

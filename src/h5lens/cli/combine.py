@@ -55,6 +55,15 @@ def combine(
             help="'any' (default) or 'regular': refuse, naming them, arrays that need a rectilinear chunk grid.",
         ),
     ] = "any",
+    encoding: Annotated[
+        str,
+        typer.Option(
+            "--encoding",
+            metavar="HOW",
+            help="netCDF: 'equal' (default) refuses files whose CF encoding differs; 'per-file' records each "
+            "file's, which h5lens's xarray engine applies (zarr's readers are refused those arrays).",
+        ),
+    ] = "equal",
     append: Annotated[
         bool,
         typer.Option("--append", help="Add MANIFEST... after the combined manifest at OUT (replaced with the result)."),
@@ -96,6 +105,8 @@ def combine(
         fail(f"--join must be one of {', '.join(JOINS)}")
     if for_readers not in ("any", "regular"):
         fail("--for must be 'any' or 'regular'")
+    if encoding not in ("equal", "per-file"):
+        fail("--encoding must be 'equal' or 'per-file'")
     to_icechunk = output.startswith("icechunk://")
     if to_icechunk and form is not None:
         fail("--format is for manifest files; an Icechunk repository holds the references itself")
@@ -114,8 +125,8 @@ def combine(
         named = expand_manifests(manifests, options or None)  # prefixes and globs: the manifests there
         manifest, summary = combine_with_summary(
             named, dim=dim, join=join, label=label, keys=keys.split(",") if keys else None,
-            index_unique=index_unique, pairwise=pairwise, for_readers=for_readers, append_to=previous,
-            options=opening, index=index, scheduler=scheduler, workers=workers,
+            index_unique=index_unique, pairwise=pairwise, for_readers=for_readers, encoding=encoding,
+            append_to=previous, options=opening, index=index, scheduler=scheduler, workers=workers,
         )  # fmt: skip
     with reporting(output, "writing", anon=anon):
         if to_icechunk:

@@ -19,6 +19,9 @@ from h5lens.codecs.file_columns import register as register_file_columns
 from h5lens.codecs.lzf import CODEC_NAME as LZF_CODEC_NAME
 from h5lens.codecs.lzf import LZFCodec
 from h5lens.codecs.lzf import register as register_lzf
+from h5lens.codecs.per_file import CODEC_NAME as PER_FILE_CODEC_NAME
+from h5lens.codecs.per_file import PerFileEncodingCodec
+from h5lens.codecs.per_file import register as register_per_file
 from h5lens.codecs.shuffle import CODEC_NAME as SHUFFLE_CODEC_NAME
 from h5lens.codecs.shuffle import HDF5ShuffleCodec
 from h5lens.codecs.shuffle import register as register_shuffle
@@ -34,6 +37,7 @@ __all__ = [
     "BITSHUFFLE_CODEC_NAME",
     "BLOSC2_CODEC_NAME",
     "LZF_CODEC_NAME",
+    "PER_FILE_CODEC_NAME",
     "SHUFFLE_CODEC_NAME",
     "SPACEPAD_CODEC_NAME",
     "ZFP_CODEC_NAME",
@@ -42,6 +46,7 @@ __all__ = [
     "Blosc2Codec",
     "HDF5ShuffleCodec",
     "LZFCodec",
+    "PerFileEncodingCodec",
     "SpacePadCodec",
     "ZFPCodec",
     "register",
@@ -49,6 +54,7 @@ __all__ = [
     "register_bitshuffle",
     "register_blosc2",
     "register_lzf",
+    "register_per_file",
     "register_shuffle",
     "register_spacepad",
     "register_zfp",
@@ -65,3 +71,4 @@ def register() -> None:
     register_bitfield()
     register_spacepad()
     register_file_columns()
+    register_per_file()

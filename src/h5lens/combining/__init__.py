@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from h5lens.combining.anndata import combine_anndata
+from h5lens.combining.encoding import MODES as ENCODINGS
 from h5lens.combining.inputs import Indexer, Input, SourceTable, load_inputs
 from h5lens.combining.netcdf import combine_netcdf
 from h5lens.combining.summary import Summary
@@ -43,6 +44,7 @@ def combine(
     fill_value: Any = None,
     pairwise: bool = False,
     for_readers: str = "any",
+    encoding: str = "equal",
     append_to: Any = None,
     storage_options: dict[str, Any] | None = None,
     options: OpenOptions | None = None,
@@ -54,8 +56,9 @@ def combine(
     :func:`combine_with_summary`'s manifest."""
     return combine_with_summary(
         manifests, dim=dim, join=join, label=label, keys=keys, index_unique=index_unique, merge=merge,
-        uns_merge=uns_merge, fill_value=fill_value, pairwise=pairwise, for_readers=for_readers, append_to=append_to,
-        storage_options=storage_options, options=options, index=index, scheduler=scheduler, workers=workers,
+        uns_merge=uns_merge, fill_value=fill_value, pairwise=pairwise, for_readers=for_readers, encoding=encoding,
+        append_to=append_to, storage_options=storage_options, options=options, index=index, scheduler=scheduler,
+        workers=workers,
     )[0]  # fmt: skip
 
 
@@ -72,6 +75,7 @@ def combine_with_summary(
     fill_value: Any = None,
     pairwise: bool = False,
     for_readers: str = "any",
+    encoding: str = "equal",
     append_to: Any = None,
     storage_options: dict[str, Any] | None = None,
     options: OpenOptions | None = None,
@@ -85,7 +89,10 @@ def combine_with_summary(
     (``join``, ``merge``, ``uns_merge``, ``label``, ``keys``, ``index_unique``, ``fill_value``,
     ``pairwise``), when ``dim`` is None; netCDF-4 (any HDF5 with dimension names) along the
     dimension ``dim`` otherwise. ``for_readers="regular"`` refuses, naming them, the arrays
-    that would need a rectilinear chunk grid. ``append_to``: a combined manifest the
+    that would need a rectilinear chunk grid. ``encoding`` (netCDF): ``"equal"`` refuses files
+    whose CF encoding attributes differ, naming them; ``"per-file"`` records each file's for
+    h5lens's xarray engine to apply to its rows (zarr's readers are refused those arrays:
+    :mod:`h5lens.combining.encoding`). ``append_to``: a combined manifest the
     ``manifests`` are added after (its files are not read again). ``storage_options`` (or
     ``options``, :class:`~h5lens.OpenOptions`) serve the manifests and their files. HDF5
     files given in place of manifests are indexed on the way with ``index``; with
@@ -94,6 +101,10 @@ def combine_with_summary(
     :func:`h5lens.index_many` runs them."""
     if for_readers not in FOR:
         raise InvalidOptionError(f"for_readers must be one of {FOR}. Got {for_readers!r}")
+    if encoding not in ENCODINGS:
+        raise InvalidOptionError(f"encoding must be one of {ENCODINGS}. Got {encoding!r}")
+    if encoding != "equal" and dim is None:
+        raise InvalidOptionError("encoding is for netCDF files combined along a dimension (dim=)")
     if append_to is not None and dim is None and (label is not None or keys is not None or index_unique is not None):
         raise InvalidOptionError(
             "label, keys and index_unique would take the combined manifest appended to for one file; "
@@ -112,7 +123,7 @@ def combine_with_summary(
                 index_unique=index_unique, fill_value=fill_value, pairwise=pairwise,
             )  # fmt: skip
         else:
-            combined = combine_netcdf(inputs, sources, dim=dim)
+            combined = combine_netcdf(inputs, sources, dim=dim, encoding=encoding)
     finally:
         for item in inputs:
             item.close()
@@ -143,4 +154,4 @@ def combine_with_summary(
     return manifest, Summary.of(inputs, combined, manifest)
 
 
-__all__ = ["FOR", "Input", "Summary", "combine", "combine_with_summary"]
+__all__ = ["ENCODINGS", "FOR", "Input", "Summary", "combine", "combine_with_summary"]

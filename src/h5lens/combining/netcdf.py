@@ -7,19 +7,28 @@ first file has it. The attributes that decide what a stored value means (CF pack
 fill, and the units and calendar of time) must be equal across the files for each
 concatenated variable: a file packed with another ``scale_factor`` would otherwise be
 read with the first file's, values off by its difference. Where they differ, combining is
-refused, naming the variable, the attribute and two files that differ. Groups and the
-other attributes are the first file's.
+refused, naming the variable, the attribute and two files that differ, or under
+``encoding="per-file"`` each file's own is recorded for h5lens's reader to apply
+(:mod:`h5lens.combining.encoding`). Groups and the other attributes are the first file's.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from h5lens.combining.encoding import (
+    ENCODING_ATTRIBUTES,
+    check_fills_stored,
+    differing,
+    files_of,
+    record,
+    with_record,
+    without_records,
+)
 from h5lens.combining.inputs import Input, SourceTable
 from h5lens.combining.result import Combined
 from h5lens.combining.stack import Part, stack, why_not
@@ -28,17 +37,25 @@ from h5lens.errors import InvalidOptionError, UnsupportedFeatureError
 from h5lens.manifest.documents import ArrayDocument
 from h5lens.read.rectilinear import rectilinear_allowed
 
-# Attributes that change what a stored value means (CF conventions, sections 2.5, 4.4, 8.1)
-ENCODING_ATTRIBUTES = (
-    "scale_factor", "add_offset", "_FillValue", "missing_value", "valid_min", "valid_max", "valid_range", "units",
-    "calendar", "_Unsigned", "dtype",
-)  # fmt: skip
 # Values of arrays that are not concatenated are compared up to this many bytes each
 COMPARE_BYTES = 64 << 20
 
 
-def combine_netcdf(inputs: Sequence[Input], sources: SourceTable, *, dim: str) -> Combined:
-    """The files ``inputs`` along dimension ``dim``, their sources added to ``sources``."""
+def combine_netcdf(inputs: Sequence[Input], sources: SourceTable, *, dim: str, encoding: str = "equal") -> Combined:
+    """The files ``inputs`` along dimension ``dim``, their sources added to ``sources``;
+    ``encoding`` (:data:`h5lens.combining.encoding.MODES`): their encoding attributes equal,
+    or each file's recorded where they differ."""
+    inputs, records = without_records(inputs)  # a combined manifest appended to: its files' stored values
+    try:
+        return _combine(inputs, records, sources, dim=dim, encoding=encoding)
+    finally:
+        for item in inputs:
+            item.close()
+
+
+def _combine(
+    inputs: Sequence[Input], records: Sequence[dict[str, Any]], sources: SourceTable, *, dim: str, encoding: str
+) -> Combined:
     mappings = [sources.add(item) for item in inputs]
     first = inputs[0].manifest
     combined = Combined()
@@ -62,11 +79,21 @@ def combine_netcdf(inputs: Sequence[Input], sources: SourceTable, *, dim: str) -
             if path not in item.manifest.nodes:
                 raise InvalidOptionError(f"{item.name}: has no /{path}, which {inputs[0].name} has along {dim!r}")
             parts.append(Part(item, path, mapping))
-        _check_encoding(path, inputs)
-        reason = why_not(parts)
+        files = [
+            file
+            for item, found, mapping in zip(inputs, records, mappings, strict=True)
+            for file in files_of(item, path, found.get(path), mapping)
+        ]
+        differ = differing(path, files, encoding)
+        per_file = encoding == "per-file"
+        reason = why_not(parts, same_fill=not per_file)
         if reason is not None:
             raise UnsupportedFeatureError(f"/{path}: cannot be concatenated by reference: {reason}")
+        if per_file:
+            check_fills_stored(path, inputs)
         stacked = stack(parts)
+        if differ:
+            stacked = replace(stacked, doc=with_record(stacked.doc, record(path, differ, files)))
         combined.nodes[path] = stacked.doc
         combined.chunks[path] = stacked.table
         combined.referenced[path] = stacked
@@ -84,39 +111,6 @@ def combine_netcdf(inputs: Sequence[Input], sources: SourceTable, *, dim: str) -
         if doc.get("node_type") == "group":
             combined.nodes[path] = doc
     return combined
-
-
-def _check_encoding(path: str, inputs: Sequence[Input]) -> None:
-    """The attributes that say what a stored value means are the same in every file."""
-    first = inputs[0]
-    mine = _encoding(first, path)
-    for item in inputs[1:]:
-        theirs = _encoding(item, path)
-        for name in ENCODING_ATTRIBUTES:
-            if mine.get(name) != theirs.get(name):
-                raise InvalidOptionError(
-                    f"/{path}: attribute {name!r} differs between {first.name} ({_shown(mine.get(name))}) and "
-                    f"{item.name} ({_shown(theirs.get(name))}); their values would be read with one file's "
-                    "encoding, wrongly for the other. Combine files encoded alike"
-                )
-
-
-def _encoding(item: Input, path: str) -> dict[str, Any]:
-    """The encoding attributes of an array, with their recorded types (a float32
-    ``scale_factor`` is not a float64 one)."""
-    doc = item.manifest.nodes[path]
-    attributes = doc.get("attributes", {})
-    types = item.manifest.attribute_types.get(path, {})
-    found = {name: (json.dumps(attributes[name], allow_nan=True, sort_keys=True), types.get(name)) for name in ENCODING_ATTRIBUTES if name in attributes}
-    found["fill_value"] = (json.dumps(doc.get("fill_value"), allow_nan=True), None)
-    return found
-
-
-def _shown(value: Any) -> str:
-    if value is None:
-        return "absent"
-    text, kind = value
-    return text if kind is None else f"{text} as {kind}"
 
 
 def _check_same(path: str, inputs: Sequence[Input]) -> None:
@@ -168,4 +162,4 @@ def _values(item: Input, path: str, view: ArrayDocument) -> np.ndarray:
         item.close()  # one file open at a time
 
 
-__all__ = ["ENCODING_ATTRIBUTES", "combine_netcdf"]
+__all__ = ["combine_netcdf"]

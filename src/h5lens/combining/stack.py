@@ -53,13 +53,14 @@ class Part:
     sources: np.ndarray
 
 
-def _kind(doc: dict[str, Any]) -> str:
+def _kind(doc: dict[str, Any], same_fill: bool = True) -> str:
     """What must agree between the files' arrays (all of the document but its shape, grid
-    along axis 0 and attributes)."""
+    along axis 0 and attributes; and but the fill value unless ``same_fill``)."""
     view = ArrayDocument.of(doc)
     assert view is not None
     rest_chunks = _rest_chunks(view)
-    body = {k: v for k, v in doc.items() if k not in ("shape", "chunk_grid", "attributes", "chunk_key_encoding")}
+    left_out = ("shape", "chunk_grid", "attributes", "chunk_key_encoding", *(() if same_fill else ("fill_value",)))
+    body = {k: v for k, v in doc.items() if k not in left_out}
     return json.dumps([body, list(view.shape[1:]), list(rest_chunks)], sort_keys=True, allow_nan=True, default=repr)
 
 
@@ -71,8 +72,10 @@ def _edges(view: ArrayDocument, grid0: int) -> np.ndarray:
     return np.asarray(head[:grid0], dtype=np.int64)
 
 
-def why_not(parts: Sequence[Part]) -> str | None:
-    """Why these arrays cannot be concatenated by reference, or None if they can."""
+def why_not(parts: Sequence[Part], *, same_fill: bool = True) -> str | None:
+    """Why these arrays cannot be concatenated by reference, or None if they can.
+    ``same_fill=False``: their fill values may differ (the combined array has the first
+    file's; a caller that allows it checks the files' chunks are all stored)."""
     docs = [part.item.manifest.nodes.get(part.path) for part in parts]
     if any(doc is None or doc.get("node_type") != "array" for doc in docs):
         return "not an array in every file"
@@ -81,7 +84,7 @@ def why_not(parts: Sequence[Part]) -> str | None:
         return "0-d"
     if any(view is not None and view.edges is not None and not all(_uniform(e) for e in view.edges[1:]) for view in views):
         return "chunks of varying size along an axis but the first"
-    kinds = [_kind(doc) for doc in docs if doc is not None]
+    kinds = [_kind(doc, same_fill) for doc in docs if doc is not None]
     if len(set(kinds)) > 1:
         first = kinds[0]
         other = next(i for i, kind in enumerate(kinds) if kind != first)
@@ -121,7 +124,11 @@ def stack(parts: Sequence[Part]) -> Stacked:
         source[referenced] = part.sources[source[referenced]]
         part_inline = {flat + chunk_rows * per_row: data for flat, data in table.inline.items()}
         if valid_last < edges[-1] and i != last_live:  # cut short: written anew, exactly its rows
-            payloads = _cut_chunks(part, view, docs[i], rows[i] - valid_last, rows[i])
+            # encoded with the combined array's fill value (a chunk left out as all fill reads back as
+            # it), on a regular grid across the other axes (a combined manifest appended to has edges)
+            cut_grid = {"name": "regular", "configuration": {"chunk_shape": [max(1, valid_last), *_rest_chunks(view)]}}
+            cut_doc = {**docs[i], "fill_value": first_doc.get("fill_value"), "chunk_grid": cut_grid}
+            payloads = _cut_chunks(part, view, cut_doc, rows[i] - valid_last, rows[i])
             edges = edges.copy()
             edges[-1] = valid_last
             tail = grid0 - 1
