@@ -178,7 +178,10 @@ def test_contiguous_files_and_compact_form(tmp_path):
     compact form."""
     paths = [_write(tmp_path, f"u{i}.h5ad", _adata(n, i)) for i, n in enumerate(CELLS)]
     manifests = _manifests(paths, tmp_path, inline_threshold=0, slab_bytes=256)
-    combined = h5lens.combine(manifests)
+    combined, summary = combine_with_summary(manifests)
+    # a raw slab's first rows are its first bytes: cut short by reference, nothing written
+    raw = {a.path: a for a in summary.referenced if a.path in ("X/data", "X/indices", "obsm/X_pca")}
+    assert len(raw) == 3 and all(a.written_bytes == 0 and a.rectilinear for a in raw.values())
     target = tmp_path / "combined.h5lens"
     combined.save(target)
     assert_equal(h5lens.read_anndata(target), _expected(paths))

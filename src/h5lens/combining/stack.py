@@ -8,7 +8,9 @@ whole, padded past the data, and a contiguous dataset's tail slab is stored so t
 another file's rows follow. A zarr reader decodes a chunk of a rectilinear grid to exactly
 its length, so that chunk is decoded, cut to its rows and encoded again with the array's
 own codecs, inline (:func:`h5lens.combining.written.encode_chunks`); the last file's last
-chunk stays a reference (a grid may end past the array). Nothing else is written.
+chunk stays a reference (a grid may end past the array). A chunk stored raw (no codec but
+``bytes``: what ``write_h5ad`` writes by default) is not written: its first rows are the
+first bytes of it, so it stays a reference of fewer bytes. Nothing else is written.
 
 Arrays can be concatenated so when every file's array has the same data type, codecs, fill
 value, and shape and chunking along the other axes; :func:`why_not` says why not otherwise.
@@ -123,7 +125,13 @@ def stack(parts: Sequence[Part]) -> Stacked:
         referenced = source >= 0
         source[referenced] = part.sources[source[referenced]]
         part_inline = {flat + chunk_rows * per_row: data for flat, data in table.inline.items()}
-        if valid_last < edges[-1] and i != last_live:  # cut short: written anew, exactly its rows
+        prefix = _raw_prefix(view, valid_last) if valid_last < edges[-1] and i != last_live else None
+        tail_inline = [(chunk_rows + grid0 - 1) * per_row + j for j in range(per_row)]
+        if prefix is not None and _cut_in_place(source[grid0 - 1], length[grid0 - 1], tail_inline, part_inline, prefix):
+            # stored raw, in C order: its first rows are the first bytes of the chunk, left where they lie
+            edges = edges.copy()
+            edges[-1] = valid_last
+        elif valid_last < edges[-1] and i != last_live:  # cut short: written anew, exactly its rows
             # encoded with the combined array's fill value (a chunk left out as all fill reads back as
             # it), on a regular grid across the other axes (a combined manifest appended to has edges)
             cut_grid = {"name": "regular", "configuration": {"chunk_shape": [max(1, valid_last), *_rest_chunks(view)]}}
@@ -188,6 +196,41 @@ def _rest_chunks(view: ArrayDocument) -> list[int]:
     if view.edges is None:
         return list(view.chunk_shape[1:])
     return [axis if isinstance(axis, int) else axis[0] for axis in view.edges[1:]]
+
+
+# the data types whose stored size is their numpy item size (a raw chunk is then rows of them)
+_RAW_TYPES = frozenset(
+    ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
+     "float64", "complex64", "complex128")
+)  # fmt: skip
+
+
+def _raw_prefix(view: ArrayDocument, rows: int) -> int | None:
+    """The bytes of the first ``rows`` rows of a chunk of an array stored raw (its only codec
+    ``bytes``, so C order), which are a prefix of the chunk; None for any other array."""
+    codecs = view.codecs
+    if len(codecs) != 1 or codecs[0].get("name") != "bytes" or view.data_type not in _RAW_TYPES:
+        return None
+    return rows * math.prod(_rest_chunks(view)) * np.dtype(view.data_type).itemsize
+
+
+def _cut_in_place(
+    source: np.ndarray, length: np.ndarray, flats: list[int], inline: dict[int, bytes], prefix: int
+) -> bool:
+    """A row of raw chunks cut to their first ``prefix`` bytes where they are (references
+    given fewer bytes, inline payloads sliced); False, nothing changed, if one of them is
+    missing or holds fewer bytes."""
+    for j, flat in enumerate(flats):
+        if source[j] >= 0:
+            if length[j] < prefix:
+                return False
+        elif source[j] != INLINE or len(inline.get(flat, b"")) < prefix:
+            return False
+    for j, flat in enumerate(flats):
+        length[j] = prefix
+        if source[j] == INLINE:
+            inline[flat] = inline[flat][:prefix]
+    return True
 
 
 def _cut_chunks(part: Part, view: ArrayDocument, doc: dict[str, Any], start: int, stop: int) -> dict[tuple[int, ...], bytes]:
