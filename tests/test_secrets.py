@@ -112,3 +112,36 @@ def test_an_archive_token_and_its_signed_urls_persist_nowhere(tmp_path, seen, ca
     signatures = [u.split("?", 1)[1] for u in signed]
     for text in [*_files(out), *_everything(seen, caplog)]:
         assert MARK not in text and not any(s in text for s in signatures), text[:2000]
+
+
+def test_credentials_given_per_source_prefix_persist_nowhere(s3, tmp_path, seen, caplog):
+    """Credentials in the options of one URL prefix (``source_options``, ``-s PREFIX:KEY=VALUE``):
+    read, validated, refused for a prefix whose endpoint does not answer, and a malformed one."""
+    secret = f"{MARK}-prefix"
+    prefix = f"bucket/secrets-{uuid.uuid4().hex[:8]}"
+    write_sample(tmp_path / "sample.h5ad")
+    s3.filesystem().put(str(tmp_path / "sample.h5ad"), f"{prefix}/sample.h5ad")
+    source = f"s3://{prefix}/sample.h5ad"
+    out = tmp_path / "out"
+    out.mkdir()
+    _run(seen, "index", source, "-o", out / "m.json", "-s", "key=testing", "-s", f"secret={secret}",
+         "--endpoint-url", s3.endpoint_url)  # fmt: skip
+    per_prefix = ["-s", f"s3://{prefix}/:key=testing", "-s", f"s3://{prefix}/:secret={secret}",
+                  "-s", f"s3://{prefix}/:endpoint_url={s3.endpoint_url}"]  # fmt: skip
+    _run(seen, "-v", "validate", out / "m.json", "--deep", *per_prefix)
+    _run(seen, "cat", out / "m.json", "obsm/X_pca", *per_prefix)
+    _run(seen, "cat", out / "m.json", "obsm/X_pca", *per_prefix, "-s", f"s3://{prefix}/:endpoint_url=http://127.0.0.1:1",
+         ok=False)  # fmt: skip
+    _run(seen, "cat", out / "m.json", "obsm/X_pca", "-s", f"s3://{prefix}/secret={secret}", ok=False)  # no colon
+    caplog.set_level(logging.DEBUG, logger="h5lens")
+    options = {f"s3://{prefix}/": {"key": "testing", "secret": secret, "endpoint_url": s3.endpoint_url}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = ad.read_h5ad(tmp_path / "sample.h5ad")
+    assert_equal(h5lens.read_anndata(out / "m.json", source_options=options), expected)
+    for wrong in ({f"s3://{prefix}/": secret}, {f"s3://{prefix}/": {**options[f"s3://{prefix}/"], "endpoint_url": "http://127.0.0.1:1"}}):
+        with pytest.raises(h5lens.H5LensError) as info:
+            h5lens.read_anndata(out / "m.json", source_options=wrong)
+        seen.append(str(info.value))
+    for text in [*_files(tmp_path), *_everything(seen, caplog)]:
+        assert MARK not in text, text[:2000]

@@ -3,7 +3,10 @@
 * :class:`LocalGCS`: ``gcp-storage-emulator`` (a Python package: the JSON API, ranged
   downloads, object generations), served from a thread of this process;
 * :class:`LocalAzure`: Azurite's blob service (the npm package ``azurite``, installed under
-  ``tests/emulators/`` by ``npm ci``), a process of its own, in memory.
+  ``tests/emulators/`` by ``npm ci``), a process of its own, in memory;
+* :class:`SeparateS3`: a second S3 endpoint, moto's server in a process of its own (moto's
+  servers in one process share their buckets: two of them there are one store reached at
+  two addresses), for a manifest whose sources lie on two endpoints.
 
 Each says what is missing when it cannot start (:func:`missing_gcs`, :func:`missing_azure`);
 the tests skip with that reason, or fail where CI requires the emulators
@@ -22,13 +25,14 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
-from h5lens.testing.s3 import free_port
+from h5lens.testing.s3 import LocalS3, free_port
 
 __all__ = [
     "AZURITE_ACCOUNT",
     "AZURITE_KEY",
     "LocalAzure",
     "LocalGCS",
+    "SeparateS3",
     "azurite_command",
     "missing_azure",
     "missing_gcs",
@@ -208,3 +212,36 @@ class LocalAzure:
 
     def make_container(self, name: str) -> None:
         self.filesystem().mkdir(name)
+
+
+# -- a second S3 endpoint ------------------------------------------------------------------
+
+
+class SeparateS3(LocalS3):
+    """moto's S3 server on 127.0.0.1 in a process of its own, started on enter and stopped on
+    exit: its buckets are its own, unlike those of a second :class:`~h5lens.testing.s3.LocalS3`
+    in the same process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Self:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        if not _wait_for_port(self.port, 30):
+            self.__exit__()
+            raise RuntimeError("moto's server did not start within 30 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(10)
+            self._process = None
