@@ -18,6 +18,7 @@ import s3fs
 from anndata.tests.helpers import assert_equal
 
 import h5lens
+from cli_runner import h5lens as run_cli
 from h5lens.cli.sample import write_sample
 from h5lens.testing.s3 import CountingProxy
 from oracles import assert_chunk_tables_match_libhdf5
@@ -576,3 +577,33 @@ def test_a_missing_object_is_said_by_obstore_itself(s3, s3_proxy):
             assert s3_proxy.stats.gets == 2, s3_proxy.stats  # the GET, and the listing
         finally:
             client.close()
+
+
+@pytest.mark.parametrize("client", ["obstore", "fsspec"])
+def test_requester_pays_buckets(s3, tmp_path, client, monkeypatch):
+    """A bucket whose requests must say the requester pays (moto does not enforce it: a proxy
+    in front of it does, as S3 does): refused without the option in one line that names it;
+    with s3fs's ``requester_pays`` or obstore's ``request_payer``, indexed and read equal to
+    anndata, every request carrying the header."""
+    from h5lens.fetch.clients import CLIENT_ENV
+    from h5lens.testing.emulators import RequesterPays
+
+    monkeypatch.setenv(CLIENT_ENV, client)
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    with RequesterPays(s3.endpoint_url, buckets=("bucket",)) as proxy:
+        options = s3.storage_options(proxy.endpoint_url)
+        with pytest.raises(h5lens.AccessDeniedError, match="requester-pays.*requester_pays") as info:
+            h5lens.index(url, storage_options=options)
+        assert "\n" not in str(info.value) and proxy.refused > 0
+        for name in ("requester_pays", "request_payer"):
+            proxy.refused = proxy.paid = 0
+            paying = {**options, name: True}
+            manifest = h5lens.index(url, storage_options=paying)
+            assert_equal(h5lens.read_anndata(manifest, storage_options=paying), ad.read_h5ad(local))
+            assert proxy.paid > 0 and proxy.refused == 0, (name, proxy.paid, proxy.refused)
+        endpoint = ["-s", "key=testing", "-s", "secret=testing", "--endpoint-url", proxy.endpoint_url]
+        refused = run_cli("index", url, "-o", tmp_path / "m.json", *endpoint)
+        assert "-s requester_pays=true" in refused.error_line()
+        done = run_cli("index", url, "-o", tmp_path / "m.json", *endpoint, "-s", "requester_pays=true")
+        assert done.returncode == 0, done.stderr

@@ -4,6 +4,8 @@
   downloads, object generations), served from a thread of this process;
 * :class:`LocalAzure`: Azurite's blob service (the npm package ``azurite``, installed under
   ``tests/emulators/`` by ``npm ci``), a process of its own, in memory;
+* :class:`RequesterPays`: a proxy in front of an S3 endpoint that refuses, as S3 does, a
+  request to a requester-pays bucket that does not say the requester pays (moto does not);
 * :class:`SeparateS3`: a second S3 endpoint, moto's server in a process of its own (moto's
   servers in one process share their buckets: two of them there are one store reached at
   two addresses), for a manifest whose sources lie on two endpoints.
@@ -23,15 +25,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from h5lens.testing.s3 import LocalS3, free_port
+from h5lens.testing.s3 import CountingProxy, LocalS3, free_port
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 __all__ = [
     "AZURITE_ACCOUNT",
     "AZURITE_KEY",
     "LocalAzure",
     "LocalGCS",
+    "RequesterPays",
     "SeparateS3",
     "azurite_command",
     "missing_azure",
@@ -245,3 +251,31 @@ class SeparateS3(LocalS3):
                 self._process.kill()
                 self._process.wait(10)
             self._process = None
+
+
+# -- requester-pays buckets ------------------------------------------------------------------
+
+
+class RequesterPays(CountingProxy):
+    """A counting proxy in front of an S3 endpoint whose ``buckets`` are requester-pays: a
+    request to one of them without ``x-amz-request-payer: requester`` is refused as S3 refuses
+    it (403 AccessDenied; a HEAD, with no body), the others forwarded. ``paid`` counts the
+    requests that said the requester pays, ``refused`` those refused."""
+
+    def __init__(self, target: str, buckets: tuple[str, ...], **kwargs: Any) -> None:
+        super().__init__(target, **kwargs)
+        self.buckets = frozenset(buckets)
+        self.paid = 0
+        self.refused = 0
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        from aiohttp import web
+
+        bucket = request.path.lstrip("/").split("/", 1)[0]
+        if bucket in self.buckets:
+            if request.headers.get("x-amz-request-payer", "").lower() != "requester":
+                self.refused += 1
+                body = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+                return web.Response(status=403, body=None if request.method == "HEAD" else body, content_type="application/xml")
+            self.paid += 1
+        return await super()._handle(request)
