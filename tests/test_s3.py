@@ -607,3 +607,50 @@ def test_requester_pays_buckets(s3, tmp_path, client, monkeypatch):
         assert "-s requester_pays=true" in refused.error_line()
         done = run_cli("index", url, "-o", tmp_path / "m.json", *endpoint, "-s", "requester_pays=true")
         assert done.returncode == 0, done.stderr
+
+
+class _SeenProxy(CountingProxy):
+    """A counting proxy that also keeps, per request, the Host it was sent to, the first
+    segment of its path and the region its signature was made for."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(target)
+        self.seen: list[tuple[str, str, str | None]] = []
+
+    async def _handle(self, request):  # noqa: ANN001, ANN202 - the proxy's own handler
+        import re
+
+        scope = re.search(r"Credential=[^/]+/\d+/([^/]+)/s3/", request.headers.get("Authorization", ""))
+        self.seen.append((request.host, request.path.lstrip("/").split("/", 1)[0], scope.group(1) if scope else None))
+        return await super()._handle(request)
+
+
+@pytest.mark.parametrize("client", ["obstore", "fsspec"])
+@pytest.mark.parametrize(
+    "region", [{"client_kwargs": {"region_name": "garage-1"}}, {"region": "garage-1"}, {"region_name": "garage-1"}],
+    ids=["client_kwargs", "region", "region_name"],
+)
+def test_a_path_style_endpoint_with_a_region_of_its_own(s3, tmp_path, client, region, monkeypatch):
+    """A MinIO/Ceph-like endpoint: a host name (not an IP, which forces path style), a
+    region no AWS has. Every request, indexing and reading, is path-style to that host and
+    signed for that region, with either reader and each way of naming the region."""
+    from h5lens.fetch.clients import CLIENT_ENV
+
+    monkeypatch.setenv(CLIENT_ENV, client)
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    with _SeenProxy(s3.endpoint_url) as proxy:
+        host = f"localhost:{proxy.port}"
+        options = {**s3.storage_options(f"http://{host}"), **region}
+        manifest = h5lens.index(url, storage_options=options)
+        assert_equal(h5lens.read_anndata(manifest, storage_options=options), ad.read_h5ad(local))
+        assert proxy.seen and set(proxy.seen) == {(host, "bucket", "garage-1")}, set(proxy.seen)
+        if "client_kwargs" in region:
+            proxy.seen.clear()
+            creds = ["-s", "key=testing", "-s", "secret=testing", "--endpoint-url", f"http://{host}",
+                     "-s", "client_kwargs.region_name=garage-1"]  # fmt: skip
+            done = run_cli("index", url, "-o", tmp_path / "m.json", *creds)
+            assert done.returncode == 0, done.stderr
+            done = run_cli("validate", tmp_path / "m.json", "--deep", *creds)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert proxy.seen and set(proxy.seen) == {(host, "bucket", "garage-1")}, set(proxy.seen)
