@@ -617,7 +617,7 @@ class _SeenProxy(CountingProxy):
         super().__init__(target)
         self.seen: list[tuple[str, str, str | None]] = []
 
-    async def _handle(self, request):  # noqa: ANN001, ANN202 - the proxy's own handler
+    async def _handle(self, request):  # the proxy's own handler
         import re
 
         scope = re.search(r"Credential=[^/]+/\d+/([^/]+)/s3/", request.headers.get("Authorization", ""))

@@ -13,7 +13,6 @@ import uuid
 import warnings
 
 import anndata as ad
-import h5py
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -180,7 +179,7 @@ def test_the_xarray_engine_takes_them(other_s3, tmp_path):
 
 
 def test_the_command_line_reads_with_options_per_prefix(two_places, tmp_path):
-    manifest, per_prefix, expected, paths = two_places
+    manifest, per_prefix, _, _ = two_places
     prefixed = [arg for prefix, opts in per_prefix.items() for name, value in opts.items()
                 for arg in ("-s", f"{prefix}:{name}={value}")]  # fmt: skip
     creds = [arg for name, value in CREDENTIALS.items() for arg in ("-s", f"{name}={value}")]

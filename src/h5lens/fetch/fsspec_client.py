@@ -30,8 +30,8 @@ from h5lens.fetch.backend_errors import (
     PROBE_CONNECT_TIMEOUT,
     anon_requested,
     http_status,
-    requester_pays_asked,
     is_transient,
+    requester_pays_asked,
     storage_error,
     unreachable,
 )
