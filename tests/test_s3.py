@@ -18,6 +18,7 @@ import s3fs
 from anndata.tests.helpers import assert_equal
 
 import h5lens
+from cli_runner import h5lens as run_cli
 from h5lens.cli.sample import write_sample
 from h5lens.testing.s3 import CountingProxy
 from oracles import assert_chunk_tables_match_libhdf5
@@ -576,3 +577,80 @@ def test_a_missing_object_is_said_by_obstore_itself(s3, s3_proxy):
             assert s3_proxy.stats.gets == 2, s3_proxy.stats  # the GET, and the listing
         finally:
             client.close()
+
+
+@pytest.mark.parametrize("client", ["obstore", "fsspec"])
+def test_requester_pays_buckets(s3, tmp_path, client, monkeypatch):
+    """A bucket whose requests must say the requester pays (moto does not enforce it: a proxy
+    in front of it does, as S3 does): refused without the option in one line that names it;
+    with s3fs's ``requester_pays`` or obstore's ``request_payer``, indexed and read equal to
+    anndata, every request carrying the header."""
+    from h5lens.fetch.clients import CLIENT_ENV
+    from h5lens.testing.emulators import RequesterPays
+
+    monkeypatch.setenv(CLIENT_ENV, client)
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    with RequesterPays(s3.endpoint_url, buckets=("bucket",)) as proxy:
+        options = s3.storage_options(proxy.endpoint_url)
+        with pytest.raises(h5lens.AccessDeniedError, match="requester-pays.*requester_pays") as info:
+            h5lens.index(url, storage_options=options)
+        assert "\n" not in str(info.value) and proxy.refused > 0
+        for name in ("requester_pays", "request_payer"):
+            proxy.refused = proxy.paid = 0
+            paying = {**options, name: True}
+            manifest = h5lens.index(url, storage_options=paying)
+            assert_equal(h5lens.read_anndata(manifest, storage_options=paying), ad.read_h5ad(local))
+            assert proxy.paid > 0 and proxy.refused == 0, (name, proxy.paid, proxy.refused)
+        endpoint = ["-s", "key=testing", "-s", "secret=testing", "--endpoint-url", proxy.endpoint_url]
+        refused = run_cli("index", url, "-o", tmp_path / "m.json", *endpoint)
+        assert "-s requester_pays=true" in refused.error_line()
+        done = run_cli("index", url, "-o", tmp_path / "m.json", *endpoint, "-s", "requester_pays=true")
+        assert done.returncode == 0, done.stderr
+
+
+class _SeenProxy(CountingProxy):
+    """A counting proxy that also keeps, per request, the Host it was sent to, the first
+    segment of its path and the region its signature was made for."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(target)
+        self.seen: list[tuple[str, str, str | None]] = []
+
+    async def _handle(self, request):  # the proxy's own handler
+        import re
+
+        scope = re.search(r"Credential=[^/]+/\d+/([^/]+)/s3/", request.headers.get("Authorization", ""))
+        self.seen.append((request.host, request.path.lstrip("/").split("/", 1)[0], scope.group(1) if scope else None))
+        return await super()._handle(request)
+
+
+@pytest.mark.parametrize("client", ["obstore", "fsspec"])
+@pytest.mark.parametrize(
+    "region", [{"client_kwargs": {"region_name": "garage-1"}}, {"region": "garage-1"}, {"region_name": "garage-1"}],
+    ids=["client_kwargs", "region", "region_name"],
+)
+def test_a_path_style_endpoint_with_a_region_of_its_own(s3, tmp_path, client, region, monkeypatch):
+    """A MinIO/Ceph-like endpoint: a host name (not an IP, which forces path style), a
+    region no AWS has. Every request, indexing and reading, is path-style to that host and
+    signed for that region, with either reader and each way of naming the region."""
+    from h5lens.fetch.clients import CLIENT_ENV
+
+    monkeypatch.setenv(CLIENT_ENV, client)
+    local = write_sample(tmp_path / "sample.h5ad")
+    url = _upload(s3, local, "sample.h5ad")
+    with _SeenProxy(s3.endpoint_url) as proxy:
+        host = f"localhost:{proxy.port}"
+        options = {**s3.storage_options(f"http://{host}"), **region}
+        manifest = h5lens.index(url, storage_options=options)
+        assert_equal(h5lens.read_anndata(manifest, storage_options=options), ad.read_h5ad(local))
+        assert proxy.seen and set(proxy.seen) == {(host, "bucket", "garage-1")}, set(proxy.seen)
+        if "client_kwargs" in region:
+            proxy.seen.clear()
+            creds = ["-s", "key=testing", "-s", "secret=testing", "--endpoint-url", f"http://{host}",
+                     "-s", "client_kwargs.region_name=garage-1"]  # fmt: skip
+            done = run_cli("index", url, "-o", tmp_path / "m.json", *creds)
+            assert done.returncode == 0, done.stderr
+            done = run_cli("validate", tmp_path / "m.json", "--deep", *creds)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert proxy.seen and set(proxy.seen) == {(host, "bucket", "garage-1")}, set(proxy.seen)

@@ -112,3 +112,78 @@ def test_an_archive_token_and_its_signed_urls_persist_nowhere(tmp_path, seen, ca
     signatures = [u.split("?", 1)[1] for u in signed]
     for text in [*_files(out), *_everything(seen, caplog)]:
         assert MARK not in text and not any(s in text for s in signatures), text[:2000]
+
+
+def test_credentials_given_per_source_prefix_persist_nowhere(s3, tmp_path, seen, caplog):
+    """Credentials in the options of one URL prefix (``source_options``, ``-s PREFIX:KEY=VALUE``):
+    read, validated, refused for a prefix whose endpoint does not answer, and a malformed one."""
+    secret = f"{MARK}-prefix"
+    prefix = f"bucket/secrets-{uuid.uuid4().hex[:8]}"
+    write_sample(tmp_path / "sample.h5ad")
+    s3.filesystem().put(str(tmp_path / "sample.h5ad"), f"{prefix}/sample.h5ad")
+    source = f"s3://{prefix}/sample.h5ad"
+    out = tmp_path / "out"
+    out.mkdir()
+    _run(seen, "index", source, "-o", out / "m.json", "-s", "key=testing", "-s", f"secret={secret}",
+         "--endpoint-url", s3.endpoint_url)  # fmt: skip
+    per_prefix = ["-s", f"s3://{prefix}/:key=testing", "-s", f"s3://{prefix}/:secret={secret}",
+                  "-s", f"s3://{prefix}/:endpoint_url={s3.endpoint_url}"]  # fmt: skip
+    _run(seen, "-v", "validate", out / "m.json", "--deep", *per_prefix)
+    _run(seen, "cat", out / "m.json", "obsm/X_pca", *per_prefix)
+    _run(seen, "cat", out / "m.json", "obsm/X_pca", *per_prefix, "-s", f"s3://{prefix}/:endpoint_url=http://127.0.0.1:1",
+         ok=False)  # fmt: skip
+    _run(seen, "cat", out / "m.json", "obsm/X_pca", "-s", f"s3://{prefix}/secret={secret}", ok=False)  # no colon
+    caplog.set_level(logging.DEBUG, logger="h5lens")
+    options = {f"s3://{prefix}/": {"key": "testing", "secret": secret, "endpoint_url": s3.endpoint_url}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = ad.read_h5ad(tmp_path / "sample.h5ad")
+    assert_equal(h5lens.read_anndata(out / "m.json", source_options=options), expected)
+    for wrong in ({f"s3://{prefix}/": secret}, {f"s3://{prefix}/": {**options[f"s3://{prefix}/"], "endpoint_url": "http://127.0.0.1:1"}}):
+        with pytest.raises(h5lens.H5LensError) as info:
+            h5lens.read_anndata(out / "m.json", source_options=wrong)
+        seen.append(str(info.value))
+    for text in [*_files(tmp_path), *_everything(seen, caplog)]:
+        assert MARK not in text, text[:2000]
+
+
+def _unpacked(data: bytes) -> str:
+    """A file's text, and if it holds a zstd frame (Icechunk's snapshots, manifests and
+    config are compressed after a header of their own), the frame's content too: a secret
+    written there would not show in the compressed bytes."""
+    import numcodecs
+
+    text = data.decode("utf-8", "replace")
+    start = data.find(b"\x28\xb5\x2f\xfd")
+    if start >= 0:
+        text += bytes(numcodecs.Zstd().decode(data[start:])).decode("utf-8", "replace")
+    return text
+
+
+def test_s3_credentials_reach_no_icechunk_repository(s3, tmp_path, seen, caplog):
+    """Sources on S3 indexed into Icechunk repositories, one local and one on the bucket, with
+    a marked secret: no file or object of either holds it (compressed or not), nor anything said."""
+    pytest.importorskip("icechunk")
+    secret = f"{MARK}-icechunk"
+    prefix = f"bucket/secrets-{uuid.uuid4().hex[:8]}"
+    write_sample(tmp_path / "sample.h5ad")
+    s3.filesystem().put(str(tmp_path / "sample.h5ad"), f"{prefix}/data/sample.h5ad")
+    source = f"s3://{prefix}/data/sample.h5ad"
+    creds = ["-s", "key=testing", "-s", f"secret={secret}", "--endpoint-url", s3.endpoint_url]
+    local_repo = f"icechunk://{tmp_path / 'repo'}"
+    _run(seen, "-v", "index", source, "-o", local_repo, *creds)
+    _run(seen, "index", source, "-o", f"icechunk://s3://{prefix}/repo", *creds)
+    _run(seen, "inspect", local_repo, *creds)
+    options = {"key": "testing", "secret": secret, "endpoint_url": s3.endpoint_url}
+    caplog.set_level(logging.DEBUG, logger="h5lens")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = ad.read_h5ad(tmp_path / "sample.h5ad")
+    assert_equal(h5lens.read_anndata(local_repo, storage_options=options), expected)
+    files = [p for p in (tmp_path / "repo").rglob("*") if p.is_file()]
+    objects = s3.filesystem().find(f"{prefix}/repo")
+    assert len(files) >= 5 and len(objects) >= 5  # config, snapshots, manifests, transactions
+    written = [_unpacked(p.read_bytes()) for p in files] + [_unpacked(s3.filesystem().cat(k)) for k in objects]
+    assert any("sample.h5ad" in text for text in written)  # the unpacking reads the references
+    for text in [*written, *_everything(seen, caplog)]:
+        assert MARK not in text, text[:2000]

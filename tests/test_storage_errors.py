@@ -232,7 +232,10 @@ def test_an_action_is_said_with_its_object():
     """storage_error's phrases: the URL first, and "it" where the action needs an object."""
     from botocore.exceptions import NoCredentialsError
 
-    hint = " (Permission denied); check the credentials and what they allow"
+    hint = (
+        " (Permission denied); check the credentials and what they allow, and if the bucket is requester-pays, "
+        "pass storage_options={'requester_pays': True}"
+    )
     said = {
         action: str(storage_error(PermissionError(13, "Permission denied"), "s3://b/k", action))
         for action in ("checking", "reading bytes 0-8 of", "checking the destination", "writing to")

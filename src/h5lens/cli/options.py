@@ -42,16 +42,24 @@ def _pairs(option: str, pairs: list[str]) -> list[tuple[str, str]]:
 def storage_options(pairs: list[str], anon: bool, endpoint_url: str | None) -> dict[str, Any]:
     """The storage options ``-s KEY=VALUE`` give; ``KEY.NAME=VALUE`` sets NAME in the option
     KEY that is a mapping (``-s headers.Authorization="Bearer …"``: an HTTP header, kept as
-    text; ``-s config_kwargs.connect_timeout=30``)."""
+    text; ``-s config_kwargs.connect_timeout=30``); ``PREFIX:KEY=VALUE`` sets KEY for the URLs
+    under PREFIX only (``-s s3://bucket-b/:anon=true``: :mod:`h5lens.fetch.source_options`)."""
     options: dict[str, Any] = {}
     for key, value in _pairs("--storage-option", pairs):
+        target = options
+        if "://" in key:  # PREFIX:KEY, the prefix a URL (which may hold a port's colon)
+            given = key
+            prefix, colon, key = key.rpartition(":")
+            if not colon or "://" not in prefix or not key or "/" in key:
+                fail(f"--storage-option expects PREFIX:KEY=VALUE for a URL prefix (s3://bucket/:anon=true), got {given!r}")
+            target = options.setdefault(prefix, {})
         outer, dot, inner = key.partition(".")
         if not dot:
-            options[key] = _parse_value(value)
+            target[key] = _parse_value(value)
             continue
-        if not inner or not isinstance(options.setdefault(outer, {}), dict):
+        if not inner or not isinstance(target.setdefault(outer, {}), dict):
             fail(f"--storage-option {key}: {outer!r} is given both as a value and as a mapping")
-        options[outer][inner] = value if outer == "headers" else _parse_value(value)
+        target[outer][inner] = value if outer == "headers" else _parse_value(value)
     if anon:
         options["anon"] = True
     if endpoint_url:
@@ -84,7 +92,8 @@ StorageOption = Annotated[
         "--storage-option",
         "-s",
         metavar="KEY=VALUE",
-        help="fsspec storage option KEY=VALUE (repeatable; KEY.NAME=VALUE for a mapping: -s headers.Authorization=...).",
+        help="fsspec storage option KEY=VALUE (repeatable; KEY.NAME=VALUE for a mapping: -s headers.Authorization=...; "
+        "PREFIX:KEY=VALUE for the URLs under PREFIX only: -s s3://bucket-b/:anon=true).",
     ),
 ]
 Anon = Annotated[bool, typer.Option("--anon", help="Anonymous access to object storage.")]

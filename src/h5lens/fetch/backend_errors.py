@@ -202,12 +202,38 @@ _WHERE_CREDENTIALS.update(
 )
 
 
+def requester_pays_asked(storage_options: dict[str, Any] | None) -> bool:
+    """Whether the options say to pay for requests (s3fs's ``requester_pays``, obstore's ``request_payer``)."""
+    options = storage_options or {}
+    return bool(options.get("requester_pays") or options.get("request_payer"))
+
+
+def signed_denied(url: str, doing: str, detail: str, *, requester_pays: bool = False) -> AccessDeniedError:
+    """A signed request refused. S3 answers a requester-pays bucket asked without
+    ``x-amz-request-payer`` with a plain 403 AccessDenied, so the message names that cause
+    too, with the option that sends the header."""
+    said = f"{url}: access denied while {doing} ({detail}); check the credentials and what they allow"
+    if requester_pays or url.split("://", 1)[0].lower() not in ("s3", "s3a"):
+        return AccessDeniedError(said)
+    return AccessDeniedError(
+        f"{said}, and if the bucket is requester-pays, pass storage_options={{'requester_pays': True}}"
+    ).at_cli(f"{said}, and if the bucket is requester-pays, pass -s requester_pays=true")
+
+
 def storage_error(
-    error: BaseException, url: str, action: str = "reading", *, anon: bool = False, unsigned: bool = False
+    error: BaseException,
+    url: str,
+    action: str = "reading",
+    *,
+    anon: bool = False,
+    unsigned: bool = False,
+    requester_pays: bool = False,
 ) -> H5LensError:
     """The h5lens error for ``error``, raised while ``action`` ``url`` (see :func:`with_object`);
     the message is one line and starts with ``url``. ``unsigned``: the request went unsigned
-    because no credentials were found (a refusal then says the data needs them)."""
+    because no credentials were found (a refusal then says the data needs them);
+    ``requester_pays``: the requests said the requester pays (else a refusal on S3 names that
+    cause too)."""
     if isinstance(error, H5LensError):
         return error
     detail = _reason(error)
@@ -230,11 +256,9 @@ def storage_error(
     if isinstance(error, PermissionError) or status in (401, 403):
         if unsigned:
             return unsigned_refused(url, doing, detail)
-        hint = (
-            "; anonymous access was asked for (--anon): the data may need credentials"
-            if anon
-            else "; check the credentials and what they allow"
-        )
+        if not anon:
+            return signed_denied(url, doing, detail, requester_pays=requester_pays)
+        hint = "; anonymous access was asked for (--anon): the data may need credentials"
         return AccessDeniedError(f"{url}: access denied while {doing} ({detail}){hint}")
     if isinstance(error, ImportError):
         return StorageError(f"{url}: the storage backend for this URL is not installed ({detail})")

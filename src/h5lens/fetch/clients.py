@@ -15,6 +15,9 @@ An ``http(s)://`` URL is read through an :class:`~h5lens.fetch.http_client.HTTPC
 which asks it once where its bytes are (following redirects to a signed URL itself, and
 again when that signature expires), then reads them with the reader that fits the target.
 
+Options keyed by a URL prefix apply to the URLs under it
+(:mod:`h5lens.fetch.source_options`).
+
 An ``s3://`` source whose options configure no signing, where no credentials are found,
 is read unsigned (:mod:`h5lens.fetch.credentials`: public data needs no setup).
 
@@ -38,15 +41,19 @@ from h5lens.fetch.local import LocalClient
 from h5lens.fetch.obstore_client import CLIENT_ENV, PROBE_POLICY, ObstoreClient, forced_client
 from h5lens.fetch.obstore_options import obstore_config
 from h5lens.fetch.protocol import ByteReader
+from h5lens.fetch.source_options import options_for
 from h5lens.manifest.locations import is_remote
 
 logger = logging.getLogger("h5lens.fetch")
 
 
 def open_client(url: str, storage_options: dict[str, Any] | None = None) -> ByteReader:
-    """The reader of ``url`` (see the module docstring). Nothing is sent yet."""
+    """The reader of ``url`` (see the module docstring), with the options of the longest
+    URL prefix in ``storage_options`` it starts with (:mod:`h5lens.fetch.source_options`).
+    Nothing is sent yet."""
     if not is_remote(url):
         return LocalClient(url)
+    storage_options = options_for(url, storage_options)
     unsigned = reads_unsigned(url, storage_options)
     if unsigned:  # no credentials anywhere: public data, read as the AWS CLI's --no-sign-request does
         storage_options = {**(storage_options or {}), "anon": True}

@@ -27,7 +27,7 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["anonymous_by_default", "reads_unsigned", "s3_credentials_found"]
+__all__ = ["CREDENTIAL_OPTIONS", "anonymous_by_default", "reads_unsigned", "s3_credentials_found"]
 
 logger = logging.getLogger("h5lens.fetch")
 
@@ -83,6 +83,9 @@ _GCS_CREDENTIALS = frozenset({"token", "credentials"})
 _AZURE_CREDENTIALS = frozenset(
     {"account_key", "sas_token", "connection_string", "credential", "client_id", "client_secret", "tenant_id"}
 )
+# Every option that says how to authenticate, on any backend: options for one source prefix
+# that name any of them replace all of them (h5lens.fetch.source_options)
+CREDENTIAL_OPTIONS = _SIGNING_OPTIONS | _GCS_CREDENTIALS | _AZURE_CREDENTIALS
 
 
 def anonymous_by_default(url: str, storage_options: dict[str, Any] | None, fs: Any) -> bool:

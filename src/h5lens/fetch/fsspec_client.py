@@ -31,6 +31,7 @@ from h5lens.fetch.backend_errors import (
     anon_requested,
     http_status,
     is_transient,
+    requester_pays_asked,
     storage_error,
     unreachable,
 )
@@ -65,6 +66,7 @@ class FsspecClient:
         self.unsigned = unsigned
         self.cost: CostModel = costs.from_environment(FSSPEC_COST)
         self.storage_options = fsspec_options(url, storage_options)
+        self.requester_pays = requester_pays_asked(self.storage_options)
         self._fs: Any = None
         self._path: str | None = None
         self._client: Any = None  # the HTTP session set_session made: ours to close
@@ -104,7 +106,9 @@ class FsspecClient:
             client = await fs.set_session() if asynchronous and hasattr(fs, "set_session") else None
         except Exception as e:  # noqa: BLE001 - a missing backend, an unknown protocol
             anon = anon_requested(self.storage_options)
-            raise storage_error(e, self.url, "opening", anon=anon, unsigned=self.unsigned) from e
+            raise storage_error(
+                e, self.url, "opening", anon=anon, unsigned=self.unsigned, requester_pays=self.requester_pays
+            ) from e
         self._fs, self._path, self._client, self._loop = fs, path, client, loop
         if anonymous_by_default(self.url, self.storage_options, fs):
             self.unsigned = True
@@ -165,8 +169,9 @@ class FsspecClient:
             return past_end(self.url, offset, length, "the object (HTTP 416)")
         anon = anon_requested(self.storage_options)
         found = storage_error(
-            error, self.url, f"reading bytes {offset}-{offset + length} of", anon=anon, unsigned=self.unsigned
-        )
+            error, self.url, f"reading bytes {offset}-{offset + length} of", anon=anon, unsigned=self.unsigned,
+            requester_pays=self.requester_pays,
+        )  # fmt: skip
         if type(found) is not StorageError:
             return found
         tries = f" after {attempts} attempts" if attempts > 1 else ""
@@ -191,7 +196,9 @@ class FsspecClient:
             info = await self._retried(attempt, probe=probe)
         except Exception as e:  # noqa: BLE001
             anon = anon_requested(self.storage_options)
-            found = storage_error(e, self.url, "checking", anon=anon, unsigned=self.unsigned)
+            found = storage_error(
+                e, self.url, "checking", anon=anon, unsigned=self.unsigned, requester_pays=self.requester_pays
+            )
             attempts = getattr(e, "attempts", 1)
             if unreachable(e) and attempts > 1:
                 found = StorageError(f"{found} after {attempts} attempts")
@@ -238,6 +245,7 @@ class FsspecClient:
     def __getstate__(self) -> dict[str, Any]:
         return {
             "url": self.url, "storage_options": self.storage_options, "unsigned": self.unsigned, "cost": self.cost,
+            "requester_pays": self.requester_pays,
             "_fs": None, "_path": None, "_client": None, "_loop": None, "_first": FirstRequest(self.url), "_answered": False,
             "_making": weakref.WeakKeyDictionary(),
         }  # fmt: skip
@@ -262,6 +270,11 @@ def fsspec_options(url: str, storage_options: dict[str, Any] | None) -> dict[str
     options = dict(storage_options or {})
     protocol = url.split("://", 1)[0].lower()
     if protocol in ("s3", "s3a"):
+        if "request_payer" in options:  # obstore's name for it
+            options["requester_pays"] = bool(options.pop("request_payer")) or bool(options.get("requester_pays"))
+        region = options.pop("region", None) or options.pop("region_name", None)
+        if region:  # obstore's names (and botocore's): s3fs takes it in client_kwargs, else ignores it
+            options["client_kwargs"] = {"region_name": region, **(options.get("client_kwargs") or {})}
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("max_pool_connections", FSSPEC_CONCURRENCY)
         config.setdefault("retries", {"total_max_attempts": 1})

@@ -23,7 +23,7 @@ import numpy as np
 from h5lens.errors import AccessDeniedError, H5LensError, SourceNotFoundError, SourceReadError, StorageError, first_line
 from h5lens.fetch import cost as costs
 from h5lens.fetch import retry
-from h5lens.fetch.backend_errors import PROBE_CONNECT_TIMEOUT, redact_urls, unsigned_refused
+from h5lens.fetch.backend_errors import PROBE_CONNECT_TIMEOUT, redact_urls, signed_denied, unsigned_refused
 from h5lens.fetch.cost import CostModel
 from h5lens.fetch.fsspec_client import FsspecClient
 from h5lens.fetch.protocol import FetchedOrFailed, each_alone
@@ -301,7 +301,7 @@ class ObstoreClient:
                 f"{self.url}: access denied while {doing} ({detail}); anonymous access was asked for (--anon): "
                 "the data may need credentials"
             )
-        return AccessDeniedError(f"{self.url}: access denied while {doing} ({detail})")
+        return signed_denied(self.url, doing, detail, requester_pays=bool(self.config["config"].get("request_payer")))
 
     def _missing(self, detail: str, doing: str = "", *, directory: bool = False) -> H5LensError:
         """The error for an object obstore did not find. On S3, one listing of its key says

@@ -39,7 +39,7 @@ def obstore_s3_config(url: str, storage_options: dict[str, Any] | None) -> dict[
         return None
     config: dict[str, Any] = {}
     endpoint = options.pop("endpoint_url", None) or client_kwargs.pop("endpoint_url", None)
-    region = client_kwargs.pop("region_name", None) or options.pop("region_name", None)
+    region = client_kwargs.pop("region_name", None) or options.pop("region_name", None) or options.pop("region", None)
     if client_kwargs:  # verify=, proxies=, ...: botocore settings obstore would not honour
         return None
     if endpoint:
@@ -54,7 +54,7 @@ def obstore_s3_config(url: str, storage_options: dict[str, Any] | None) -> dict[
     key_id = options.pop("key", None) or options.pop("aws_access_key_id", None)
     secret = options.pop("secret", None) or options.pop("aws_secret_access_key", None)
     token = options.pop("token", None) or options.pop("aws_session_token", None)
-    if options.pop("requester_pays", False):
+    if options.pop("requester_pays", False) | bool(options.pop("request_payer", False)):
         config["request_payer"] = True
     if any(k not in _IGNORABLE for k in options):
         return None  # a profile, a session, botocore configuration: s3fs's own business

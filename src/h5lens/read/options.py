@@ -60,7 +60,11 @@ class OpenOptions:
     """How to open a manifest and read its sources.
 
     ``storage_options``: fsspec's (or obstore's) options for reading the manifest and,
-    unless ``source_options`` is given, the source files it points at. ``source_urls``
+    unless ``source_options`` is given, the source files it points at. Either may hold
+    options per URL prefix (``{"s3://bucket-b/": {"anon": True}}``): a URL is read with the
+    options of the longest prefix it starts with, merged over the others
+    (:mod:`h5lens.fetch.source_options`); ``source_options`` of prefixes alone add to
+    ``storage_options``, while other ``source_options`` replace them. ``source_urls``
     maps recorded source URLs to others (a moved bucket, a local mirror). ``verify``
     (default True) checks each source once (one HEAD or stat) and refuses one changed since
     indexing (:class:`~h5lens.errors.StaleSourceError`). A manifest read from a remote URL
@@ -79,6 +83,10 @@ class OpenOptions:
     decoded_cache_bytes: int = 0
 
     def __post_init__(self) -> None:
+        from h5lens.fetch.source_options import split_prefixes
+
+        for given in (self.storage_options, self.source_options):
+            split_prefixes(given)  # options per prefix are mappings: refused now, not at the first read
         if not isinstance(self.allow_local, bool):  # a generator would be spent by the first store
             object.__setattr__(self, "allow_local", tuple(self.allow_local))
 
@@ -96,8 +104,10 @@ class OpenOptions:
 
     @property
     def for_sources(self) -> dict[str, Any] | None:
-        """The options the source files are read with."""
-        return self.source_options if self.source_options is not None else self.storage_options
+        """The options the source files are read with (:func:`h5lens.fetch.source_options.for_sources`)."""
+        from h5lens.fetch.source_options import for_sources
+
+        return for_sources(self.storage_options, self.source_options)
 
     def but(self, **changes: Any) -> OpenOptions:
         return dataclasses.replace(self, **changes)

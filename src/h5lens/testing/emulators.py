@@ -3,7 +3,12 @@
 * :class:`LocalGCS`: ``gcp-storage-emulator`` (a Python package: the JSON API, ranged
   downloads, object generations), served from a thread of this process;
 * :class:`LocalAzure`: Azurite's blob service (the npm package ``azurite``, installed under
-  ``tests/emulators/`` by ``npm ci``), a process of its own, in memory.
+  ``tests/emulators/`` by ``npm ci``), a process of its own, in memory;
+* :class:`RequesterPays`: a proxy in front of an S3 endpoint that refuses, as S3 does, a
+  request to a requester-pays bucket that does not say the requester pays (moto does not);
+* :class:`SeparateS3`: a second S3 endpoint, moto's server in a process of its own (moto's
+  servers in one process share their buckets: two of them there are one store reached at
+  two addresses), for a manifest whose sources lie on two endpoints.
 
 Each says what is missing when it cannot start (:func:`missing_gcs`, :func:`missing_azure`);
 the tests skip with that reason, or fail where CI requires the emulators
@@ -20,15 +25,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from h5lens.testing.s3 import free_port
+from h5lens.testing.s3 import CountingProxy, LocalS3, free_port
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 __all__ = [
     "AZURITE_ACCOUNT",
     "AZURITE_KEY",
     "LocalAzure",
     "LocalGCS",
+    "RequesterPays",
+    "SeparateS3",
     "azurite_command",
     "missing_azure",
     "missing_gcs",
@@ -208,3 +218,64 @@ class LocalAzure:
 
     def make_container(self, name: str) -> None:
         self.filesystem().mkdir(name)
+
+
+# -- a second S3 endpoint ------------------------------------------------------------------
+
+
+class SeparateS3(LocalS3):
+    """moto's S3 server on 127.0.0.1 in a process of its own, started on enter and stopped on
+    exit: its buckets are its own, unlike those of a second :class:`~h5lens.testing.s3.LocalS3`
+    in the same process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Self:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        if not _wait_for_port(self.port, 30):
+            self.__exit__()
+            raise RuntimeError("moto's server did not start within 30 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(10)
+            self._process = None
+
+
+# -- requester-pays buckets ------------------------------------------------------------------
+
+
+class RequesterPays(CountingProxy):
+    """A counting proxy in front of an S3 endpoint whose ``buckets`` are requester-pays: a
+    request to one of them without ``x-amz-request-payer: requester`` is refused as S3 refuses
+    it (403 AccessDenied; a HEAD, with no body), the others forwarded. ``paid`` counts the
+    requests that said the requester pays, ``refused`` those refused."""
+
+    def __init__(self, target: str, buckets: tuple[str, ...], **kwargs: Any) -> None:
+        super().__init__(target, **kwargs)
+        self.buckets = frozenset(buckets)
+        self.paid = 0
+        self.refused = 0
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        from aiohttp import web
+
+        bucket = request.path.lstrip("/").split("/", 1)[0]
+        if bucket in self.buckets:
+            if request.headers.get("x-amz-request-payer", "").lower() != "requester":
+                self.refused += 1
+                body = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+                return web.Response(status=403, body=None if request.method == "HEAD" else body, content_type="application/xml")
+            self.paid += 1
+        return await super()._handle(request)
