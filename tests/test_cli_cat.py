@@ -322,3 +322,22 @@ def test_validate_deep_decodes_every_chunk(tmp_path):
     # read from elsewhere: the undamaged copy, through --source-url
     mirror = h5lens_cli("validate", "--deep", out, "--source-url", f"{source}={pristine}")
     assert mirror.returncode == 0, mirror.stdout + mirror.stderr
+
+
+def test_cat_reads_a_combined_manifest_on_a_rectilinear_grid(tmp_path):
+    """Files of different cell counts combined: X/data and obsm lie on a rectilinear chunk
+    grid, which zarr opens only with its flag; cat reads them as h5lens's readers do."""
+    paths = []
+    for i, n in enumerate((150, 233)):
+        adata = ad.AnnData(sp.random(n, 30, density=0.3, format="csr", dtype=np.float32, random_state=i))
+        adata.obs_names = [f"f{i}c{k}" for k in range(n)]
+        adata.obsm["X_umap"] = np.random.default_rng(i).random((n, 2), dtype=np.float32)
+        adata.write_h5ad(tmp_path / f"f{i}.h5ad", compression="gzip")
+        paths.append(tmp_path / f"f{i}.h5ad")
+    h5lens.combine(paths).save(tmp_path / "c.json")
+    expected = ad.concat([ad.read_h5ad(p) for p in paths])
+    with np.printoptions(**PRINT):
+        assert ok(h5lens_cli("cat", tmp_path / "c.json", "X/data")).strip() == str(expected.X.data)
+        assert ok(h5lens_cli("cat", tmp_path / "c.json", "obsm/X_umap[140:160]")).strip() == str(
+            expected.obsm["X_umap"][140:160]
+        )

@@ -164,7 +164,10 @@ def cat(
             verify=verify,
             allow_local=allow_local,
         )
-        with np.printoptions(threshold=200, edgeitems=5):
+        from h5lens.read.rectilinear import rectilinear_allowed
+
+        # a combined manifest's arrays on a rectilinear grid: h5lens reads them, so cat does too
+        with np.printoptions(threshold=200, edgeitems=5), rectilinear_allowed(loaded.nodes.values()):
             text = show(group, loaded, key, selection, manifest_name=manifest)
     typer.echo(text)
     if state["verbose"]:
