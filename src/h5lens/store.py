@@ -46,6 +46,9 @@ __all__ = ["ManifestStore", "ReadStats"]
 register_codecs()
 
 _READ_ONLY = "ManifestStore is read-only"
+# Sources checked at once when a manifest opens: each check is a HEAD (or a stat and two small
+# reads), so a combined manifest's thousand files on object storage are round trips to overlap.
+VERIFY_THREADS = 16
 # zarr's own words for a write to a read-only store (Store._check_writable): zarr's callers
 # and its store conformance tests match on them
 _WRITE_REFUSED = "store was opened in read-only mode and does not support writing (ManifestStore is read-only)"
@@ -339,11 +342,30 @@ class ManifestStore(Store):
         size and ETag, content fingerprint or mtime)."""
         from h5lens.manifest import identity
 
-        for index, recorded in enumerate(self.manifest.sources):
-            if recorded.size is None and recorded.etag is None and recorded.mtime is None and recorded.fingerprint is None:
-                continue
+        checked = [
+            (index, recorded)
+            for index, recorded in enumerate(self.manifest.sources)
+            if not (recorded.size is None and recorded.etag is None and recorded.mtime is None and recorded.fingerprint is None)
+        ]
+
+        def stat(index: int) -> Any:
             try:
-                found = self.reads.stat(index, fingerprint=identity.wants_fingerprint(recorded))
+                return self.reads.stat(index, fingerprint=identity.wants_fingerprint(self.manifest.sources[index]))
+            except Exception as e:  # noqa: BLE001 - raised below, in the order of the sources
+                return e
+
+        if len(checked) > 1:  # a combined manifest's thousand files: one HEAD (or stat) each, at once
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(VERIFY_THREADS, len(checked))) as pool:
+                answers = list(pool.map(stat, [index for index, _ in checked]))
+        else:
+            answers = [stat(index) for index, _ in checked]
+        for (index, recorded), answer in zip(checked, answers, strict=True):
+            try:
+                if isinstance(answer, BaseException):
+                    raise answer
+                found = answer
             except SourceNotFoundError as e:
                 url = self.source_url(index)
                 said = f"{url}: the source of this manifest is not there ({e})"
