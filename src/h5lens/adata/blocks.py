@@ -11,7 +11,7 @@ rows it asks for (:mod:`h5lens.adata.lazy_sparse`).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import zarr
@@ -95,3 +95,16 @@ def dense_row_block(array: zarr.Array, store: ManifestStore, target: int) -> int
     nbytes = max(decoded, stored_bytes(store, [array.path]))
     rows = row_block_for_bytes(n_rows, nbytes, target, at_least=chunk_rows)
     return -(-rows // chunk_rows) * chunk_rows
+
+
+def sparse_matrix(kind: str, parts: tuple[Any, ...], shape: tuple[int, ...]) -> Any:
+    """A scipy csr / csc matrix (or array, as anndata's settings say) of (data, indices, indptr)."""
+    import anndata
+    import scipy.sparse as sp
+
+    arrays = anndata.settings.use_sparse_array_on_read
+    if kind == "csr_matrix":
+        matrix = sp.csr_array if arrays else sp.csr_matrix
+    else:
+        matrix = sp.csc_array if arrays else sp.csc_matrix
+    return matrix(parts, shape=shape)

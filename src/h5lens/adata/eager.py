@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import zarr
 
-from h5lens.adata.columns import remapped
 from h5lens.adata.adapter import ANNDATA_ELEMENTS, OwnEncodings, own_encoding, read_legacy_raw, scalar_value
+from h5lens.adata.blocks import sparse_matrix
+from h5lens.adata.columns import remapped
 from h5lens.engine.plan import decodes
 from h5lens.format import convention
 from h5lens.format.keys import unescape_key
@@ -74,7 +75,8 @@ class EagerReader:
     def read(self, path: str) -> Any:
         """The element at ``path``, read by h5lens where it owns the encoding, else by anndata."""
         if path in self.remapped:
-            from h5lens.adata.columns import ColumnMaps, read_remapped
+            from h5lens.adata.columns import ColumnMaps
+            from h5lens.adata.lazy_sparse import read_remapped
 
             maps = ColumnMaps.of(self.store)
             assert maps is not None  # remapped() found its group
@@ -229,19 +231,6 @@ class EagerReader:
 
     def _null(self, path: str, attributes: Attributes) -> Any:
         return None  # anndata's read_null
-
-
-def sparse_matrix(kind: str, parts: tuple[Any, ...], shape: tuple[int, ...]) -> Any:
-    """A scipy csr / csc matrix (or array, as anndata's settings say) of (data, indices, indptr)."""
-    import anndata
-    import scipy.sparse as sp
-
-    arrays = anndata.settings.use_sparse_array_on_read
-    if kind == "csr_matrix":
-        matrix = sp.csr_array if arrays else sp.csr_matrix
-    else:
-        matrix = sp.csc_array if arrays else sp.csc_matrix
-    return matrix(parts, shape=shape)
 
 
 def inline_text_scalar(store: ManifestStore, path: str) -> str | None:

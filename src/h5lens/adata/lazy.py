@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import zarr
 
 from h5lens.adata.adapter import OwnEncodings
-from h5lens.adata.columns import COLUMNS, ColumnMaps, lazy_remapped, remapped
 from h5lens.adata.blocks import DEFAULT_BLOCK_BYTES, dense_row_block, is_sparse_matrix, sparse_row_block
+from h5lens.adata.columns import COLUMNS, ColumnMaps, remapped
 from h5lens.adata.lazy_dense import lazy_dense
 from h5lens.engine.plan import decoder
 from h5lens.format.keys import unescape_key
@@ -131,6 +131,8 @@ def _lazy_blocks(adata: Any, walk: zarr.Group, sparse: list[str], block_bytes: i
 
     def reblocked(key: str) -> Any:
         if maps is not None and key in mapped:
+            from h5lens.adata.lazy_sparse import lazy_remapped
+
             return lazy_remapped(store, key, maps, target)
         if key in sparse:
             return lazy_sparse(store, key, sparse_row_block(store, key, target))

@@ -188,4 +188,40 @@ def lazy_sparse(store: ManifestStore, path: str, block: int) -> Any:
     return da.from_array(source, chunks=chunks, asarray=False, fancy=True, meta=meta, name=name)
 
 
-__all__ = ["LazySparse", "RemappedSparse", "lazy_sparse"]
+def read_remapped(store: ManifestStore, matrix: str, maps: ColumnMaps) -> Any:
+    """The whole matrix, in memory, as ``anndata.concat`` of the files gives it."""
+    from h5lens.adata.blocks import sparse_matrix
+    from h5lens.adata.columns import RemappedDense
+
+    if maps.matrices[matrix]["kind"] == "array":
+        return RemappedDense(store, matrix, maps)[:, :]
+    source = RemappedSparse(store, matrix, maps)
+    data, indices, indptr = source.remapped_parts(slice(None))
+    return sparse_matrix("csr_matrix", (data, indices, indptr), source.shape)
+
+
+def lazy_remapped(store: ManifestStore, matrix: str, maps: ColumnMaps, block_bytes: int) -> Any:
+    """The matrix as a dask array in row blocks of about ``block_bytes``."""
+    import dask.array as da
+    from dask.base import tokenize
+
+    from h5lens.adata.blocks import row_block_for_bytes, sparse_row_block
+    from h5lens.adata.columns import RemappedDense
+
+    if maps.matrices[matrix]["kind"] == "array":
+        source = RemappedDense(store, matrix, maps)
+        nbytes = source.shape[0] * source.shape[1] * source.dtype.itemsize
+        block = row_block_for_bytes(source.shape[0], nbytes, block_bytes)
+        meta = np.empty((0, 0), dtype=source.dtype)
+        name = "h5lens-remapped-dense-" + tokenize(source, block)
+        return da.from_array(source, chunks=(block, -1), meta=meta, name=name)
+    import scipy.sparse as sp
+
+    sparse = RemappedSparse(store, matrix, maps)
+    block = sparse_row_block(store, matrix, block_bytes)
+    meta = sp.csr_matrix((0, 0), dtype=sparse.dtype)
+    name = "h5lens-remapped-sparse-" + tokenize(sparse, block)
+    return da.from_array(sparse, chunks=(block, -1), asarray=False, fancy=True, meta=meta, name=name)
+
+
+__all__ = ["LazySparse", "RemappedSparse", "lazy_remapped", "lazy_sparse", "read_remapped"]

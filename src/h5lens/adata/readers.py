@@ -162,7 +162,7 @@ def _naming_bad_chunks(group: zarr.Group) -> Iterator[None]:
         yield
     except H5LensError:
         raise
-    except Exception as e:  # noqa: BLE001 - narrowed down below, re-raised if not a chunk's
+    except Exception as e:
         from h5lens.read.check import diagnose
 
         found = diagnose(group, e)

@@ -32,6 +32,7 @@ Checked:
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Iterator
@@ -41,11 +42,12 @@ import numpy as np
 
 from h5lens.errors import ManifestFormatError
 from h5lens.format import convention
-from h5lens.manifest.documents import DocumentChecker
+from h5lens.manifest.documents import ArrayDocument, DocumentChecker
 from h5lens.manifest.model import INLINE, MISSING, Manifest
 from h5lens.manifest.zarr_keys import KeyEncoding
 from h5lens.read.options import OpenKwargs, OpenOptions, PathOrManifest
 from h5lens.read.problems import Problem
+from h5lens.read.reader_only import checked_form, is_marker
 from h5lens.read.rectilinear import rectilinear_allowed
 from h5lens.read.source_checks import check_sources, decode_every_chunk
 
@@ -96,9 +98,10 @@ def validate(
     manifest = opening.load(manifest)
     if "" not in manifest.nodes:
         return [Problem("/", "no root group (the key zarr.json is missing)")]
-    problems = list(_Validator(manifest).run())
+    checked = checked_form(manifest)  # arrays only h5lens's readers assemble: as they read them
+    problems = list(_Validator(checked).run())
     if deep:
-        problems += decode_every_chunk(manifest, opening)
+        problems += decode_every_chunk(checked, opening)
     elif opening.verify and manifest.sources:
         problems += check_sources(manifest, opening)
     return problems
@@ -118,7 +121,9 @@ def _string_record(
         problems.append(Problem(path, f"{where} has keys {beyond}: {sorted(extra)}"))
     bad = [k for k in sorted(keys & set(record)) if not isinstance(record[k], str)]
     if bad:
-        problems.append(Problem(path, f"{where} values must be strings: {', '.join(f'{k}={record[k]!r}' for k in bad)}"))
+        problems.append(
+            Problem(path, f"{where} values must be strings: {', '.join(f'{k}={record[k]!r}' for k in bad)}")
+        )
     return problems, not (missing or bad)
 
 
@@ -165,11 +170,22 @@ class _Validator:
             table = tables[path]
             count, digest = entry.get("chunks"), entry.get("digest")
             if count != table.n_present:
-                missing = f"{count - table.n_present} of {count}" if isinstance(count, int) and count > table.n_present else None
-                what = f"{missing} chunk references are missing" if missing else f"{table.n_present} chunk references where the writer recorded {count}"
+                missing = (
+                    f"{count - table.n_present} of {count}"
+                    if isinstance(count, int) and count > table.n_present
+                    else None
+                )
+                what = (
+                    f"{missing} chunk references are missing"
+                    if missing
+                    else f"{table.n_present} chunk references where the writer recorded {count}"
+                )
                 yield Problem("/" + path, f"{what}: missing chunks read as the fill value")
             elif digest != table.digest():
-                yield Problem("/" + path, "chunk references differ from what the writer recorded (offsets, lengths or inline bytes edited)")
+                yield Problem(
+                    "/" + path,
+                    "chunk references differ from what the writer recorded (offsets, lengths or inline bytes edited)",
+                )
 
     def _nodes(self) -> Iterator[Problem]:
         for key in sorted(self.manifest.nodes):
@@ -231,7 +247,7 @@ class _Validator:
             if name in self.children.get(key, ()):
                 yield Problem(path, f"{where} name {name!r} is also a child node")
             if not source:
-                yield Problem(path, f"{where} source is empty (\".\" for the same file)")
+                yield Problem(path, f'{where} source is empty ("." for the same file)')
             if not target.startswith("/"):
                 yield Problem(path, f"{where} path {target!r} is not absolute")
             elif source == "." and not self._exists(target):
@@ -272,7 +288,9 @@ class _Validator:
             if native is not None and native.kind not in "iu":
                 yield Problem(path, f"_ENUM on an array of {native}, not of integers")
         if convention.REFERENCE_FIELDS in attributes:
-            yield from self._reference_fields(key, path, attributes[convention.REFERENCE_FIELDS], structured, native, meta)
+            yield from self._reference_fields(
+                key, path, attributes[convention.REFERENCE_FIELDS], structured, native, meta
+            )
         elif attributes.get(convention.DTYPE) == "object_reference" and type_name == "string":
             values = self._inline_values(key)
             if values is not None:
@@ -338,11 +356,15 @@ class _Validator:
             return
         unknown = [f for f in fields if f not in native.names]
         if unknown:
-            yield Problem(path, f"_REFERENCE_FIELDS names fields the structured dtype lacks: {unknown} (has {list(native.names)})")
+            yield Problem(
+                path, f"_REFERENCE_FIELDS names fields the structured dtype lacks: {unknown} (has {list(native.names)})"
+            )
         known = [f for f in fields if f in native.names]
         for name in known:
             if native.fields[name][0].kind != "U":
-                yield Problem(path, f"reference field {name!r} is {native.fields[name][0]}, not text (fixed_length_utf32)")
+                yield Problem(
+                    path, f"reference field {name!r} is {native.fields[name][0]}, not text (fixed_length_utf32)"
+                )
         known = [f for f in known if native.fields[f][0].kind == "U"]
         fill = getattr(meta, "fill_value", None)
         if isinstance(fill, np.void):
@@ -365,9 +387,19 @@ class _Validator:
         wrong_size: set[int] = set()
         codecs = doc.get("codecs", [])
         chunk_shape = doc.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape", [])
-        expected = int(np.prod(chunk_shape, dtype=np.int64)) * native.itemsize
+        expected: Any = int(np.prod(chunk_shape, dtype=np.int64)) * native.itemsize
+        view = ArrayDocument.of(doc)
+        if view is not None and view.edges is not None and table.grid_shape:  # rectilinear: each chunk its own
+            per_axis = [
+                np.full(n, axis, dtype=np.int64) if isinstance(axis, int) else np.asarray(axis[:n], dtype=np.int64)
+                for axis, n in zip(view.edges, table.grid_shape, strict=True)
+            ]
+            expected = functools.reduce(np.multiply.outer, per_axis).reshape(-1) * native.itemsize
+            chunk_shape = "its rectilinear grid gives"
         if native.kind not in "OT" and len(codecs) == 1 and _codec_name(codecs[0]) == "bytes":
-            wrong_size = set(np.flatnonzero((source != MISSING) & (length != np.uint64(expected))).tolist())
+            wrong_size = set(
+                np.flatnonzero((source != MISSING) & (length != np.asarray(expected).astype(np.uint64))).tolist()
+            )
         sizes = np.array([-1 if s.size is None else s.size for s in self.manifest.sources] or [-1], dtype=np.int64)
         referenced = (source >= 0) & (source < len(sizes))
         ends = table.offset.reshape(-1).astype(np.int64) + length.astype(np.int64)
@@ -378,13 +410,16 @@ class _Validator:
             label = "/".join(map(str, index)) or "c"
             if flat in wrong_size:
                 where = "inline" if int(source[flat]) == INLINE else "referenced"
+                holds = int(expected) if np.ndim(expected) == 0 else int(expected[flat])
                 yield Problem(
                     path,
                     f"{where} chunk {label} holds {int(length[flat])} bytes; a bytes-only chunk of shape {chunk_shape} "
-                    f"and itemsize {native.itemsize} ({native}) holds {expected}",
+                    f"and itemsize {native.itemsize} ({native}) holds {holds}",
                 )
             if flat in past_end:
-                yield Problem(path, f"chunk {label} ends at byte {int(ends[flat])}, past the source's {int(limit[flat])} bytes")
+                yield Problem(
+                    path, f"chunk {label} ends at byte {int(ends[flat])}, past the source's {int(limit[flat])} bytes"
+                )
 
     # -- references --------------------------------------------------------------------
     def _references_in(self, path: str, where: str, value: Any) -> Iterator[Problem]:
@@ -405,7 +440,9 @@ class _Validator:
 
     def _bytes(self, path: str, where: str, value: dict[str, Any]) -> Iterator[Problem]:
         if len(value) != 1:
-            yield Problem(path, f"{where}: a {convention.BYTES} wrapper has other keys: {sorted(set(value) - {convention.BYTES})}")
+            yield Problem(
+                path, f"{where}: a {convention.BYTES} wrapper has other keys: {sorted(set(value) - {convention.BYTES})}"
+            )
             return
         try:
             convention.decode_bytes_value(value)
@@ -509,7 +546,7 @@ class _Validator:
         """Inline chunks live in the manifest: decoding them costs no source read, and one
         that does not decode would otherwise validate clean and fail at the first read."""
         table = self.manifest.chunks.get(key)
-        if table is None or not table.inline:
+        if table is None or not table.inline or is_marker(self.manifest.nodes.get(key)):
             return
         import zarr
 
