@@ -128,6 +128,16 @@ def test_outer_join_fill_value(tmp_path, fmt, fill_value):
     assert_equal(lazy.layers["counts"][rows].compute(), expected.layers["counts"][rows])
 
 
+def test_the_command_takes_join_and_fill_value(tmp_path):
+    from cli_runner import h5lens as run
+
+    paths = _files(tmp_path, "dense")
+    out = tmp_path / "c.json"
+    result = run("combine", *_manifests(paths, tmp_path), "-o", out, "--join", "outer", "--fill-value", "-1.5")
+    assert result.status == 0, result.stderr
+    _same_matrix(h5lens.read_anndata(out).X, _expected(paths, join="outer", fill_value=-1.5).X)
+
+
 def test_saved_forms_read_the_same(tmp_path):
     paths = _files(tmp_path, "csr")
     combined = h5lens.combine(_manifests(paths, tmp_path), join="outer")

@@ -47,6 +47,14 @@ def combine(
         str | None, typer.Option(metavar="SEP", help="AnnData: make obs names unique with SEP and the file's key.")
     ] = None,
     pairwise: Annotated[bool, typer.Option("--pairwise", help="AnnData: keep obsp, block-diagonal.")] = False,
+    fill_value: Annotated[
+        float | None,
+        typer.Option(
+            "--fill-value",
+            metavar="NUMBER",
+            help="AnnData with --join outer: the value of a gene a file lacks (default: anndata.concat's).",
+        ),
+    ] = None,
     for_readers: Annotated[
         str,
         typer.Option(
@@ -125,7 +133,8 @@ def combine(
         named = expand_manifests(manifests, options or None)  # prefixes and globs: the manifests there
         manifest, summary = combine_with_summary(
             named, dim=dim, join=join, label=label, keys=keys.split(",") if keys else None,
-            index_unique=index_unique, pairwise=pairwise, for_readers=for_readers, encoding=encoding,
+            index_unique=index_unique, pairwise=pairwise, fill_value=_number(fill_value), for_readers=for_readers,
+            encoding=encoding,
             append_to=previous, options=opening, index=index, scheduler=scheduler, workers=workers,
         )  # fmt: skip
     with reporting(output, "writing", anon=anon):
@@ -140,6 +149,11 @@ def combine(
     for line in summary.lines():
         typer.echo(line)
     typer.echo(f"{output}: {note}")
+
+
+def _number(value: float | None) -> float | int | None:
+    """A whole number as an int (anndata then keeps an integer matrix integer), else as given."""
+    return int(value) if value is not None and value.is_integer() else value
 
 
 __all__ = ["combine"]
