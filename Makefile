@@ -2,7 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo js test test-oldest lindi typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read bench-loader clean
+.PHONY: demo js vitessce test test-oldest lindi typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read bench-loader clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $$(scripts/find-python) -m venv $(VENV)
@@ -31,7 +31,17 @@ $(EMULATORS): tests/emulators/package.json tests/emulators/package-lock.json
 		npm ci --prefix tests/emulators --no-audit --no-fund --loglevel=error && touch $@; \
 	else echo "npm not found: tests/test_azure.py will skip (Azurite is an npm package)"; fi
 
-test: $(STAMP) $(JS_STAMP) $(EMULATORS)
+# Vitessce (pinned, with esbuild to bundle its page) for tests/test_vitessce.py, which skips
+# without them, saying so (CI sets H5LENS_REQUIRE_CHROMIUM=1 and fails instead).
+VITESSCE_STAMP := tests/vitessce/node_modules/.package-lock.json
+
+$(VITESSCE_STAMP): tests/vitessce/package-lock.json
+	@if command -v npm >/dev/null; then npm ci --prefix tests/vitessce --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: tests/test_vitessce.py will skip"; fi
+
+vitessce: $(VITESSCE_STAMP)
+
+test: $(STAMP) $(JS_STAMP) $(EMULATORS) $(VITESSCE_STAMP)
 	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile
 
 # The read, AnnData and store tests again, under the oldest zarr, numcodecs, anndata and

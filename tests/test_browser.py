@@ -161,3 +161,52 @@ def test_check_knows_zarrita_unshuffles_by_the_data_type(tmp_path: Path) -> None
     (finding,) = check_for_browser(changed).findings
     assert (finding.where, finding.kind, finding.with_pack) == ("/gzip", "codec", False)
     assert "unshuffles by the data type's 8 bytes" in finding.reason
+
+
+def _adata_file(path: Path) -> Path:
+    """An h5ad written by anndata: CSR X, two embeddings, categorical obs columns (one named
+    with a space, which @zarrita/storage's ReferenceStore, Vitessce's, looks up as missing)."""
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    obs = pd.DataFrame(
+        {"cell_type": pd.Categorical(rng.choice(["T", "B"], 50)), "my batch": pd.Categorical(rng.choice(["a", "b"], 50))},
+        index=[f"c{i}" for i in range(50)],
+    )
+    adata = ad.AnnData(X=sp.random(50, 8, density=0.3, format="csr", dtype=np.float32), obs=obs,
+                       obsm={"X_umap": rng.standard_normal((50, 2)), "X_pca": rng.standard_normal((50, 3))})
+    adata.write_h5ad(path)
+    return path
+
+
+def test_vitessce_config_shows_what_vitessce_reads_of_an_h5ad(tmp_path: Path) -> None:
+    path = _adata_file(tmp_path / "a.h5ad")
+    manifest = h5lens.index(path, url="https://data.example.org/a.h5ad", convention="proposal", inline_threshold=0)
+    manifest.save(tmp_path / "a.h5ad.json", relative_sources=False)
+    done = run("vitessce-config", tmp_path / "a.h5ad.json", "--manifest-url", "https://data.example.org/a.h5ad.json",
+               "-o", tmp_path / "config.json")
+    assert done.status == 0, done.stdout + done.stderr
+    assert "obs/my batch: left out of the cell sets: /obs/my batch: name: 'my batch' changes in a URL" in done.stderr
+    config = json.loads((tmp_path / "config.json").read_text())
+    [file] = config["datasets"][0]["files"]
+    assert (file["fileType"], file["url"]) == ("anndata.h5ad", "https://data.example.org/a.h5ad")
+    assert file["options"]["refSpecUrl"] == "https://data.example.org/a.h5ad.json"
+    assert [e["path"] for e in file["options"]["obsEmbedding"]] == ["obsm/X_pca", "obsm/X_umap"]
+    assert file["options"]["obsSets"] == [{"name": "cell_type", "path": "obs/cell_type"}]
+    assert file["options"]["obsFeatureMatrix"] == {"path": "X"}
+    assert {v["component"] for v in config["layout"]} == {"scatterplot", "obsSets", "featureList"}
+    assert set(config["coordinationSpace"]["embeddingType"].values()) == {"PCA", "UMAP"}
+
+
+def test_vitessce_config_refuses_what_vitessce_cannot_open(tmp_path: Path) -> None:
+    path = _adata_file(tmp_path / "a.h5ad")
+    h5lens.index(path).save(tmp_path / "local.json")  # beside its file: a relative source URL
+    done = run("vitessce-config", tmp_path / "local.json", "--manifest-url", "https://data.example.org/local.json")
+    assert done.status == 2 and "a relative URL in a manifest for browsers" in done.stderr, done.stderr
+    done = run("vitessce-config", tmp_path / "local.json")
+    assert done.status == 2 and "give --manifest-url" in done.stderr, done.stderr
+    h5lens.index(_file(tmp_path / "f.h5", odd=False), url=URL).save(tmp_path / "f.json", relative_sources=False)
+    done = run("vitessce-config", tmp_path / "f.json", "--manifest-url", "https://data.example.org/f.json")
+    assert done.status == 2 and "not an h5ad" in done.stderr, done.stderr

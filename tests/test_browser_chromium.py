@@ -54,13 +54,15 @@ def chromium_or_skip() -> str:
 
 class StaticServer(LoopServer):
     """A directory at ``/<prefix>/`` (aiohttp's static files: ranges answered), optionally
-    with CORS as a bucket configured for a web site answers; it counts requests by path."""
+    with CORS as a bucket configured for a web site answers; it counts requests by path and
+    keeps the ``Range`` header of each GET (``ranges``: path -> headers, None for a whole GET)."""
 
     thread_name = "h5lens-static-server"
 
     def __init__(self, directory: Path, prefix: str, *, cors: bool) -> None:
         self.directory, self.prefix, self.cors = directory, prefix, cors
         self.requests: dict[str, int] = {}
+        self.ranges: dict[str, list[str | None]] = {}
         super().__init__()
 
     def url(self, name: str) -> str:
@@ -79,6 +81,8 @@ class StaticServer(LoopServer):
         @web.middleware
         async def count(request: web.Request, handler: Any) -> web.StreamResponse:
             self.requests[request.path] = self.requests.get(request.path, 0) + 1
+            if request.method == "GET":
+                self.ranges.setdefault(request.path, []).append(request.headers.get("Range"))
             if self.cors and request.method == "OPTIONS":
                 return web.Response(status=204, headers=cors)
             response = await handler(request)

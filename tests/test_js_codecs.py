@@ -376,3 +376,23 @@ def test_every_shared_file_reads_or_is_named(tmp_path: Path, name: str) -> None:
             else:
                 assert results[path]["ok"], f"{name}:{path}: {results[path].get('error')}"
     assert compared
+
+
+def test_pack_fetches_the_chunks_asked_for_together_in_few_requests(tmp_path: Path) -> None:
+    """zarrita asks for an array's chunks at once; the pack's store fetches the ranges that
+    lie end to end in the file (as libhdf5 writes a dataset's chunks) as one request each
+    8 MiB, not one request per chunk, and gives each chunk its own bytes."""
+    with h5py.File(tmp_path / "chunks.h5", "w") as f:
+        f.create_dataset("many", data=np.sin(np.arange(200_000.0)), chunks=(1000,), compression="gzip")
+        f.create_dataset("other", data=np.arange(5000, dtype="<i4"), chunks=(100,), compression="gzip")
+    with FileServer(tmp_path) as server:
+        manifest = h5lens.index(tmp_path / "chunks.h5", inline_threshold=0, url=server.url("chunks.h5"))
+        manifest.save(tmp_path / "chunks.h5.json", relative_sources=False)
+        server.stats.reset()
+        results = read_in_node("pack", server.url("chunks.h5.json"), ["many", "other"], tmp_path / "node")
+        requests = server.stats.by_status.get(206, 0)
+    with h5py.File(tmp_path / "chunks.h5", "r") as f:
+        for path in ("many", "other"):
+            assert_same(results[path], f[path][()], path)
+    # 250 chunks, read one array after the other: one request for each
+    assert requests == 2, server.stats

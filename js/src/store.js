@@ -10,7 +10,11 @@
 //   zarr-python writes attributes) are given as the strings "NaN", "Infinity", "-Infinity"
 //   (what the convention's proposal profile and zarr v3 fill values write), where
 //   JSON.parse would refuse the whole document;
-// - a server that ignores Range and answers 200 with the whole file still gives the range.
+// - a server that ignores Range and answers 200 with the whole file still gives the range;
+// - the byte ranges asked for together (zarrita asks for an array's chunks at once) are
+//   fetched together: ranges of one file that touch, or lie less than `gap` bytes apart,
+//   become one request of at most `maxBytes` (HDF5 writers lay a dataset's chunks end to
+//   end; a browser fetches at most six at a time from one host, each costing a round trip).
 
 const PROTOCOL_HOSTS = { "s3:": "s3.amazonaws.com", "gs:": "storage.googleapis.com", "gcs:": "storage.googleapis.com" };
 
@@ -67,21 +71,31 @@ function expandTemplates(url, templates) {
 	);
 }
 
+// Ranges this close are fetched as one: a round trip costs more than the bytes between them.
+const DEFAULT_GAP = 64 * 1024;
+const DEFAULT_MAX_BYTES = 8 * 1024 * 1024;
+
 const METADATA = /(^|\/)(zarr\.json|\.zarray|\.zgroup|\.zattrs|\.zmetadata)$/;
 
 export class ReferenceStore {
 	#refs;
 	#baseUrl;
 	#fetch;
+	#coalesce;
+	#waiting = new Map(); // url -> [{start, end, resolve, reject}], fetched at the next turn
+	#flushing = false;
 
 	/**
 	 * @param {Map<string, string | [string | null, number?, number?]>} refs keys to references
-	 * @param {{ baseUrl?: string, fetch?: typeof fetch }} options baseUrl: the manifest's URL
+	 * @param {{ baseUrl?: string, fetch?: typeof fetch, coalesce?: false | { gap?: number, maxBytes?: number } }} options
+	 *   baseUrl: the manifest's URL; coalesce: how ranges asked for together are merged
+	 *   (false: one request per key)
 	 */
-	constructor(refs, { baseUrl, fetch: fetchFn } = {}) {
+	constructor(refs, { baseUrl, fetch: fetchFn, coalesce = {} } = {}) {
 		this.#refs = refs;
 		this.#baseUrl = baseUrl;
 		this.#fetch = fetchFn ?? ((request) => globalThis.fetch(request));
+		this.#coalesce = coalesce === false ? false : { gap: DEFAULT_GAP, maxBytes: DEFAULT_MAX_BYTES, ...coalesce };
 	}
 
 	/** The manifest at `url` (relative: to the page), its relative source URLs resolved against it. */
@@ -149,10 +163,19 @@ export class ReferenceStore {
 			start = offset + range.offset;
 			end = end === undefined ? start + range.length : Math.min(end, start + range.length);
 		}
+		const where = this.resolveUrl(url);
+		if (end !== undefined && this.#coalesce && !options.signal) {
+			return this.#together(where, start, end, name);
+		}
+		return this.#fetchRange(where, start, end, name, options.signal);
+	}
+
+	/** The bytes [start, end) of `url` (end undefined: to the end), or undefined for a 404. */
+	async #fetchRange(url, start, end, name, signal, cache) {
 		const headers = {};
 		if (end !== undefined) headers.Range = `bytes=${start}-${end - 1}`;
 		else if (start > 0) headers.Range = `bytes=${start}-`;
-		const request = new Request(this.resolveUrl(url), { headers, signal: options.signal });
+		const request = new Request(url, { headers, signal, cache });
 		const response = await this.#fetch(request);
 		if (response.status === 404) return undefined;
 		if (!response.ok) throw new Error(`${request.url}: HTTP ${response.status} reading ${name}`);
@@ -161,6 +184,59 @@ export class ReferenceStore {
 			return body.slice(start, end); // the server ignored Range and sent the whole file
 		}
 		return body;
+	}
+
+	/** The bytes [start, end) of `url`, fetched with the other ranges asked for in this turn. */
+	#together(url, start, end, name) {
+		return new Promise((resolve, reject) => {
+			if (!this.#waiting.has(url)) this.#waiting.set(url, []);
+			this.#waiting.get(url).push({ start, end, name, resolve, reject });
+			if (!this.#flushing) {
+				this.#flushing = true;
+				setTimeout(() => this.#flush(), 0); // after the microtasks that ask for the other chunks
+			}
+		});
+	}
+
+	#flush() {
+		this.#flushing = false;
+		const waiting = this.#waiting;
+		this.#waiting = new Map();
+		const { gap, maxBytes } = this.#coalesce;
+		for (const [url, asked] of waiting) {
+			asked.sort((a, b) => a.start - b.start);
+			let group = [];
+			let start = 0;
+			let end = 0;
+			for (const range of asked) {
+				if (group.length && range.start <= end + gap && Math.max(end, range.end) - start <= maxBytes) {
+					group.push(range);
+					end = Math.max(end, range.end);
+					continue;
+				}
+				if (group.length) this.#fetchGroup(url, start, end, group);
+				group = [range];
+				start = range.start;
+				end = range.end;
+			}
+			if (group.length) this.#fetchGroup(url, start, end, group);
+		}
+	}
+
+	async #fetchGroup(url, start, end, group) {
+		try {
+			// past Chromium's HTTP cache: with it, concurrent ranges of megabytes of one URL were
+			// sent two or three times each (benchmarks/browser_bench.py: 7 GETs for 4 ranges)
+			const body = await this.#fetchRange(url, start, end, group[0].name, undefined, "no-store");
+			if (body === undefined) {
+				for (const range of group) range.resolve(undefined);
+				return;
+			}
+			if (body.length < end - start) throw new Error(`${url}: ${body.length} bytes where ${end - start} were asked for`);
+			for (const range of group) range.resolve(body.slice(range.start - start, range.end - start));
+		} catch (error) {
+			for (const range of group) range.reject(error);
+		}
 	}
 }
 

@@ -83,6 +83,54 @@ def _print(result: BrowserCheck, name: str) -> None:
         )
 
 
+@app.command("vitessce-config", cls=Command)
+def vitessce_config(
+    manifest: Manifest,
+    manifest_url: Annotated[
+        str | None,
+        typer.Option(
+            "--manifest-url", metavar="URL",
+            help="The https:// URL the browser fetches MANIFEST from (default: MANIFEST, when it is a URL).",
+        ),
+    ] = None,
+    output: Annotated[str, typer.Option("-o", "--output", metavar="CONFIG", help="Where to write the view config (JSON).")] = "-",
+    name: Annotated[str | None, typer.Option(metavar="TITLE", help="The dataset's title in Vitessce.")] = None,
+    storage_option: StorageOption = [],  # noqa: B006 - typer needs a literal default
+    anon: Anon = False,
+    endpoint_url: EndpointUrl = None,
+) -> None:
+    """Write a Vitessce view config showing the h5ad MANIFEST indexes, read in place.
+
+    The config opens the h5ad as Vitessce's file type anndata.h5ad, with the manifest as its
+    reference spec (refSpecUrl): a scatterplot of each obsm embedding, the categorical obs
+    columns as cell sets, X as the expression matrix. Index the h5ad with --for browser
+    first (absolute URLs). Vitessce 4 needs the page to give it the store (docs/browser.md).
+    """
+    import json
+
+    options = storage_options(storage_option, anon, endpoint_url)
+    url = manifest_url or (manifest if "://" in manifest else None)
+    if url is None:
+        fail(f"{manifest}: give --manifest-url, the https:// URL the browser fetches the manifest from")
+    from h5lens.cli.manifests import open_manifest
+
+    loaded = open_manifest(manifest, options)
+    with reporting(manifest, "writing a Vitessce config"):
+        from h5lens.browser.vitessce import vitessce_config as make_config
+
+        made = make_config(loaded, url, name=name)
+        text = json.dumps(made.config, indent=2) + "\n"
+        if output == "-":
+            typer.echo(text, nl=False)
+        else:
+            with open(output, "w", encoding="utf-8") as f:
+                f.write(text)
+    for column, reason in made.left_out.items():
+        typer.echo(f"obs/{column}: left out of the cell sets: {reason}", err=True)
+    if output != "-":
+        typer.echo(f"{output}: Vitessce view config of {made.config['datasets'][0]['files'][0]['url']}")
+
+
 # -- index --for browser (the option is index's, in h5lens.cli.indexing) -------------------------
 
 
