@@ -97,6 +97,11 @@ def combine_anndata(
         var_of = {id(item): var for item, var in zip(inputs, variables, strict=True)}
 
         def skeleton_of(item: Input) -> Any:
+            pointers = [f"{m.path}/indptr" for m in referenced if m.kind == "csr_matrix"]
+            # what is read of a remote file here, fetched at once (merged ranges), not a request each
+            item.store.prefetch_all(SKELETON_BYTES, _read_here(item, referenced, pointers, merge, uns_merge, pairwise))
+            for path in pointers:  # kept for _pointers, a later pass
+                item.kept[path] = _values(item, path)
             reader = EagerReader(item.store)
             found = _skeleton(
                 reader, item, var_of[id(item)], referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise
@@ -259,6 +264,36 @@ def _numbers(doc: dict[str, Any], ndim: int) -> bool:
     return kind in "biuf" and len(doc.get("shape", ())) == ndim
 
 
+# bytes of one remote file fetched ahead by the pass that reads its obs (and the rest that
+# anndata.concat concatenates, and indptr): obs of 10^5 cells is a few MB
+SKELETON_BYTES = 256 << 20
+
+
+def _read_here(
+    item: Input, referenced: list[Matrix], pointers: list[str], merge: Any, uns_merge: Any, pairwise: bool
+) -> Callable[[str], bool]:
+    """Which arrays of the file :func:`_skeleton` (and the indptr kept) reads: obs, what is
+    not referenced along obs, and the elements the options keep."""
+    skip = tuple(m.path + "/" for m in referenced) + tuple(m.path for m in referenced)
+    elements = ["obs/", "raw/", *(f"{m}/" for m in ALONG_OBS)]
+    if "X" not in {m.path for m in referenced}:
+        elements.append("X/")
+        pointers = [*pointers, "X"]  # a dense X is the array X itself
+    if uns_merge is not None:
+        elements.append("uns/")
+    if merge is not None:
+        elements += ["varm/", "varp/"]
+    if pairwise:
+        elements.append("obsp/")
+    wanted = tuple(elements)
+    kept = set(pointers)
+
+    def read(path: str) -> bool:
+        return path in kept or (path.startswith(wanted) and not path.startswith(skip))
+
+    return read
+
+
 def _pointers(inputs: Sequence[Input], path: str) -> list[np.ndarray]:
     """Every file's ``indptr`` of csr matrix ``path``, checked to span its values exactly."""
     pointers = each_file(inputs, lambda item: _values(item, f"{path}/indptr"))
@@ -310,17 +345,16 @@ def _reference(combined: Combined, matrix: Matrix, parts_of: list[Part], n_obs: 
 def _values(item: Input, path: str) -> np.ndarray:
     from h5lens.engine.plan import whole
 
+    if path in item.kept:
+        return np.asarray(item.kept[path])
     doc = item.manifest.nodes[path]
-    try:
-        found = item.store.read_region(path, whole(tuple(doc["shape"])))
-        if found is not None:
-            return np.asarray(found)
-        import zarr
+    found = item.store.read_region(path, whole(tuple(doc["shape"])))
+    if found is not None:
+        return np.asarray(found)
+    import zarr
 
-        with rectilinear_allowed([doc]):
-            return np.asarray(zarr.open_array(item.store, path=path, mode="r", zarr_format=3)[...])
-    finally:
-        item.close()  # one file open at a time
+    with rectilinear_allowed([doc]):
+        return np.asarray(zarr.open_array(item.store, path=path, mode="r", zarr_format=3)[...])
 
 
 def _container_docs(combined: Combined, referenced: list[Matrix]) -> None:

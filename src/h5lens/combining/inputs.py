@@ -21,7 +21,7 @@ import numpy as np
 
 from h5lens.errors import InvalidOptionError, NotAManifestError
 from h5lens.format import convention
-from h5lens.manifest.locations import resolve
+from h5lens.manifest.locations import is_remote, resolve
 from h5lens.manifest.model import Manifest, Source
 from h5lens.read.open import open_store
 from h5lens.read.options import OpenOptions
@@ -38,6 +38,9 @@ class Input:
     name: str
     manifest: Manifest
     options: OpenOptions
+    # small arrays read by one pass over the files and used by a later one (csr indptr),
+    # kept so that the later pass makes no request
+    kept: dict[str, Any] = field(default_factory=dict, repr=False)
     _store: ManifestStore | None = field(default=None, repr=False)
     _verified: bool = field(default=False, repr=False)
 
@@ -148,6 +151,7 @@ def _index_files(
 # a file's rows end in): each is a few small requests, so on object storage the passes are
 # round trips, which threads overlap; locally they are small reads and the GIL is let go.
 FILE_THREADS = 8
+REMOTE_FILE_THREADS = 16  # files on object storage: waiting on round trips, not on the cores
 
 
 def each_file(inputs: Sequence[Input], work: Callable[[Input], Any]) -> list[Any]:
@@ -162,7 +166,10 @@ def each_file(inputs: Sequence[Input], work: Callable[[Input], Any]) -> list[Any
 
     if len(inputs) < 2:
         return [one(item) for item in inputs]
-    with ThreadPoolExecutor(min(FILE_THREADS, len(inputs))) as pool:
+    remote = any(
+        is_remote(resolve(source.url, item.manifest.location)) for item in inputs for source in item.manifest.sources
+    )
+    with ThreadPoolExecutor(min(REMOTE_FILE_THREADS if remote else FILE_THREADS, len(inputs))) as pool:
         return list(pool.map(one, inputs))  # the first failure, in order, is raised
 
 
