@@ -160,3 +160,24 @@ def test_index_unique_is_refused_for_treedata(tmp_path):
     paths = _files(tmp_path)
     with pytest.raises(InvalidOptionError, match="treedata.concat takes none"):
         h5lens.combine(_manifests(paths, tmp_path), index_unique="-")
+
+
+def test_append_treedata_files_compact_and_icechunk(tmp_path):
+    """TreeData appended to a combined manifest (compact form) and to an Icechunk repository
+    (a new commit): equal to treedata.concat of every file."""
+    pytest.importorskip("icechunk")
+    paths = _files(tmp_path)
+    manifests = _manifests(paths, tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = h5lens.combine(manifests[:2])
+        grown = h5lens.combine(manifests[2:], append_to=first)
+    grown.save(tmp_path / "grown.h5lens")
+    _same(h5lens.read_treedata(tmp_path / "grown.h5lens"), _expected(paths))
+    from cli_runner import h5lens as run
+
+    repository = f"icechunk://{tmp_path / 'repo'}"
+    assert run("combine", *manifests[:2], "-o", repository).status == 0
+    result = run("combine", manifests[2], "-o", repository, "--append")
+    assert result.status == 0, result.stderr
+    _same(h5lens.read_treedata(repository), _expected(paths))
