@@ -97,3 +97,19 @@ def test_append_to_a_combined_manifest(daily, tmp_path):
     target = tmp_path / "appended.json"
     appended.to_json(target)
     xr.testing.assert_identical(xr.open_dataset(target, engine="h5lens").load(), _expected([*daily, late]))
+
+
+@pytest.mark.parametrize("destination", ["year.h5lens", "icechunk"])
+def test_the_command_appends_to_compact_and_icechunk(daily, tmp_path, destination):
+    """`combine --dim time --append`: a day added to a compact manifest and to an Icechunk
+    repository (a new commit), read by h5lens's xarray engine as open_mfdataset reads the files."""
+    if destination == "icechunk":
+        pytest.importorskip("icechunk")
+    from cli_runner import h5lens as run
+
+    out = f"icechunk://{tmp_path / 'repo'}" if destination == "icechunk" else str(tmp_path / destination)
+    assert run("combine", *daily, "--dim", "time", "-o", out).status == 0
+    late = _write(tmp_path / "late.nc", 15, 3)
+    result = run("combine", late, "--dim", "time", "-o", out, "--append")
+    assert result.status == 0, result.stderr
+    xr.testing.assert_identical(xr.open_dataset(out, engine="h5lens").load(), _expected([*daily, late]))
