@@ -27,8 +27,8 @@ batches too). Each figure is printed beside its target. Imports that the first d
 of a process makes (dask imports ``distributed`` to choose a scheduler, ~0.25 s) are made
 before the clock starts, so that they fall on no route. The full target scale (1,000 files of 200-5,000 cells) takes minutes and GBs of disk;
 the defaults are small (``--files 20``) for a quick look. ``--s3`` runs the same figures
-again over moto's S3 behind a proxy of ``--latency-ms`` (20) a request and ``--bandwidth``
-(100 MB/s) a stream. ``--compression none`` writes as ``write_h5ad`` does by default
+again over moto's S3 (in a process of its own) behind a proxy of ``--latency-ms`` (20) a
+request and ``--bandwidth`` (100 MB/s) a stream. ``--compression none`` writes as ``write_h5ad`` does by default
 (contiguous datasets), ``gzip`` in h5py's chunks.
 """
 
@@ -186,11 +186,12 @@ def s3_rows(
     import anndata as ad
 
     import h5lens
-    from h5lens.testing.s3 import CountingProxy, LocalS3
+    from h5lens.testing.emulators import SeparateS3
+    from h5lens.testing.s3 import CountingProxy
 
     bucket = "combine-bench"
     with (
-        LocalS3() as server,
+        SeparateS3() as server,  # moto's Python in a process of its own, not holding this one's GIL
         CountingProxy(server.endpoint_url, latency_ms=latency_ms, bandwidth=bandwidth, cache_objects=True) as proxy,
         tempfile.TemporaryDirectory() as downloads,
     ):
