@@ -339,11 +339,17 @@ class ManifestStore(Store):
         size and ETag, content fingerprint or mtime)."""
         from h5lens.manifest import identity
 
-        for index, recorded in enumerate(self.manifest.sources):
-            if recorded.size is None and recorded.etag is None and recorded.mtime is None and recorded.fingerprint is None:
-                continue
+        checked = [
+            (index, recorded)
+            for index, recorded in enumerate(self.manifest.sources)
+            if not (recorded.size is None and recorded.etag is None and recorded.mtime is None and recorded.fingerprint is None)
+        ]
+        stats = self._stats([(index, identity.wants_fingerprint(recorded)) for index, recorded in checked])
+        for index, recorded in checked:
             try:
-                found = self.reads.stat(index, fingerprint=identity.wants_fingerprint(recorded))
+                found = stats[index]
+                if isinstance(found, BaseException):
+                    raise found
             except SourceNotFoundError as e:
                 url = self.source_url(index)
                 said = f"{url}: the source of this manifest is not there ({e})"
@@ -360,6 +366,29 @@ class ManifestStore(Store):
                     url=self.source_url(index),
                     changes=tuple(changes),
                 ).at_cli(f"{said}; index it again, or pass --no-verify to read it anyway")
+
+    def _stats(self, wanted: list[tuple[int, bool]]) -> dict[int, dict[str, Any] | BaseException]:
+        """Each source's stat (or the error it raised), by source index: remote sources at
+        once, on threads (a combined manifest of 365 files on S3 would otherwise wait 365
+        round trips in a row when opened), local ones in turn."""
+        if len(wanted) > 1 and not self.reads.all_local:
+            from concurrent.futures import ThreadPoolExecutor
+
+            def stat(item: tuple[int, bool]) -> dict[str, Any] | BaseException:
+                try:
+                    return self.reads.stat(item[0], fingerprint=item[1])
+                except Exception as e:  # noqa: BLE001 - raised by the caller, in the order of the sources
+                    return e
+
+            with ThreadPoolExecutor(max_workers=min(32, len(wanted)), thread_name_prefix="h5lens-verify") as pool:
+                return dict(zip((index for index, _ in wanted), pool.map(stat, wanted), strict=True))
+        found: dict[int, dict[str, Any] | BaseException] = {}
+        for index, fingerprint in wanted:
+            try:
+                found[index] = self.reads.stat(index, fingerprint=fingerprint)
+            except Exception as e:  # noqa: BLE001 - as above
+                found[index] = e
+        return found
 
     def prefetch_all(self, budget: int | None = None, paths: Callable[[str], bool] | None = None) -> int:
         """Start fetching every referenced chunk of remote sources (of the arrays ``paths``
