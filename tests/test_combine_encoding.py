@@ -226,3 +226,9 @@ def test_icechunk_destination(packed, tmp_path):
         array = zarr.open_array(reopened.readonly_session("main").store, path="tas", mode="r")
         with pytest.raises(UnsupportedFeatureError, match="/tas: its files were encoded differently"):
             array[...]
+
+
+def test_validate_deep_decodes_the_stored_values(packed, tmp_path):
+    target = _combined(packed, tmp_path)
+    problems = h5lens.validate(target, deep=True)
+    assert not [p for p in problems if "encoded differently" in str(p)], problems

@@ -96,6 +96,10 @@ def validate(
     manifest = opening.load(manifest)
     if "" not in manifest.nodes:
         return [Problem("/", "no root group (the key zarr.json is missing)")]
+    from h5lens.codecs.per_file import stored_values
+
+    # arrays of files encoded differently (combine --encoding per-file) hold their stored values
+    manifest = stored_values(manifest)[0]
     problems = list(_Validator(manifest).run())
     if deep:
         problems += decode_every_chunk(manifest, opening)
