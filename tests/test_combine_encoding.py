@@ -207,3 +207,28 @@ def test_the_command(packed, tmp_path):
     result = run("combine", *manifests, "-o", out, "--dim", "time", "--encoding", "per-file")
     assert result.status == 0, result.stderr
     xr.testing.assert_identical(xr.open_dataset(out, engine="h5lens").load(), _expected(packed))
+
+
+def test_icechunk_destination(packed, tmp_path):
+    icechunk = pytest.importorskip("icechunk")
+    from h5lens import icechunk as hic
+
+    combined = h5lens.combine([h5lens.index(p) for p in packed], dim="time", encoding="per-file")
+    hic.to_icechunk(combined, hic.open_repository(str(tmp_path / "repo"), manifest=combined))
+    repo = f"icechunk://{tmp_path / 'repo'}"
+    xr.testing.assert_identical(xr.open_dataset(repo, engine="h5lens").load(), _expected(packed))
+    # Icechunk's own store, read by zarr: refused
+    reopened = icechunk.Repository.open(
+        icechunk.local_filesystem_storage(str(tmp_path / "repo")),
+        authorize_virtual_chunk_access=hic.virtual_chunk_credentials(combined, None),
+    )
+    with zarr.config.set({"array.rectilinear_chunks": True}):
+        array = zarr.open_array(reopened.readonly_session("main").store, path="tas", mode="r")
+        with pytest.raises(UnsupportedFeatureError, match="/tas: its files were encoded differently"):
+            array[...]
+
+
+def test_validate_deep_decodes_the_stored_values(packed, tmp_path):
+    target = _combined(packed, tmp_path)
+    problems = h5lens.validate(target, deep=True)
+    assert not [p for p in problems if "encoded differently" in str(p)], problems

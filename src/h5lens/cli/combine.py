@@ -103,7 +103,8 @@ def combine(
 
     AnnData files along obs (files sharing var): X, layers and obsm referenced where every
     file's can be, obs and what anndata.concat computes written as new small arrays. With
-    --dim, netCDF files along that dimension, their encoding attributes checked equal.
+    --dim, netCDF files along that dimension, their encoding attributes checked equal (with
+    --encoding per-file, each file's recorded where they differ, for engine="h5lens").
     Chunks of different lengths make a rectilinear chunk grid, which zarr reads with
     array.rectilinear_chunks on (h5lens's readers need nothing).
     """

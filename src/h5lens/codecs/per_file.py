@@ -21,7 +21,7 @@ attributes, and refuses its values with this module's message.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from zarr.abc.codec import ArrayArrayCodec
@@ -36,7 +36,18 @@ if TYPE_CHECKING:
     from zarr.core.array_spec import ArraySpec
     from zarr.core.buffer import NDBuffer
 
-__all__ = ["CODEC_NAME", "FileEncoding", "PerFileEncodingCodec", "Record", "record_of", "register", "without_record"]
+    from h5lens.manifest.model import Manifest
+
+__all__ = [
+    "CODEC_NAME",
+    "FileEncoding",
+    "PerFileEncodingCodec",
+    "Record",
+    "record_of",
+    "register",
+    "stored_values",
+    "without_record",
+]
 
 CODEC_NAME = "h5lens.per_file_encoding"
 
@@ -171,6 +182,22 @@ def without_record(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The document with the codec taken out: its stored values, as zarr decodes them."""
     codecs = [c for c in doc.get("codecs") or () if not (isinstance(c, Mapping) and c.get("name") == CODEC_NAME)]
     return {**doc, "codecs": codecs}
+
+
+def stored_values(manifest: Manifest) -> tuple[Manifest, dict[str, Record]]:
+    """The manifest with the codec taken out of its arrays (whose values then read as the
+    files stored them: what h5lens's reader decodes file by file, and what ``validate
+    --deep`` checks), and their records by array path (none: the manifest itself)."""
+    records = {}
+    for path, doc in manifest.nodes.items():
+        if doc.get("node_type") == "array" and doc.get("codecs"):
+            found = record_of(doc)
+            if found is not None:
+                records[path] = found
+    if not records:
+        return manifest, records
+    nodes = {**manifest.nodes, **{path: without_record(manifest.nodes[path]) for path in records}}
+    return replace(manifest, nodes=nodes), records
 
 
 def register() -> None:

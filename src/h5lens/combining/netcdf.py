@@ -14,7 +14,8 @@ refused, naming the variable, the attribute and two files that differ, or under
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -39,6 +40,9 @@ from h5lens.read.rectilinear import rectilinear_allowed
 
 # Values of arrays that are not concatenated are compared up to this many bytes each
 COMPARE_BYTES = 64 << 20
+# ... read on READ_THREADS threads up to this many bytes each (coordinates)
+READ_AT_ONCE_BYTES = 1 << 20
+READ_THREADS = 16
 
 
 def combine_netcdf(inputs: Sequence[Input], sources: SourceTable, *, dim: str, encoding: str = "equal") -> Combined:
@@ -121,7 +125,8 @@ def _check_same(path: str, inputs: Sequence[Input]) -> None:
     view = ArrayDocument.of(doc)
     assert view is not None
     body = {k: v for k, v in doc.items() if k != "attributes"}
-    values = None
+    nbytes = int(np.prod(view.shape, dtype=np.int64)) * 8
+    to_read = []
     for item in inputs[1:]:
         other = item.manifest.nodes.get(path)
         if other is None:
@@ -134,19 +139,34 @@ def _check_same(path: str, inputs: Sequence[Input]) -> None:
                     raise InvalidOptionError(
                         f"/{path}: attribute {name!r} differs between {first.name} and {item.name}"
                     )
-        nbytes = int(np.prod(view.shape, dtype=np.int64)) * 8
         if nbytes > COMPARE_BYTES:
             continue  # too big to read for a check: its document agreed
-        if item.manifest.chunks.get(path) == first.manifest.chunks.get(path) and item.manifest.sources == first.manifest.sources:
+        table = item.manifest.chunks.get(path)
+        inline_only = table is not None and not bool(np.any(table.source >= 0))  # no file read: sources do not matter
+        same_sources = inline_only or item.manifest.sources == first.manifest.sources
+        if same_sources and table == first.manifest.chunks.get(path):
             continue  # the very same bytes
-        if values is None:
-            values = _values(first, path, view)
-        theirs = _values(item, path, view)
+        to_read.append(item)
+    if not to_read:
+        return
+    values = _values(first, path, view)
+    for item, theirs in zip(to_read, _each_values(to_read, path, view, nbytes), strict=True):
         if not np.array_equal(values, theirs, equal_nan=values.dtype.kind in "fc"):
             raise InvalidOptionError(
                 f"/{path}: its values differ between {first.name} and {item.name}, and it does not lie along the "
                 "combined dimension"
             )
+
+
+def _each_values(items: Sequence[Input], path: str, view: ArrayDocument, nbytes: int) -> Iterator[np.ndarray]:
+    """The values of the array in each file, in order: small ones (coordinates) read on
+    threads, a file's store opened, read and closed on each (files on object storage would
+    otherwise cost round trips in a row: a HEAD and a GET a file), big ones in turn."""
+    if nbytes > READ_AT_ONCE_BYTES or len(items) < 2:
+        yield from (_values(item, path, view) for item in items)
+        return
+    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(items)), thread_name_prefix="h5lens-combine") as pool:
+        yield from pool.map(lambda item: _values(item, path, view), items)
 
 
 def _values(item: Input, path: str, view: ArrayDocument) -> np.ndarray:

@@ -8,6 +8,7 @@ remote source (merged requests), so bytes fetched for one purpose serve every ot
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,10 @@ from h5lens.fetch.planner import Planner
 from h5lens.fetch.protocol import ByteReader
 from h5lens.fetch.readahead import ReadAhead
 from h5lens.manifest.tables import INLINE, MISSING, ChunkTable
+
+# Remote sources a read of many chunks requests from at once (each source's own requests
+# are planned by its fetcher: h5lens.fetch.planner)
+SOURCES_AT_ONCE = 64
 
 MAX_READAHEAD_CHUNKS = 4096  # the window is bounded by MAX_SPAN bytes long before this
 # zarr fetches up to async.concurrency chunks at once: reads may arrive a little out of order.
@@ -169,16 +174,34 @@ class SourceReads:
         index: inline ones from the manifest, the rest requested at once (merged requests for
         remote sources, and using whatever a prefetch already holds)."""
         out: dict[int, bytes | memoryview] = {}
+        remote: list[tuple[int, np.ndarray]] = []
         for src, chosen, found in self._read_here(path, flats):
             if found is None:
-                offsets, lengths = self._ranges(path, chosen)
-                fetcher = self._fetcher(src)
-                try:
-                    found = await fetcher.read_ranges(offsets, lengths, self.bulk_planner or planners.bulk(fetcher.planner.costs))
-                except H5LensError as e:
-                    raise self._blame(e, self.client(src), chosen, offsets, lengths) from e.__cause__
-            out.update(zip(chosen.tolist(), found, strict=True))
+                remote.append((src, chosen))
+            else:
+                out.update(zip(chosen.tolist(), found, strict=True))
+        # every remote source's requests at once (a combined manifest's chunks lie in many
+        # files: one after another, a grid cell of 365 daily files waited 365 round trips)
+        at_once = asyncio.Semaphore(SOURCES_AT_ONCE)
+
+        async def bounded(src: int, chosen: np.ndarray) -> Sequence[bytes | memoryview]:
+            async with at_once:
+                return await self._read_remote(path, src, chosen)
+
+        fetched = await asyncio.gather(*(bounded(src, chosen) for src, chosen in remote), return_exceptions=True)
+        for (_, chosen), got in zip(remote, fetched, strict=True):
+            if isinstance(got, BaseException):
+                raise got  # the first source's failure, in their order
+            out.update(zip(chosen.tolist(), got, strict=True))
         return out
+
+    async def _read_remote(self, path: str, src: int, chosen: np.ndarray) -> Sequence[bytes | memoryview]:
+        offsets, lengths = self._ranges(path, chosen)
+        fetcher = self._fetcher(src)
+        try:
+            return await fetcher.read_ranges(offsets, lengths, self.bulk_planner or planners.bulk(fetcher.planner.costs))
+        except H5LensError as e:
+            raise self._blame(e, self.client(src), chosen, offsets, lengths) from e.__cause__
 
     def reads_here(self, path: str, flats: np.ndarray) -> bool:
         """Whether the present chunks among ``flats`` are all inline or in local files (so

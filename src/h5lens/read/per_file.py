@@ -5,8 +5,8 @@ per-file`` made.
 Such an array holds every file's stored values, and its codec chain starts with
 ``h5lens.per_file_encoding`` (:mod:`h5lens.codecs.per_file`), which records each file's
 values of the attributes that differ by its rows and refuses zarr's readers. Here the codec
-is taken out (:func:`stored_values`: the same manifest, whose arrays then read as their
-stored values), and :class:`PerFileZarrStore` gives xarray each such variable decoded file
+is taken out (:func:`h5lens.codecs.per_file.stored_values`: the same manifest, whose arrays
+then read as their stored values), and :class:`PerFileZarrStore` gives xarray each such variable decoded file
 by file, by xarray's own CF decoding (``decode_cf_variable``) with the options the dataset
 is opened with, as ``xr.open_mfdataset`` decodes each file before concatenating. Files
 in a row that share their encoding are decoded together.
@@ -21,7 +21,7 @@ naming the attribute and two files.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,9 +32,8 @@ from xarray.conventions import decode_cf_variable
 from xarray.core import indexing
 from xarray.core.variable import Variable
 
-from h5lens.codecs.per_file import FileEncoding, Record, record_of, without_record
+from h5lens.codecs.per_file import FileEncoding, Record, stored_values
 from h5lens.errors import UnsupportedFeatureError
-from h5lens.manifest.model import Manifest
 from h5lens.read.attribute_types import typed_attributes
 from h5lens.read.xarray_arrays import RegionZarrStore
 from h5lens.store import ManifestStore
@@ -42,21 +41,6 @@ from h5lens.store import ManifestStore
 # A stored array at most this big is read whole once, when a variable is opened (a time
 # coordinate: xarray reads its first and last values per file to choose its type)
 WHOLE_BYTES = 1 << 20
-
-
-def stored_values(manifest: Manifest) -> tuple[Manifest, dict[str, Record]]:
-    """The manifest with the per-file codec taken out of its arrays, and their records by
-    array path (none: the manifest itself)."""
-    records = {}
-    for path, doc in manifest.nodes.items():
-        if doc.get("node_type") == "array" and doc.get("codecs"):
-            found = record_of(doc)
-            if found is not None:
-                records[path] = found
-    if not records:
-        return manifest, records
-    nodes = {**manifest.nodes, **{path: without_record(manifest.nodes[path]) for path in records}}
-    return replace(manifest, nodes=nodes), records
 
 
 def stored_values_store(store: ManifestStore) -> tuple[ManifestStore, dict[str, Record]]:
@@ -310,4 +294,4 @@ class PerFileArray(BackendArray):
         return np.asarray(decoded.values, dtype=self.dtype)
 
 
-__all__ = ["Decoding", "PerFileArray", "PerFileZarrStore", "decode_per_file", "stored_values", "stored_values_store"]
+__all__ = ["Decoding", "PerFileArray", "PerFileZarrStore", "decode_per_file", "stored_values_store"]

@@ -33,7 +33,7 @@ def is_marker(doc: Mapping[str, Any] | None) -> bool:
 def checked_form(manifest: Manifest) -> Manifest:
     """The manifest as validation decodes it: per-file records taken out (their stored
     values decode with the codecs behind them)."""
-    from h5lens.read.per_file import stored_values
+    from h5lens.codecs.per_file import stored_values
 
     return stored_values(manifest)[0]
 
