@@ -28,10 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -179,42 +176,14 @@ def local(
     return [("combine (s)", combine_s, "<= 10 s at 365 files"), *compare("local", times, extra)]
 
 
-class MotoProcess:
-    """moto's S3 server in a process of its own: in this one, its ~30 ms of Python a request
-    would hold the GIL against the readers it serves (365 HEADs a read, for both contenders)."""
-
-    def __init__(self) -> None:
-        from h5lens.testing.s3 import LocalS3, free_port
-
-        self.local = LocalS3(free_port())  # its helpers (endpoint, options, buckets), not its thread
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> Any:
-        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.local.port)]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.local.port), timeout=1).close()
-                return self.local
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(10)
-
-
 def s3(args: argparse.Namespace, paths: list[str], workdir: str) -> tuple[list[tuple[str, float, str]], dict[str, int]]:
     import xarray as xr
 
     import h5lens
+    from h5lens.testing.emulators import SeparateS3
     from h5lens.testing.s3 import CountingProxy
 
-    with MotoProcess() as server, CountingProxy(
+    with SeparateS3() as server, CountingProxy(
         server.endpoint_url, latency_ms=args.latency_ms, bandwidth=args.bandwidth, cache_objects=True
     ) as proxy:  # fmt: skip
         server.make_bucket(BUCKET)
