@@ -212,7 +212,9 @@ def s3(args: argparse.Namespace, paths: list[str], workdir: str) -> tuple[list[t
             requests[name] = proxy.stats.requests
         times = interleaved(readers, args.s3_repeat)
         extra = {
-            "read of the cell alone, combined open": read_only(target, "v0", cell, args.repeat, storage_options=options)
+            "first read of the cell alone, combined just opened": read_only(
+                target, "v0", cell, args.repeat, storage_options=options
+            )
         }
     title = f"S3 (+{args.latency_ms:g} ms, {args.bandwidth / 1e6:g} MB/s)"
     return [(f"{title}: combine from manifests (s)", combine_s, ""), *compare(title, times, extra)], requests

@@ -124,7 +124,7 @@ def decode_per_file(
 ) -> Variable:
     """``variable`` (the stored values of a per-file array) decoded file by file: a lazy
     variable with the first file's attributes and encoding."""
-    if not variable.shape or found.rows != variable.shape[0]:
+    if not variable.shape or not found.files or found.rows != variable.shape[0]:
         raise UnsupportedFeatureError(
             f"{found.array}: its per-file record covers {found.rows} rows, the array has "
             f"{variable.shape[0] if variable.shape else 0}"
@@ -157,7 +157,7 @@ def decode_per_file(
 
 
 def _runs(files: tuple[FileEncoding, ...]) -> list[list[FileEncoding]]:
-    """The files in runs of one encoding (empty files left out)."""
+    """The files in runs of one encoding (empty files left out; the first, if all are)."""
     found: list[list[FileEncoding]] = []
     for file in files:
         if file.stop == file.start:
@@ -166,7 +166,7 @@ def _runs(files: tuple[FileEncoding, ...]) -> list[list[FileEncoding]]:
             found[-1].append(file)
         else:
             found.append([file])
-    return found
+    return found or [list(files[:1])]
 
 
 def _attributes(file: FileEncoding, stored: np.dtype) -> dict[str, Any]:
