@@ -69,6 +69,18 @@ def _quiet_on_hang_up(httpd: Any) -> None:
     httpd.handle_error = handle_error
 
 
+def _stop(process: subprocess.Popen[bytes] | None) -> None:
+    """Stop a server process started by a test: asked to end, killed if it has not in 10 s."""
+    if process is None:
+        return
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
 def _wait_for_port(port: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -199,14 +211,8 @@ class LocalAzure:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(10)
-            self._process = None
+        _stop(self._process)
+        self._process = None
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None
@@ -243,14 +249,8 @@ class SeparateS3(LocalS3):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(10)
-            self._process = None
+        _stop(self._process)
+        self._process = None
 
 
 # -- requester-pays buckets ------------------------------------------------------------------
