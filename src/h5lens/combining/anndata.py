@@ -101,7 +101,7 @@ def combine_anndata(
             # what is read of a remote file here, fetched at once (merged ranges), not a request each
             item.store.prefetch_all(SKELETON_BYTES, _read_here(item, referenced, pointers, merge, uns_merge, pairwise))
             for path in pointers:  # kept for _pointers, a later pass
-                item.kept[path] = _values(item, path)
+                item.kept[path] = item.values(path)
             reader = EagerReader(item.store)
             found = _skeleton(
                 reader, item, var_of[id(item)], referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise
@@ -296,7 +296,7 @@ def _read_here(
 
 def _pointers(inputs: Sequence[Input], path: str) -> list[np.ndarray]:
     """Every file's ``indptr`` of csr matrix ``path``, checked to span its values exactly."""
-    pointers = each_file(inputs, lambda item: _values(item, f"{path}/indptr"))
+    pointers = each_file(inputs, lambda item: item.values(f"{path}/indptr"))
     for item, found in zip(inputs, pointers, strict=True):
         stored = item.manifest.nodes[f"{path}/data"]["shape"][0]
         if int(found[0]) != 0 or int(found[-1]) != stored:
@@ -340,21 +340,6 @@ def _reference(combined: Combined, matrix: Matrix, parts_of: list[Part], n_obs: 
     shape = attributes.get("shape", [0, 0])
     attributes["shape"] = [n_obs, int(shape[1])]
     combined.nodes[matrix.path] = {**first[matrix.path], "attributes": attributes}
-
-
-def _values(item: Input, path: str) -> np.ndarray:
-    from h5lens.engine.plan import whole
-
-    if path in item.kept:
-        return np.asarray(item.kept[path])
-    doc = item.manifest.nodes[path]
-    found = item.store.read_region(path, whole(tuple(doc["shape"])))
-    if found is not None:
-        return np.asarray(found)
-    import zarr
-
-    with rectilinear_allowed([doc]):
-        return np.asarray(zarr.open_array(item.store, path=path, mode="r", zarr_format=3)[...])
 
 
 def _container_docs(combined: Combined, referenced: list[Matrix]) -> None:

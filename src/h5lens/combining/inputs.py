@@ -55,6 +55,25 @@ class Input:
             self._verified = True
         return self._store
 
+    def values(self, path: str, bounds: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
+        """The values of array ``path`` of the file (of the region ``bounds``, whole if None),
+        read by h5lens (through zarr where it does not decode the array); a small array kept
+        by an earlier pass (:attr:`kept`) is not read again."""
+        if bounds is None and path in self.kept:
+            return np.asarray(self.kept[path])
+        doc = self.manifest.nodes[path]
+        region = list(bounds) if bounds is not None else [(0, int(n)) for n in doc["shape"]]
+        found = self.store.read_region(path, region) if region else None
+        if found is not None:
+            return np.asarray(found)
+        import zarr
+
+        from h5lens.read.rectilinear import rectilinear_allowed
+
+        with rectilinear_allowed([doc]):
+            array = zarr.open_array(self.store, path=path, mode="r", zarr_format=3)
+        return np.asarray(array[tuple(slice(a, b) for a, b in region)] if region else array[...])
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()

@@ -14,8 +14,7 @@ refused, naming the variable, the attribute and two files that differ, or under
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -30,19 +29,16 @@ from h5lens.combining.encoding import (
     with_record,
     without_records,
 )
-from h5lens.combining.inputs import Input, SourceTable
+from h5lens.combining.inputs import Input, SourceTable, each_file
 from h5lens.combining.result import Combined
 from h5lens.combining.stack import Part, stack, why_not
-from h5lens.engine.plan import whole
 from h5lens.errors import InvalidOptionError, UnsupportedFeatureError
 from h5lens.manifest.documents import ArrayDocument
-from h5lens.read.rectilinear import rectilinear_allowed
 
 # Values of arrays that are not concatenated are compared up to this many bytes each
 COMPARE_BYTES = 64 << 20
-# ... read on READ_THREADS threads up to this many bytes each (coordinates)
+# ... read several files at once (each_file) up to this many bytes each (coordinates)
 READ_AT_ONCE_BYTES = 1 << 20
-READ_THREADS = 16
 
 
 def combine_netcdf(inputs: Sequence[Input], sources: SourceTable, *, dim: str, encoding: str = "equal") -> Combined:
@@ -149,37 +145,19 @@ def _check_same(path: str, inputs: Sequence[Input]) -> None:
         to_read.append(item)
     if not to_read:
         return
-    values = _values(first, path, view)
-    for item, theirs in zip(to_read, _each_values(to_read, path, view, nbytes), strict=True):
+    values = each_file([first], lambda item: item.values(path))[0]
+    # coordinates (small) read on threads; anything bigger one file after another, not all held at once
+    theirs_of = (
+        each_file(to_read, lambda item: item.values(path))
+        if nbytes <= READ_AT_ONCE_BYTES
+        else (each_file([item], lambda item: item.values(path))[0] for item in to_read)
+    )
+    for item, theirs in zip(to_read, theirs_of, strict=True):
         if not np.array_equal(values, theirs, equal_nan=values.dtype.kind in "fc"):
             raise InvalidOptionError(
                 f"/{path}: its values differ between {first.name} and {item.name}, and it does not lie along the "
                 "combined dimension"
             )
-
-
-def _each_values(items: Sequence[Input], path: str, view: ArrayDocument, nbytes: int) -> Iterator[np.ndarray]:
-    """The values of the array in each file, in order: small ones (coordinates) read on
-    threads, a file's store opened, read and closed on each (files on object storage would
-    otherwise cost round trips in a row: a HEAD and a GET a file), big ones in turn."""
-    if nbytes > READ_AT_ONCE_BYTES or len(items) < 2:
-        yield from (_values(item, path, view) for item in items)
-        return
-    with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(items)), thread_name_prefix="h5lens-combine") as pool:
-        yield from pool.map(lambda item: _values(item, path, view), items)
-
-
-def _values(item: Input, path: str, view: ArrayDocument) -> np.ndarray:
-    try:
-        found = item.store.read_region(path, whole(view.shape)) if view.shape else None
-        if found is not None:
-            return np.asarray(found)
-        import zarr
-
-        with rectilinear_allowed([item.manifest.nodes[path]]):
-            return np.asarray(zarr.open_array(item.store, path=path, mode="r", zarr_format=3)[...])
-    finally:
-        item.close()  # one file open at a time
 
 
 __all__ = ["combine_netcdf"]

@@ -31,7 +31,6 @@ from h5lens.combining.written import encode_chunks
 from h5lens.engine.plan import whole
 from h5lens.manifest.documents import ArrayDocument, rectilinear_json
 from h5lens.manifest.model import INLINE, MISSING, ChunkTable
-from h5lens.read.rectilinear import rectilinear_allowed
 
 
 @dataclass(frozen=True)
@@ -236,25 +235,11 @@ def _cut_in_place(
 def _cut_chunks(part: Part, view: ArrayDocument, doc: dict[str, Any], start: int, stop: int) -> dict[tuple[int, ...], bytes]:
     """Rows ``[start, stop)`` of the file's array (its last chunk's rows) encoded anew as one
     row of chunks of exactly those rows."""
-    values = _values(part, view, [(start, stop), *whole(view.shape[1:])])
-    return encode_chunks(doc, values)
-
-
-def _values(part: Part, view: ArrayDocument, bounds: list[tuple[int, int]]) -> np.ndarray:
-    """The values of a region of the file's array, read by h5lens (through zarr where it
-    does not decode the array)."""
-    store = part.item.store
     try:
-        found = store.read_region(part.path, bounds)
-        if found is not None:
-            return np.asarray(found)
-        import zarr
-
-        with rectilinear_allowed([part.item.manifest.nodes[part.path]]):
-            array = zarr.open_array(store, path=part.path, mode="r", zarr_format=3)
-        return np.asarray(array[tuple(slice(a, b) for a, b in bounds)])
+        values = part.item.values(part.path, [(start, stop), *whole(view.shape[1:])])
     finally:
         part.item.close()  # one file open at a time
+    return encode_chunks(doc, values)
 
 
 __all__ = ["Part", "Stacked", "stack", "why_not"]
