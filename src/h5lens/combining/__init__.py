@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from h5lens.combining.anndata import combine_anndata
 from h5lens.combining.encoding import MODES as ENCODINGS
@@ -31,35 +31,32 @@ from h5lens.read.options import OpenOptions
 FOR = ("any", "regular")  # --for: which readers the combined object is for
 
 
-def combine(
-    manifests: Sequence[Any],
-    *,
-    dim: str | None = None,
-    join: str = "inner",
-    label: str | None = None,
-    keys: Sequence[Any] | None = None,
-    index_unique: str | None = None,
-    merge: Any = None,
-    uns_merge: Any = None,
-    fill_value: Any = None,
-    pairwise: bool = False,
-    for_readers: str = "any",
-    encoding: str = "equal",
-    append_to: Any = None,
-    storage_options: dict[str, Any] | None = None,
-    options: OpenOptions | None = None,
-    index: Indexer | None = None,
-    scheduler: Any = None,
-    workers: int | None = None,
-) -> Manifest:
+class CombineKwargs(TypedDict, total=False):
+    """The options of :func:`combine` and :func:`combine_with_summary` (defaults there)."""
+
+    dim: str | None
+    join: str
+    label: str | None
+    keys: Sequence[Any] | None
+    index_unique: str | None
+    merge: Any
+    uns_merge: Any
+    fill_value: Any
+    pairwise: bool
+    for_readers: str
+    encoding: str
+    append_to: Any
+    storage_options: dict[str, Any] | None
+    options: OpenOptions | None
+    index: Indexer | None
+    scheduler: Any
+    workers: int | None
+
+
+def combine(manifests: Sequence[Any], **options: Unpack[CombineKwargs]) -> Manifest:
     """Many manifests (paths, URLs or :class:`~h5lens.Manifest` objects) as one manifest:
-    :func:`combine_with_summary`'s manifest."""
-    return combine_with_summary(
-        manifests, dim=dim, join=join, label=label, keys=keys, index_unique=index_unique, merge=merge,
-        uns_merge=uns_merge, fill_value=fill_value, pairwise=pairwise, for_readers=for_readers, encoding=encoding,
-        append_to=append_to, storage_options=storage_options, options=options, index=index, scheduler=scheduler,
-        workers=workers,
-    )[0]  # fmt: skip
+    :func:`combine_with_summary`'s manifest (the same options)."""
+    return combine_with_summary(manifests, **options)[0]
 
 
 def combine_with_summary(
@@ -154,4 +151,4 @@ def combine_with_summary(
     return manifest, Summary.of(inputs, combined, manifest)
 
 
-__all__ = ["ENCODINGS", "FOR", "Input", "Summary", "combine", "combine_with_summary"]
+__all__ = ["ENCODINGS", "FOR", "CombineKwargs", "Input", "Summary", "combine", "combine_with_summary"]
