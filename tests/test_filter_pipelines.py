@@ -155,3 +155,26 @@ def test_shared_files_codecs_follow_filters(name):
                 assert_codecs_follow_filters(f[key], manifest.nodes[key], table.source)
                 checked += 1
     assert checked
+
+
+def test_extensible_array_index_with_the_unlimited_dimension_last(tmp_path):
+    """Found by the random trees: ``maxshape=(n, None)`` under libver latest (an extensible
+    array index, its unlimited dimension swizzled first). libhdf5 2.0's ``chunk_iter``
+    lists those chunks at other offsets and with other chunks' filter masks, while
+    ``H5Dread`` finds them right; LZF gives up on some chunks (mask 0x2), not on others.
+    h5lens reads the index itself: its values are h5py's, and the oracle, which asks
+    libhdf5's read path for each referenced chunk's mask, agrees with its codecs."""
+    path = tmp_path / "ea.h5"
+    values = np.full((6, 6), 66050.0, dtype=">f4")
+    values[[0, 0, 2, 4], [1, 5, 2, 2]] = 0
+    with h5py.File(path, "w", libver=("v110", "latest")) as f:
+        f.create_dataset("x", data=values, chunks=(3, 2), maxshape=(6, None), compression="lzf", shuffle=True)
+    with h5py.File(path) as f:
+        ds = f["x"]
+        masks = {ds.id.read_direct_chunk((r, c))[0] for r in (0, 3) for c in (0, 2, 4)}
+        assert masks == {0, 2}, "the case needs chunks LZF compressed and chunks it gave up on"
+        expected = ds[...]
+        manifest = h5lens.index(path, inline_threshold=0)
+        assert (manifest.chunks["x"].source >= 0).any()
+        assert_codecs_follow_filters(ds, manifest.nodes["x"], manifest.chunks["x"].source)
+    np.testing.assert_array_equal(h5lens.open(manifest)["x"][...], expected)
