@@ -2,7 +2,7 @@
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo js vitessce test test-oldest lindi typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read bench-loader clean
+.PHONY: demo js vitessce test explore test-oldest lindi typecheck mutate bench bench-s3 bench-nodes bench-scale bench-read bench-loader clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $$(scripts/find-python) -m venv $(VENV)
@@ -43,6 +43,13 @@ vitessce: $(VITESSCE_STAMP)
 
 test: $(STAMP) $(JS_STAMP) $(EMULATORS) $(VITESSCE_STAMP)
 	$(VENV)/bin/python -m pytest -q -n auto --dist loadfile
+
+# The property tests with fresh random examples, many of them (`make test` draws the same
+# ones every run): run it now and then, and turn what it finds into a test of its own.
+explore: $(STAMP)
+	H5LENS_EXPLORE=1 H5LENS_RANDOM_TREES=3000 $(VENV)/bin/python -m pytest -q -n auto -p no:cacheprovider \
+		tests/test_random_trees.py tests/test_keys.py tests/test_slabs.py tests/test_pipeline.py tests/test_filter_table_equal.py \
+		tests/test_fuzz_manifest.py tests/test_manifest_columns.py
 
 # The read, AnnData and store tests again, under the oldest zarr, numcodecs, anndata and
 # xarray h5lens supports (.ci/oldest.txt); CI runs it after `make test`.

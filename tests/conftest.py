@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from h5lens.testing.s3 import CountingProxy, LocalS3
+
+# The property tests draw the same examples on every run (a seed from each test's name), so
+# a CI run on a commit gives the same verdict twice. `make explore` (H5LENS_EXPLORE=1) draws
+# fresh ones, many of them: that is where new cases are found, and each one found becomes
+# a test of its own.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile("explore" if os.environ.get("H5LENS_EXPLORE") else "repeatable")
 
 
 @pytest.fixture(autouse=True)
