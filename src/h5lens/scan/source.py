@@ -149,10 +149,9 @@ class TrackedFile:
         if run_end == stop:
             run_end += self._gap(run_end, 1)
         # no more than a block but what is asked: what lies before the read goes first
-        over = run_end - start + 1 - max(self._most, min(run_end, last) - number + 1)
-        if over > 0:
-            start += min(over, number - start)
-            run_end -= max(0, run_end - start + 1 - max(self._most, min(run_end, last) - number + 1))
+        allowed = max(self._most, min(run_end, last) - number + 1)
+        start = max(start, min(number, run_end - allowed + 1))
+        run_end = min(run_end, start + allowed - 1)
         data = self._fetch(start, run_end)
         self._streams.fetched(start, run_end + 1, asked=asked, carried=carried)
         return start, data
@@ -402,7 +401,11 @@ def _open_remote(
     size = int(info.get("size") or 0)
     raw = TrackedFile(ranges.fetch_sync, size, block_size)
     if isinstance(ranges.source, HTTPClient):
-        raw.hold(0, HEAD_BYTES)  # the check brought them: held without a request
+        try:
+            raw.hold(0, HEAD_BYTES)  # the check brought them: held without a request
+        except BaseException:
+            ranges.close()
+            raise
     ranges.fetcher.cached = raw.cached
     return raw, Source(url, size, info.get("mtime") if info.get("etag") is None else None, info.get("etag")), ranges
 
