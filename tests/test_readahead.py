@@ -123,6 +123,16 @@ def test_a_file_no_larger_than_a_block_is_one_request() -> None:
     assert fetch.fetches == [(0, 64 * KiB), (64 * KiB, len(data) - 64 * KiB)]
 
 
+def test_what_is_held_is_a_run_to_carry_on() -> None:
+    """Over HTTP the check brought the first 64 KiB: a heap read on from there reads ahead."""
+    data = random_bytes(16 * MiB)
+    fetch = Recorder(data)
+    tracked = TrackedFile(fetch, len(data), MiB)
+    tracked.hold(0, 64 * KiB)
+    assert read(tracked, 60 * KiB, 64 * KiB) == data[60 * KiB : 124 * KiB]
+    assert fetch.fetches[-1] == (64 * KiB, 128 * KiB)  # twice what was held
+
+
 def test_no_fetch_goes_past_the_block_size_but_what_is_asked() -> None:
     data = random_bytes(4 * MiB)
     for block in (4096, 16 * KiB):
@@ -139,6 +149,8 @@ def test_streams_double_a_run_once_it_has_shown_itself() -> None:
     assert streams.window(100, asked=1) == (4, False)  # a jump
     streams.fetched(98, 102, asked=1, carried=False)
     assert streams.window(102, asked=1) == (1, True)  # one small read past it: what it asks
+    streams.fetched(98, 102, asked=1, carried=False)
+    assert streams.window(102, asked=3) == (8, True)  # a read of several units: a run already
     streams.fetched(102, 103, asked=1, carried=True)
     assert streams.window(103, asked=1) == (2, True)  # a run now: twice the last fetch
     streams.fetched(103, 105, asked=1, carried=True)

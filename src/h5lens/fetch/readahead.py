@@ -41,11 +41,11 @@ class Streams:
 
     Each fetch is remembered by where it ended (the last ``streams`` of them). A fetch that
     starts where an earlier one ended carries that run on; it reads ahead (twice what the
-    earlier fetch took, up to ``most``) once the run has shown itself: the earlier fetch
-    asked for several units, or carried a run on itself. A small read just past a fetch
-    (libhdf5 reads 4 KiB from an object header's start, past the header's end, into
-    whatever follows it) gets what it asks for. Any other fetch is a jump:
-    ``after_jump`` units at least."""
+    earlier fetch took, up to ``most``) once the run has shown itself: the earlier fetch or
+    this read asks for several units, or the earlier fetch carried a run on itself. A read
+    of one unit just past a fetch (libhdf5 reads 4 KiB from an object header's start, past
+    the header's end, into whatever follows it) gets what it asks for. Any other fetch is
+    a jump: ``after_jump`` units at least."""
 
     __slots__ = ("most", "after_jump", "streams", "_ends")
 
@@ -62,7 +62,7 @@ class Streams:
         if before is None:
             return max(asked, self.after_jump), False
         size, shown = before
-        return (max(asked, min(self.most, 2 * size)) if shown else asked), True
+        return (max(asked, min(self.most, 2 * size)) if shown or asked > 1 else asked), True
 
     def fetched(self, start: int, end: int, *, asked: int, carried: bool) -> None:
         """Units ``[start, end)`` were fetched, for a read that needed ``asked`` of them;

@@ -84,7 +84,9 @@ class TrackedFile:
         """Fetch the units of ``[offset, offset + length)`` now (bytes the client already
         holds: an HTTP check brings the file's first bytes)."""
         if length > 0 and self.size:
-            self._fetch(offset // self.unit, min(self._last_unit, (offset + length - 1) // self.unit), request=False)
+            first, last = offset // self.unit, min(self._last_unit, (offset + length - 1) // self.unit)
+            self._fetch(first, last, request=False)
+            self._streams.fetched(first, last + 1, asked=last - first + 1, carried=False)  # a run to carry on
 
     def _fetch(self, first: int, last: int, *, request: bool = True) -> bytes:
         """Units ``first..last`` (inclusive), in one request (``request``: counted as one);
