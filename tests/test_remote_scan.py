@@ -254,6 +254,34 @@ def test_remote_scan_fetches_the_metadata_not_the_data(s3, s3_proxy, files) -> N
         assert stats["batches"] <= 5
 
 
+def test_an_anndata_files_scan_fetches_its_metadata_not_the_chunks_around_it(s3, s3_proxy, tmp_path) -> None:
+    """An h5ad as anndata writes it: X's object headers sit between chunk data (obsm's
+    before, X's own after), and each costs a few KiB of it, not a block. The scan fetches
+    about the metadata and the arrays it copies (names: their heap IDs, small arrays)."""
+    path = str(tmp_path / "atlas.h5ad")
+    rng = np.random.default_rng(0)
+    adata = ad.AnnData(sp.random(10_000, 2_000, density=0.05, format="csr", dtype=np.float32, random_state=rng))
+    adata.obs["group"] = rng.choice(["a", "b", "c"], 10_000)
+    adata.obsm["X_pca"] = rng.standard_normal((10_000, 20)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adata.write_h5ad(path, compression="gzip")
+    copied = 0
+    with h5py.File(path, "r") as f:
+        datasets: list[h5py.Dataset] = []
+        f.visititems(lambda _, node: datasets.append(node) if isinstance(node, h5py.Dataset) else None)
+        for ds in datasets:
+            if ds.dtype.kind == "O" or ds.id.get_storage_size() <= 1000:  # strings, and inlined arrays
+                copied += ds.id.get_storage_size()
+    needed = metadata_bytes(path) + copied
+    assert os.path.getsize(path) > 8 * needed
+    url = upload(s3, path)
+    options = s3.storage_options(s3_proxy.endpoint_url)
+    manifest = h5lens.index(url, storage_options=options)
+    assert s3_proxy.stats.bytes <= 1.25 * needed, (s3_proxy.stats.bytes, needed)
+    assert_same_manifest(manifest, h5lens.index(path))
+
+
 # --------------------------------------------------------------------------- round trips
 
 

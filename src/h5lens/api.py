@@ -77,7 +77,7 @@ def index(
         MiB read from a remote source.
     read_block_size
         Remote files only: libhdf5's metadata reads are served from blocks of at most
-        this many bytes (starting at 64 KiB, doubling while reads run on). Larger blocks
+        this many bytes (starting at 16 KiB, doubling while reads run on). Larger blocks
         take fewer requests and fetch more bytes that are not metadata; see docs/cloud.md.
     skip_unreadable
         An object the scan cannot read (a dataset or attribute h5py cannot read either, such

@@ -33,7 +33,7 @@ DEFAULT_MATERIALIZE_LIMIT = DefaultLimit(64 << 20)
 DEFAULT_READ_BLOCK_SIZE = 1 << 20
 MIN_READ_BLOCK_SIZE = 4096
 READ_CACHE_BYTES = 64 << 20  # the block cache holds this much (at least 32 blocks)
-READ_UNIT = 64 << 10  # blocks start this small after a jump, and double while reads go on
+READ_UNIT = 4 << 10  # the block cache's unit: an object header between chunks costs a few, not a block
 
 
 @dataclass(frozen=True)

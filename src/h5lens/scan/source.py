@@ -13,10 +13,11 @@ import numpy as np
 
 from h5lens.errors import H5LensError, InvalidOptionError, NotHDF5Error, first_line
 from h5lens.fetch.backend_errors import anon_requested, storage_error
+from h5lens.fetch.http_client import HEAD_BYTES, HTTPClient
 from h5lens.fetch.local import LocalClient, read_now
 from h5lens.fetch.protocol import ByteReader
 from h5lens.fetch.ranges import PastEndError
-from h5lens.fetch.readahead import ReadAhead
+from h5lens.fetch.readahead import Streams
 from h5lens.manifest.locations import is_remote
 from h5lens.manifest.model import Source
 from h5lens.scan.options import DEFAULT_READ_BLOCK_SIZE, MIN_READ_BLOCK_SIZE, READ_CACHE_BYTES, READ_UNIT
@@ -28,17 +29,31 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 class TrackedFile:
     """The file object libhdf5 reads a remote file through.
 
-    It serves reads from a cache of small blocks ("units", 64 KiB at most). A read that
-    misses fetches the missing units with one request, and reads ahead: one unit after a
-    jump, twice as many each time the misses carry on where the last fetch ended, up to
-    ``block_size`` bytes. Metadata scattered through a file (object headers between
-    datasets' data) then costs a unit per place, and metadata packed together (global
-    heaps of strings, a run of object headers) few requests. It counts what it fetched
-    (for progress), offers what it holds to h5lens's own reads (:meth:`cached`), and keeps
-    the backend's exception, which h5py turns into a bare OSError ("unable to open file")
-    that would otherwise hide a network or permission failure."""
+    It serves reads from a cache of small blocks ("units", 4 KiB). A read that misses
+    fetches the missing units with one request, sized by where the file's metadata lies,
+    which nothing says before it is read: an object header read where its data begins and
+    ends costs a unit's worth of someone else's chunks, not a block of them.
+
+    * After a jump: ``JUMP_UNITS`` units around the read (libhdf5 reads next what was
+      written just before or after: the header's B-tree root, its group's heap).
+    * Near what is held (a gap of at most ``NEAR_UNITS`` units, or of at most as many as
+      the held run next to it): the gap too. Metadata packed together (the object headers
+      a file's writer put in one place, the end of a file closed by libhdf5) comes in a
+      few requests that double what is held each time, as one read-ahead would.
+    * Carrying on where a fetch ended: what is asked, and twice as much as that fetch
+      once the run has shown itself (:class:`h5lens.fetch.readahead.Streams`: global
+      heaps of strings read in turn with the chunks of heap IDs pointing into them).
+
+    No fetch goes beyond ``block_size`` bytes but what a read asks for; a file no larger
+    than that is fetched whole by the first read that misses (a request costs more than
+    its bytes). It counts what it fetched (for progress), offers what it holds to h5lens's
+    own reads (:meth:`cached`), and keeps the backend's exception, which h5py turns into a
+    bare OSError ("unable to open file") that would otherwise hide a network or permission
+    failure."""
 
     REPORT_EVERY = 1 << 20
+    JUMP_UNITS = 4
+    NEAR_UNITS = 4
 
     def __init__(
         self,
@@ -60,19 +75,29 @@ class TrackedFile:
         self.on_read: Callable[[], None] | None = None
         self._reported = 0
         self._pos = 0
-        self._last_end = -1  # the unit after the last fetch
-        # units a miss fetches: the one missed, more while misses run on (:mod:`h5lens.fetch.readahead`)
-        self._ahead = ReadAhead(max(1, self.block_size // self.unit), after_jump=1)
+        self._last_unit = max(0, (size - 1) // self.unit)
+        self._most = max(1, self.block_size // self.unit)  # units a fetch takes beyond what is asked, at most
+        self._near = min(self.NEAR_UNITS, self._most)
+        self._streams = Streams(self._most, after_jump=self.JUMP_UNITS)
 
-    def _fetch(self, first: int, last: int) -> None:
-        """Units ``first..last`` (inclusive), in one request."""
+    def hold(self, offset: int, length: int) -> None:
+        """Fetch the units of ``[offset, offset + length)`` now (bytes the client already
+        holds: an HTTP check brings the file's first bytes)."""
+        if length > 0 and self.size:
+            first, last = offset // self.unit, min(self._last_unit, (offset + length - 1) // self.unit)
+            self._fetch(first, last, request=False)
+            self._streams.fetched(first, last + 1, asked=last - first + 1, carried=False)  # a run to carry on
+
+    def _fetch(self, first: int, last: int, *, request: bool = True) -> bytes:
+        """Units ``first..last`` (inclusive), in one request (``request``: counted as one);
+        their bytes (a read takes them from here: the cache may not hold them all)."""
         start, end = first * self.unit, min(self.size, (last + 1) * self.unit)
         try:
             data = self.fetch(start, end - start)
         except Exception as e:
             self.failure = e
             raise
-        self.requests += 1
+        self.requests += request
         self.bytes_read += len(data)
         for number in range(first, last + 1):
             at = (number - first) * self.unit
@@ -82,32 +107,75 @@ class TrackedFile:
         if self.on_read is not None and self.bytes_read - self._reported >= self.REPORT_EVERY:
             self._reported = self.bytes_read
             self.on_read()  # only updates a display: no h5py call may happen in here
+        return data
 
-    def _miss(self, number: int, last: int) -> int:
-        """Fetch from unit ``number`` (missing) through at least ``last`` (missing ones only),
-        reading ahead; returns the unit after the run fetched."""
-        window = self._ahead.next(sequential=number == self._last_end)
-        stop = min(max(last, number + window - 1), (self.size - 1) // self.unit)
+    def _gap(self, number: int, step: int) -> int:
+        """How many missing units from ``number`` on (in direction ``step``: 1 or -1) are
+        worth fetching with it: those before a held unit, if there are at most
+        ``NEAR_UNITS`` of them or at most as many as the held run beyond them; else 0."""
+        for gap in range(1, self._most + 1):
+            at = number + step * gap
+            if at < 0 or at > self._last_unit:
+                return 0
+            if at in self.blocks:
+                run = 1
+                while run < gap - 1 and at + step * run in self.blocks:
+                    run += 1
+                return gap - 1 if gap - 1 <= max(self._near, run) else 0
+        return 0
+
+    def _miss(self, number: int, last: int) -> tuple[int, bytes]:
+        """Fetch from unit ``number`` (missing) through at least ``last``, missing units
+        only (see the class docstring); returns the first unit fetched and the bytes."""
+        if self.size <= self.block_size:  # a file no larger than a block: all of it not held yet
+            start, run_end = number, number
+            while start > 0 and start - 1 not in self.blocks:
+                start -= 1
+            while run_end < self._last_unit and run_end + 1 not in self.blocks:
+                run_end += 1
+            return start, self._fetch(start, run_end)
+        asked = last - number + 1
+        window, carried = self._streams.window(number, asked)
+        start = number
+        if not carried:  # a jump: the window around the read, as far back as the held units
+            start = max(0, number - (window - 1) // 2)
+            held = number - 1
+            while held >= start and held not in self.blocks:
+                held -= 1
+            start = held + 1
+        stop = min(self._last_unit, max(last, start + window - 1))
+        start -= self._gap(start, -1)
         run_end = number
-        while run_end + 1 <= stop and run_end + 1 not in self.blocks:
+        while run_end < stop and run_end + 1 not in self.blocks:
             run_end += 1
-        self._fetch(number, run_end)
-        self._last_end = run_end + 1
-        return run_end + 1
+        if run_end == stop:
+            run_end += self._gap(run_end, 1)
+        # no more than a block but what is asked: what lies before the read goes first
+        allowed = max(self._most, min(run_end, last) - number + 1)
+        start = max(start, min(number, run_end - allowed + 1))
+        run_end = min(run_end, start + allowed - 1)
+        data = self._fetch(start, run_end)
+        self._streams.fetched(start, run_end + 1, asked=asked, carried=carried)
+        return start, data
 
     def read(self, size: int = -1) -> bytes:
         end = self.size if size is None or size < 0 else min(self.size, self._pos + size)
         if end <= self._pos:
             return b""
         first, last = self._pos // self.unit, (end - 1) // self.unit
+        parts: list[bytes] = []
         number = first
         while number <= last:  # each run of missing units: one request
-            if number in self.blocks:
+            held = self.blocks.get(number)
+            if held is not None:
                 self.blocks.move_to_end(number)
+                parts.append(held)
                 number += 1
                 continue
-            number = self._miss(number, last)
-        parts = [self.blocks[n] for n in range(first, last + 1)]
+            start, fetched = self._miss(number, last)
+            after = min(last + 1, start + (len(fetched) + self.unit - 1) // self.unit)
+            parts.extend(fetched[(n - start) * self.unit : (n - start + 1) * self.unit] for n in range(number, after))
+            number = after
         begin = self._pos - first * self.unit
         data = (parts[0] if len(parts) == 1 else b"".join(parts))[begin : begin + end - self._pos]
         self._pos = end
@@ -334,6 +402,12 @@ def _open_remote(
         raise
     size = int(info.get("size") or 0)
     raw = TrackedFile(ranges.fetch_sync, size, block_size)
+    if isinstance(ranges.source, HTTPClient):
+        try:
+            raw.hold(0, HEAD_BYTES)  # the check brought them: held without a request
+        except BaseException:
+            ranges.close()
+            raise
     ranges.fetcher.cached = raw.cached
     return raw, Source(url, size, info.get("mtime") if info.get("etag") is None else None, info.get("etag")), ranges
 
