@@ -1,0 +1,84 @@
+"""A manifest of many sources (a combined one) checks each source before its first byte is
+read, not all at open: opening it and listing its obs touch no file, and a source that changed
+or went missing after combining is still refused, by name, by the first read of its rows,
+while the other files' rows read as anndata reads them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anndata as ad
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+import zarr
+
+import h5lens
+import h5lens.store
+from h5lens.errors import SourceNotFoundError, StaleSourceError
+
+CELLS = (40, 25, 33)
+GENES = 12
+
+
+def _write(path: Path, n: int, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    dense = rng.random((n, GENES), dtype=np.float32)
+    dense[dense < 0.6] = 0
+    obs = pd.DataFrame({"score": rng.random(n)}, index=[f"f{seed}c{i}" for i in range(n)])
+    ad.AnnData(sp.csr_matrix(dense), obs=obs, var=pd.DataFrame(index=[f"g{j}" for j in range(GENES)])).write_h5ad(path)
+    return path
+
+
+@pytest.fixture
+def combined(tmp_path, monkeypatch) -> tuple[list[Path], Path]:
+    """Three files combined (their sources all referenced), and stores that check sources on
+    first read from two sources on (as a combined manifest of many files does)."""
+    paths = [_write(tmp_path / f"f{i}.h5ad", n, i) for i, n in enumerate(CELLS)]
+    target = tmp_path / "combined.json"
+    h5lens.combine([h5lens.index(p, inline_threshold=0) for p in paths]).to_json(target)
+    monkeypatch.setattr(h5lens.store, "CHECK_AT_OPEN", 1)
+    return paths, target
+
+
+def test_a_changed_source_is_refused_when_first_read_after_a_lazy_open(combined):
+    paths, target = combined
+    first = ad.read_h5ad(paths[0])
+    _write(paths[1], CELLS[1], 7)  # replaced after combining (same name, other bytes)
+    group = h5lens.open_group(target)  # no source read: none checked
+    assert list(group["obs"].attrs["column-order"]) == ["score"]
+    lazy = h5lens.read_anndata(target, lazy=True)
+    assert list(lazy.obs.columns) == ["score"] and lazy.n_obs == sum(CELLS)
+    # the rows of an unchanged file read (only its source is checked) ...
+    np.testing.assert_array_equal(lazy.X[: CELLS[0]].compute().toarray(), first.X.toarray())
+    # ... those of the changed one are refused, naming it, by each reader
+    with pytest.raises(StaleSourceError, match="f1.h5ad"):
+        lazy.X.compute()
+    with pytest.raises(StaleSourceError, match="f1.h5ad"):
+        h5lens.read_anndata(target)
+    with zarr.config.set({"array.rectilinear_chunks": True}), pytest.raises(StaleSourceError, match="f1.h5ad"):
+        group["X/data"][:]
+    problems = h5lens.validate(target)
+    assert len(problems) == 1 and "f1.h5ad" in str(problems[0])
+
+
+def test_a_missing_source_is_named_when_first_read(combined):
+    paths, target = combined
+    paths[2].unlink()
+    lazy = h5lens.read_anndata(target, lazy=True)
+    np.testing.assert_array_equal(lazy.X[: CELLS[0]].compute().toarray(), ad.read_h5ad(paths[0]).X.toarray())
+    with pytest.raises(SourceNotFoundError, match="f2.h5ad"):
+        lazy.X.compute()
+    with pytest.raises(SourceNotFoundError, match="f2.h5ad"):
+        h5lens.read_anndata(target)
+
+
+def test_few_sources_are_checked_at_open(combined, monkeypatch):
+    """Up to CHECK_AT_OPEN sources, opening checks them all, as before."""
+    paths, target = combined
+    monkeypatch.setattr(h5lens.store, "CHECK_AT_OPEN", len(paths))
+    _write(paths[1], CELLS[1], 7)
+    with pytest.raises(StaleSourceError, match="f1.h5ad"):
+        h5lens.open_group(target)
+    h5lens.open_group(target, verify=False)
