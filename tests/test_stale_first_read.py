@@ -82,3 +82,30 @@ def test_few_sources_are_checked_at_open(combined, monkeypatch):
     with pytest.raises(StaleSourceError, match="f1.h5ad"):
         h5lens.open_group(target)
     h5lens.open_group(target, verify=False)
+
+
+def test_on_s3_a_replaced_object_is_refused_when_first_read(tmp_path, s3, monkeypatch):
+    """Objects on S3 (moto): opening makes no HEAD of any file; the first read of a replaced
+    object's rows is refused by name (its check runs while its bytes are fetched, and nothing
+    read from it is returned), the other files' rows read as anndata reads them."""
+    options = s3.storage_options()
+    fs = s3.filesystem()
+    paths = [_write(tmp_path / f"f{i}.h5ad", n, i) for i, n in enumerate(CELLS)]
+    urls = []
+    for path in paths:
+        fs.put(str(path), f"bucket/first-read/{path.name}")
+        urls.append(f"s3://bucket/first-read/{path.name}")
+    manifests = [h5lens.index(u, storage_options=options, inline_threshold=0) for u in urls]
+    combined = h5lens.combine(manifests, storage_options=options)
+    monkeypatch.setattr(h5lens.store, "CHECK_AT_OPEN", 1)
+    fs.put(str(_write(tmp_path / "other.h5ad", CELLS[1], 7)), "bucket/first-read/f1.h5ad")  # a new ETag
+    lazy = h5lens.read_anndata(combined, lazy=True, storage_options=options)
+    assert list(lazy.obs.columns) == ["score"]
+    np.testing.assert_array_equal(lazy.X[: CELLS[0]].compute().toarray(), ad.read_h5ad(paths[0]).X.toarray())
+    with pytest.raises(StaleSourceError, match="f1.h5ad"):
+        lazy.X.compute()
+    group = h5lens.open_group(combined, storage_options=options)
+    with zarr.config.set({"array.rectilinear_chunks": True}), pytest.raises(StaleSourceError, match="f1.h5ad"):
+        group["X/data"][:]
+    with pytest.raises(StaleSourceError, match="f1.h5ad"):
+        h5lens.read_anndata(combined, storage_options=options)

@@ -1,21 +1,22 @@
-"""Sources checked before their first byte is read, rather than all when a store opens.
+"""Sources checked when they are first read, rather than all when a store opens.
 
 A manifest of many sources (a combined one: a thousand files) would otherwise wait a
 thousand staleness checks (HEADs on object storage, fingerprints of local files) before
 anything is listed, though listing its groups and reading its inline arrays touches none of
 them. :class:`SourceChecks` remembers which sources were checked and checks the others at
 once, on threads, the first time any of them is asked for; :class:`CheckedReads` asks it
-for the sources of every read before the read's first byte. Every source that is read is
-checked, with the same errors (:meth:`h5lens.store.ManifestStore.check_source`).
+for the sources of every read: before a local read, and while a remote one's bytes are
+fetched (their round trips overlap), its result returned only once the check passed. Every
+source that is read is checked, with the same errors (:func:`check_source`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -30,6 +31,8 @@ CHECK_THREADS = 32
 # A store opened with verify checks up to this many sources at open (one round of threads:
 # a missing or changed file is refused by open itself); more, each before its first read
 CHECK_AT_OPEN = CHECK_THREADS
+
+T = TypeVar("T")
 
 
 class SourceChecks:
@@ -123,9 +126,8 @@ def check_source(reads: SourceReads, index: int, recorded: Source, url: str, rem
 
 class CheckedReads(SourceReads):
     """A store's :class:`~h5lens.fetch.sources.SourceReads` that checks (``checks``) the
-    sources of every read before the read: the chunk's, the chunks' of a read of many, the
-    planned ones of a prefetch. A check that would wait on a round trip runs off the event
-    loop."""
+    sources of every read: the chunk's, the chunks' of a read of many. A prefetch is not
+    checked: what it fetches ahead is returned only by those reads."""
 
     def __init__(
         self, urls: list[str], tables: Mapping[str, ChunkTable], options: dict[str, Any], checks: SourceChecks
@@ -137,34 +139,39 @@ class CheckedReads(SourceReads):
         sources = self.tables[path].source.reshape(-1)
         return sources if flats is None else sources[np.asarray(flats, dtype=np.int64)]
 
-    async def _ensure_async(self, sources: Iterable[int]) -> None:
+    async def _checked(self, sources: Iterable[int], reading: Awaitable[T]) -> T:
+        """``reading``'s result, once the sources it reads are checked. The checks run off the
+        loop (a remote source's check may itself run on this loop) while the bytes are fetched,
+        so that their round trips overlap; a read that fails is explained by a failed check
+        first (a file that changed or went missing), and nothing is returned unless every
+        check passed."""
         todo = self.checks.unchecked(sources)
-        if todo:  # off the loop: a remote source's check may itself run on this loop
-            await asyncio.to_thread(self.checks.ensure, todo)
+        if not todo:
+            return await reading
+        checking = asyncio.ensure_future(asyncio.to_thread(self.checks.ensure, todo))
+        try:
+            found = await reading
+        except BaseException:
+            await checking  # its error, if any, is the one raised
+            raise
+        await checking
+        return found
 
     async def read(self, chunk: ChunkRead) -> bytes:
-        await self._ensure_async([chunk.source])
-        return await super().read(chunk)
+        return await self._checked([chunk.source], super().read(chunk))
 
     def read_sync(self, chunk: ChunkRead) -> bytes:
         self.checks.ensure([chunk.source])
         return super().read_sync(chunk)
 
     async def read_many(self, path: str, flats: np.ndarray | None = None) -> dict[int, bytes | memoryview]:
-        await self._ensure_async(self._sources_of(path, flats).tolist())
-        return await super().read_many(path, flats)
+        return await self._checked(self._sources_of(path, flats).tolist(), super().read_many(path, flats))
 
     def read_many_now(self, path: str, flats: np.ndarray) -> dict[int, bytes | memoryview] | None:
         if not self.reads_here(path, flats):
             return None  # read by read_many, which checks
         self.checks.ensure(self._sources_of(path, flats).tolist())  # local files: no round trip
         return super().read_many_now(path, flats)
-
-    def prefetch(self, budget: int | None = None, paths: Callable[[str], bool] | None = None) -> Any:
-        wanted = [path for path in self.tables if paths is None or paths(path)]
-        if not self.all_local and wanted:
-            self.checks.ensure(np.concatenate([self.tables[path].source.reshape(-1) for path in wanted]).tolist())
-        return super().prefetch(paths=paths) if budget is None else super().prefetch(budget, paths)
 
 
 __all__ = ["CHECK_AT_OPEN", "CHECK_THREADS", "CheckedReads", "SourceChecks", "check_source"]
