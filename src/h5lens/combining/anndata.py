@@ -153,9 +153,10 @@ def combine_anndata(
     return combined
 
 
-def _same_element(one: Input, other: Input, path: str) -> bool:
-    """Whether element ``path`` is stored alike in both manifests: the same documents, and
-    chunk tables of inline bytes only, equal."""
+def _same_element(one: Input, other: Input, path: str, values: dict[str, np.ndarray] | None = None) -> bool:
+    """Whether element ``path`` holds the same values in both files: the same documents, and
+    each array's chunk tables of inline bytes equal or, with ``values`` (``one``'s arrays'
+    values, read by :func:`_element_values`), its values read from ``other`` equal to them."""
 
     def members(item: Input) -> dict[str, Any]:
         return {p: d for p, d in item.manifest.nodes.items() if p == path or p.startswith(path + "/")}
@@ -167,19 +168,40 @@ def _same_element(one: Input, other: Input, path: str) -> bool:
         a, b = one.manifest.chunks.get(p), other.manifest.chunks.get(p)
         if (a is None) != (b is None):
             return False
-        if a is not None and (bool((a.source >= 0).any()) or a != b):
+        if a is None or (not bool((a.source >= 0).any()) and a == b):
+            continue  # no chunks, or the same inline bytes
+        if values is None or p not in values or not _equal(values[p], other.values(p)):
             return False
     return True
 
 
+def _element_values(item: Input, path: str) -> dict[str, np.ndarray]:
+    """The values of the arrays of element ``path`` of ``item`` that reference its file and
+    that h5lens reads (numbers, booleans, strings), for :func:`_same_element`."""
+    found = {}
+    for p, doc in item.manifest.nodes.items():
+        if (p == path or p.startswith(path + "/")) and doc.get("node_type") == "array" and p in item.manifest.chunks:
+            if bool((item.manifest.chunks[p].source >= 0).any()) and doc.get("shape"):
+                found[p] = item.values(p)
+    return found
+
+
+def _equal(one: np.ndarray, other: np.ndarray) -> bool:
+    """Equal values (and dtypes, shapes); NaN equal to NaN where the values are floats."""
+    if one.dtype != other.dtype or one.shape != other.shape:
+        return False
+    return bool(np.array_equal(one, other, equal_nan=one.dtype.kind in "fc"))
+
+
 def _vars(inputs: Sequence[Input]) -> list[Any]:
-    """Each file's var (a var stored byte for byte as the first file's, inline as small ones
-    are, is not read again)."""
+    """Each file's var: one read of the first file's; another file whose var's arrays hold
+    the same values (compared as arrays, not read into a DataFrame) has that same var."""
     first = EagerReader(inputs[0].store).read("var")
+    values = _element_values(inputs[0], "var")
     inputs[0].close()
 
     def var(item: Input) -> Any:
-        return first if _same_element(inputs[0], item, "var") else EagerReader(item.store).read("var")
+        return first if _same_element(inputs[0], item, "var", values) else EagerReader(item.store).read("var")
 
     return [first, *each_file(inputs[1:], var)]
 

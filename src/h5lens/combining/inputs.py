@@ -82,7 +82,7 @@ class Input:
 
 # Manifests loaded at once: each load is a few requests (HEAD, GET) of small objects, so a
 # thousand manifests on object storage take a thousand round trips; threads overlap them.
-LOADING_THREADS = 16
+LOADING_THREADS = 32
 
 
 def load_inputs(
@@ -170,7 +170,7 @@ def _index_files(
 # a file's rows end in): each is a few small requests, so on object storage the passes are
 # round trips, which threads overlap; locally they are small reads and the GIL is let go.
 FILE_THREADS = 8
-REMOTE_FILE_THREADS = 16  # files on object storage: waiting on round trips, not on the cores
+REMOTE_FILE_THREADS = 32  # files on object storage: waiting on round trips, not on the cores
 
 
 def each_file(inputs: Sequence[Input], work: Callable[[Input], Any]) -> list[Any]:
