@@ -85,9 +85,8 @@ def test_few_sources_are_checked_at_open(combined, monkeypatch):
 
 
 def test_on_s3_a_replaced_object_is_refused_when_first_read(tmp_path, s3, monkeypatch):
-    """Objects on S3 (moto): opening makes no HEAD of any file; the first read of a replaced
-    object's rows is refused by name (its check runs while its bytes are fetched, and nothing
-    read from it is returned), the other files' rows read as anndata reads them."""
+    """Objects on S3 (moto), read through the event loop: the first read of a replaced
+    object's rows is refused by name, the other files' rows read as anndata reads them."""
     options = s3.storage_options()
     fs = s3.filesystem()
     paths = [_write(tmp_path / f"f{i}.h5ad", n, i) for i, n in enumerate(CELLS)]

@@ -5,9 +5,9 @@ thousand staleness checks (HEADs on object storage, fingerprints of local files)
 anything is listed, though listing its groups and reading its inline arrays touches none of
 them. :class:`SourceChecks` remembers which sources were checked and checks the others at
 once, on threads, the first time any of them is asked for; :class:`CheckedReads` asks it
-for the sources of every read: before a local read, and while a remote one's bytes are
-fetched (their round trips overlap), its result returned only once the check passed. Every
-source that is read is checked, with the same errors (:func:`check_source`).
+for the sources of every read before the read (a read of many chunks: the sources of those
+chunks, at once). Every source that is read is checked, with the same errors
+(:func:`check_source`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ class SourceChecks:
     """Which of a store's sources were checked; :meth:`ensure` checks the others.
 
     ``check(index)`` raises if source ``index`` is not the file indexed (missing, changed).
-    A source is checked once per store; one being checked by another thread is waited for,
-    not checked twice. A failed check is not remembered: the next read checks again."""
+    A source is checked once per store, on this object's threads (:data:`CHECK_THREADS`);
+    one being checked when another read asks for it is waited for, not checked twice. A
+    failed check is not remembered: the next read checks again."""
 
     def __init__(self, sources: Sequence[Source], check: Callable[[int], None]) -> None:
         self._check = check
@@ -51,6 +52,7 @@ class SourceChecks:
         )
         self._pending: dict[int, Future[None]] = {}
         self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
     def unchecked(self, sources: Iterable[int]) -> list[int]:
         """Those of ``sources`` (source indices; negative ones, inline or missing, ignored)
@@ -59,48 +61,60 @@ class SourceChecks:
         found = found[found >= 0]
         return found[~self._done[found]].tolist()
 
-    def ensure(self, sources: Iterable[int]) -> None:
-        """Check those of ``sources`` not checked yet, at once; raises the error of the first
-        (in source order) that fails."""
+    def _start(self, sources: Iterable[int]) -> list[Future[None]]:
+        """The checks of those of ``sources`` not checked yet, started (or already running), in order."""
         todo = self.unchecked(sources)
         if not todo:
-            return
-        mine: list[tuple[int, Future[None]]] = []
-        waits: list[tuple[int, Future[None]]] = []
+            return []
+        futures = []
         with self._lock:
             for index in todo:
                 if self._done[index]:
                     continue
-                pending = self._pending.get(index)
-                if pending is None:
-                    pending = self._pending[index] = Future()
-                    mine.append((index, pending))
-                else:
-                    waits.append((index, pending))
+                future = self._pending.get(index)
+                if future is None:
+                    if self._pool is None:
+                        self._pool = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="h5lens-verify")
+                    future = self._pending[index] = self._pool.submit(self._run, index)
+                futures.append(future)
+        return futures
 
-        def run(item: tuple[int, Future[None]]) -> None:
-            index, future = item
-            try:
-                self._check(index)
-            except BaseException as e:  # noqa: BLE001 - raised below, in the order of the sources
-                with self._lock:
-                    self._pending.pop(index, None)
-                future.set_exception(e)
-            else:
-                with self._lock:
-                    self._done[index] = True
-                    self._pending.pop(index, None)
-                future.set_result(None)
+    def _run(self, index: int) -> None:
+        try:
+            self._check(index)
+        except BaseException:
+            with self._lock:
+                self._pending.pop(index, None)
+            raise
+        with self._lock:
+            self._done[index] = True
+            self._pending.pop(index, None)
 
-        if len(mine) > 1:
-            with ThreadPoolExecutor(min(CHECK_THREADS, len(mine)), thread_name_prefix="h5lens-verify") as pool:
-                list(pool.map(run, mine))
-        elif mine:
-            run(mine[0])
-        failures = [(index, future.exception()) for index, future in sorted([*mine, *waits], key=lambda x: x[0])]
-        for _, error in failures:
-            if error is not None:
-                raise error
+    def ensure(self, sources: Iterable[int]) -> None:
+        """Check those of ``sources`` not checked yet, at once; raises the error of the first
+        (in source order) that fails."""
+        futures = self._start(sources)
+        errors = [future.exception() for future in futures]  # every one waited for
+        _raise_first(errors)
+
+    async def ensure_async(self, sources: Iterable[int]) -> None:
+        """:meth:`ensure` on the event loop: the checks run on this object's threads (a remote
+        source's check may itself use this loop), waited for without blocking it."""
+        futures = self._start(sources)
+        if futures:
+            found = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
+            _raise_first([e if isinstance(e, BaseException) else None for e in found])
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+
+def _raise_first(errors: Sequence[BaseException | None]) -> None:
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 def check_source(reads: SourceReads, index: int, recorded: Source, url: str, remapped: str | None) -> None:
@@ -139,33 +153,23 @@ class CheckedReads(SourceReads):
         sources = self.tables[path].source.reshape(-1)
         return sources if flats is None else sources[np.asarray(flats, dtype=np.int64)]
 
-    async def _checked(self, sources: Iterable[int], reading: Awaitable[T]) -> T:
-        """``reading``'s result, once the sources it reads are checked. The checks run off the
-        loop (a remote source's check may itself run on this loop) while the bytes are fetched,
-        so that their round trips overlap; a read that fails is explained by a failed check
-        first (a file that changed or went missing), and nothing is returned unless every
-        check passed."""
-        todo = self.checks.unchecked(sources)
-        if not todo:
-            return await reading
-        checking = asyncio.ensure_future(asyncio.to_thread(self.checks.ensure, todo))
-        try:
-            found = await reading
-        except BaseException:
-            await checking  # its error, if any, is the one raised
-            raise
-        await checking
-        return found
+    async def _checked(self, sources: Iterable[int], reading: Callable[[], Awaitable[T]]) -> T:
+        """``reading()``, once the sources it reads are checked (the check first: it is also
+        the first request to each, which the fetch layer plans the next ones by)."""
+        await self.checks.ensure_async(sources)
+        return await reading()
 
     async def read(self, chunk: ChunkRead) -> bytes:
-        return await self._checked([chunk.source], super().read(chunk))
+        return await self._checked([chunk.source], lambda: super(CheckedReads, self).read(chunk))
 
     def read_sync(self, chunk: ChunkRead) -> bytes:
         self.checks.ensure([chunk.source])
         return super().read_sync(chunk)
 
     async def read_many(self, path: str, flats: np.ndarray | None = None) -> dict[int, bytes | memoryview]:
-        return await self._checked(self._sources_of(path, flats).tolist(), super().read_many(path, flats))
+        return await self._checked(
+            self._sources_of(path, flats).tolist(), lambda: super(CheckedReads, self).read_many(path, flats)
+        )
 
     def read_many_now(self, path: str, flats: np.ndarray) -> dict[int, bytes | memoryview] | None:
         if not self.reads_here(path, flats):

@@ -558,6 +558,8 @@ class ManifestStore(Store):
     def close(self) -> None:
         if self._reads is not None:
             self._reads.close()
+        if self._checks is not None:
+            self._checks.close()
         super().close()
 
 
