@@ -91,24 +91,37 @@ def combine_anndata(
     mappings = [sources.add(item) for item in inputs]
     docs = [item.manifest.nodes for item in inputs]
     with rectilinear_allowed(doc for nodes in docs for doc in nodes.values()):
-        variables = _vars(inputs)
-        differ = any(not var.index.equals(variables[0].index) for var in variables[1:])
-        referenced = _referenced(inputs, join, by_file=differ)
-        var_of = {id(item): var for item, var in zip(inputs, variables, strict=True)}
+        # one pass over the files reads each one's var and what anndata.concat concatenates, the
+        # matrices chosen as if every var were the first's; a pass again if one is not
+        first = EagerReader(inputs[0].store).read("var")
+        first_values = _element_values(inputs[0], "var")
+        inputs[0].close()
 
-        def skeleton_of(item: Input) -> Any:
+        def var_of(item: Input) -> Any:
+            same = item is inputs[0] or _same_element(inputs[0], item, "var", first_values)
+            return first if same else EagerReader(item.store).read("var")
+
+        def skeleton_of(item: Input, referenced: list[Matrix], var: Any = None) -> tuple[Any, Any]:
             pointers = [f"{m.path}/indptr" for m in referenced if m.kind == "csr_matrix"]
             # what is read of a remote file here, fetched at once (merged ranges), not a request each
-            item.store.prefetch_all(SKELETON_BYTES, _read_here(item, referenced, pointers, merge, uns_merge, pairwise))
+            wanted = _read_here(item, referenced, pointers, merge, uns_merge, pairwise)
+            item.store.prefetch_all(SKELETON_BYTES, lambda path: path.startswith("var/") or wanted(path))
+            var = var_of(item) if var is None else var
             for path in pointers:  # kept for _pointers, a later pass
                 item.kept[path] = item.values(path)
             reader = EagerReader(item.store)
-            found = _skeleton(
-                reader, item, var_of[id(item)], referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise
-            )  # fmt: skip
-            return with_trees(item, found) if trees else found
+            found = _skeleton(reader, item, var, referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise)
+            return var, with_trees(item, found) if trees else found
 
-        skeletons = each_file(inputs, skeleton_of)
+        referenced = _referenced(inputs, join)
+        passed = each_file(inputs, lambda item: skeleton_of(item, referenced))
+        variables = [var for var, _ in passed]
+        differ = any(not var.index.equals(variables[0].index) for var in variables[1:])
+        if differ and (along_files := _referenced(inputs, join, by_file=True)) != referenced:
+            referenced = along_files
+            read = {id(item): var for item, var in zip(inputs, variables, strict=True)}
+            passed = each_file(inputs, lambda item: skeleton_of(item, along_files, read[id(item)]))
+        skeletons = [skeleton for _, skeleton in passed]
     options: dict[str, Any] = {"join": join, "merge": merge, "uns_merge": uns_merge}  # checked by anndata
     if trees:  # treedata.concat: anndata.concat's, and the trees by treedata's rules
         result = concat_treedata(
@@ -180,9 +193,9 @@ def _element_values(item: Input, path: str) -> dict[str, np.ndarray]:
     that h5lens reads (numbers, booleans, strings), for :func:`_same_element`."""
     found = {}
     for p, doc in item.manifest.nodes.items():
-        if (p == path or p.startswith(path + "/")) and doc.get("node_type") == "array" and p in item.manifest.chunks:
-            if bool((item.manifest.chunks[p].source >= 0).any()) and doc.get("shape"):
-                found[p] = item.values(p)
+        inside = (p == path or p.startswith(path + "/")) and doc.get("node_type") == "array"
+        if inside and p in item.manifest.chunks and doc.get("shape") and bool((item.manifest.chunks[p].source >= 0).any()):
+            found[p] = item.values(p)
     return found
 
 
@@ -191,19 +204,6 @@ def _equal(one: np.ndarray, other: np.ndarray) -> bool:
     if one.dtype != other.dtype or one.shape != other.shape:
         return False
     return bool(np.array_equal(one, other, equal_nan=one.dtype.kind in "fc"))
-
-
-def _vars(inputs: Sequence[Input]) -> list[Any]:
-    """Each file's var: one read of the first file's; another file whose var's arrays hold
-    the same values (compared as arrays, not read into a DataFrame) has that same var."""
-    first = EagerReader(inputs[0].store).read("var")
-    values = _element_values(inputs[0], "var")
-    inputs[0].close()
-
-    def var(item: Input) -> Any:
-        return first if _same_element(inputs[0], item, "var", values) else EagerReader(item.store).read("var")
-
-    return [first, *each_file(inputs[1:], var)]
 
 
 def _matrix_kind(nodes: Any, path: str) -> str | None:
