@@ -57,26 +57,41 @@ class SourceChecks:
     def unchecked(self, sources: Iterable[int]) -> list[int]:
         """Those of ``sources`` (source indices; negative ones, inline or missing, ignored)
         not checked yet, each once, in order."""
-        found = np.unique(np.fromiter(sources, dtype=np.int64))
+        found = np.fromiter(sources, dtype=np.int64)
+        if found.size > 1:
+            found = np.unique(found)
         found = found[found >= 0]
         return found[~self._done[found]].tolist()
 
-    def _start(self, sources: Iterable[int]) -> list[Future[None]]:
-        """The checks of those of ``sources`` not checked yet, started (or already running), in order."""
+    def _start(self, sources: Iterable[int], *, here: bool = False) -> list[Future[None]]:
+        """The checks of those of ``sources`` not checked yet, started (or already running), in
+        order; ``here``: a single one to start runs on the calling thread (a store of one
+        file: no thread started for it)."""
         todo = self.unchecked(sources)
         if not todo:
             return []
         futures = []
+        alone: list[tuple[int, Future[None]]] = []
         with self._lock:
             for index in todo:
                 if self._done[index]:
                     continue
                 future = self._pending.get(index)
-                if future is None:
+                if future is None and here and len(todo) == 1:
+                    future = self._pending[index] = Future()
+                    alone.append((index, future))
+                elif future is None:
                     if self._pool is None:
                         self._pool = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="h5lens-verify")
                     future = self._pending[index] = self._pool.submit(self._run, index)
                 futures.append(future)
+        for index, future in alone:
+            try:
+                self._run(index)
+            except BaseException as e:  # noqa: BLE001 - the future holds it, as the pool's would
+                future.set_exception(e)
+            else:
+                future.set_result(None)
         return futures
 
     def _run(self, index: int) -> None:
@@ -93,7 +108,7 @@ class SourceChecks:
     def ensure(self, sources: Iterable[int]) -> None:
         """Check those of ``sources`` not checked yet, at once; raises the error of the first
         (in source order) that fails."""
-        futures = self._start(sources)
+        futures = self._start(sources, here=True)
         errors = [future.exception() for future in futures]  # every one waited for
         _raise_first(errors)
 
