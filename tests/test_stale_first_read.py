@@ -108,3 +108,20 @@ def test_on_s3_a_replaced_object_is_refused_when_first_read(tmp_path, s3, monkey
         group["X/data"][:]
     with pytest.raises(StaleSourceError, match="f1.h5ad"):
         h5lens.read_anndata(combined, storage_options=options)
+
+
+@pytest.mark.parametrize("inline_threshold", [0, 400], ids=["all-referenced", "only-X-referenced"])
+def test_combine_refuses_a_file_changed_since_indexing(tmp_path, inline_threshold):
+    """combine checks every file before it references its bytes: a file changed since its
+    manifest was made is refused by name, whether combine read any of its bytes (obs, var,
+    indptr referenced) or none (only X/data and X/indices referenced: checked as its store
+    closes), and a file gone is named too."""
+    paths = [_write(tmp_path / f"f{i}.h5ad", n, i) for i, n in enumerate(CELLS)]
+    manifests = [h5lens.index(p, inline_threshold=inline_threshold) for p in paths]
+    assert all(m.chunks["X/data"].source.max() == 0 for m in manifests)  # referenced
+    _write(paths[1], CELLS[1], 7)
+    with pytest.raises(StaleSourceError, match="f1.h5ad"):
+        h5lens.combine(manifests)
+    paths[1].unlink()
+    with pytest.raises(SourceNotFoundError, match="f1.h5ad"):
+        h5lens.combine(manifests)
