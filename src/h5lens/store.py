@@ -26,11 +26,10 @@ from h5lens.errors import (
     H5LensError,
     InvalidOptionError,
     RefusedSourceError,
-    SourceNotFoundError,
     SourceReadError,
-    StaleSourceError,
 )
 from h5lens.fetch.sources import ChunkRead, ReadStats, SourceReads
+from h5lens.first_reads import CHECK_AT_OPEN, CheckedReads, SourceChecks, check_source
 from h5lens.manifest.checks import VLEN_ALONE, codec_names, vlen_count_problem
 from h5lens.manifest.documents import chunk_shape_of
 from h5lens.manifest.locations import is_remote, resolve
@@ -97,6 +96,8 @@ class ManifestStore(Store):
         self._vlen_items: dict[str, int] | None = None
         self._tree: dict[str, list[str]] | None = None
         self._engine: ReadEngine | None = None
+        self._checks: SourceChecks | None = None
+        self._check_on_read = False
 
     # -- identity and pickling -------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -124,6 +125,7 @@ class ManifestStore(Store):
         state["_tree"] = None
         state["_engine"] = None  # built again on first use, with the process's own caches
         state["_decoded"] = None  # each process keeps its own
+        state["_checks"] = None  # a copy in another process checks the sources it reads itself
         return state
 
     @property
@@ -165,7 +167,10 @@ class ManifestStore(Store):
         """Every read of the sources this store makes (readers opened on first use)."""
         if self._reads is None:
             urls = [self.source_url(i) for i in range(len(self.manifest.sources))]
-            self._reads = SourceReads(urls, self.manifest.chunks, self.source_options)
+            if self._check_on_read:
+                self._reads = CheckedReads(urls, self.manifest.chunks, self.source_options, self.checks)
+            else:
+                self._reads = SourceReads(urls, self.manifest.chunks, self.source_options)
         return self._reads
 
     # -- the read engine (h5lens.engine) and what it reads through -------------------
@@ -335,60 +340,52 @@ class ManifestStore(Store):
 
     # -- sources ----------------------------------------------------------------
     def verify_sources(self) -> None:
-        """Check once that every source is the file that was indexed (:mod:`h5lens.manifest.identity`:
-        size and ETag, content fingerprint or mtime)."""
-        from h5lens.manifest import identity
+        """Check that every source is the file that was indexed (:mod:`h5lens.manifest.identity`:
+        size and ETag, content fingerprint or mtime), those not checked yet at once on threads;
+        raises for the first (in source order) that is missing or changed."""
+        self.checks.ensure(range(len(self.manifest.sources)))
 
-        checked = [
-            (index, recorded)
-            for index, recorded in enumerate(self.manifest.sources)
-            if not (recorded.size is None and recorded.etag is None and recorded.mtime is None and recorded.fingerprint is None)
-        ]
-        stats = self._stats([(index, identity.wants_fingerprint(recorded)) for index, recorded in checked])
-        for index, recorded in checked:
-            try:
-                found = stats[index]
-                if isinstance(found, BaseException):
-                    raise found
-            except SourceNotFoundError as e:
-                url = self.source_url(index)
-                said = f"{url}: the source of this manifest is not there ({e})"
-                if self.remapped(index) is not None:
-                    raise
-                raise SourceNotFoundError(
-                    f"{said}; if it moved, pass source_urls={{{recorded.url!r}: NEW}}"
-                ).at_cli(f"{said}; if it moved, pass --source-url {recorded.url}=NEW") from None
-            changes = identity.compare(recorded, found).changes
-            if changes:
-                said = f"{self.source_url(index)}: changed since the manifest was written ({'; '.join(changes)})"
-                raise StaleSourceError(
-                    f"{said}; index it again, or open with verify=False to read it anyway",
-                    url=self.source_url(index),
-                    changes=tuple(changes),
-                ).at_cli(f"{said}; index it again, or pass --no-verify to read it anyway")
+    def check_sources(self) -> None:
+        """Check the sources as a store opened with ``verify`` does: all now (one round of
+        checks on threads) when there are at most :data:`~h5lens.first_reads.CHECK_AT_OPEN`,
+        else each before its first byte is read (a combined manifest of many files)."""
+        if len(self.manifest.sources) <= CHECK_AT_OPEN:
+            self.verify_sources()
+        else:
+            self.check_sources_on_first_read()
 
-    def _stats(self, wanted: list[tuple[int, bool]]) -> dict[int, dict[str, Any] | BaseException]:
-        """Each source's stat (or the error it raised), by source index, at once on threads (a
-        combined manifest of 365 files on S3 would otherwise wait 365 round trips in a row
-        when opened; a thousand local files, a thousand stats and fingerprints)."""
-        if len(wanted) > 1:  # local files too: a stat and two small reads each, which let go of the GIL
-            from concurrent.futures import ThreadPoolExecutor
+    def check_sources_on_first_read(self) -> None:
+        """Check each source before its first byte is read (:mod:`h5lens.first_reads`), not
+        all now: a manifest of many files opens without a round trip per file, and reads check
+        only the files they read. Every read source is still checked, with the same errors."""
+        if self._reads is None:
+            self._check_on_read = True
+        else:  # reads already made unchecked: check now
+            self.verify_sources()
 
-            def stat(item: tuple[int, bool]) -> dict[str, Any] | BaseException:
-                try:
-                    return self.reads.stat(item[0], fingerprint=item[1])
-                except Exception as e:  # noqa: BLE001 - raised by the caller, in the order of the sources
-                    return e
+    @property
+    def checks_on_read(self) -> bool:
+        return self._check_on_read
 
-            with ThreadPoolExecutor(max_workers=min(32, len(wanted)), thread_name_prefix="h5lens-verify") as pool:
-                return dict(zip((index for index, _ in wanted), pool.map(stat, wanted), strict=True))
-        found: dict[int, dict[str, Any] | BaseException] = {}
-        for index, fingerprint in wanted:
-            try:
-                found[index] = self.reads.stat(index, fingerprint=fingerprint)
-            except Exception as e:  # noqa: BLE001 - as above
-                found[index] = e
-        return found
+    def checking_as(self, other: ManifestStore) -> ManifestStore:
+        """This store (a view or a copy of ``other``'s manifest, with its sources) checking its
+        sources as ``other`` does: on first read, sharing what ``other`` checked already."""
+        if other.checks_on_read and self._reads is None:
+            self._check_on_read = True
+            if [s.url for s in self.manifest.sources] == [s.url for s in other.manifest.sources]:
+                self._checks = other.checks
+        return self
+
+    @property
+    def checks(self) -> SourceChecks:
+        """Which sources were checked (:class:`h5lens.first_reads.SourceChecks`)."""
+        if self._checks is None:
+            self._checks = SourceChecks(self.manifest.sources, self.check_source)
+        return self._checks
+
+    def check_source(self, index: int) -> None:
+        """Check that source ``index`` is there and is the file indexed; raises naming it."""
+        check_source(self.reads, index, self.manifest.sources[index], self.source_url(index), self.remapped(index))
 
     def prefetch_all(self, budget: int | None = None, paths: Callable[[str], bool] | None = None) -> int:
         """Start fetching every referenced chunk of remote sources (of the arrays ``paths``
@@ -561,6 +558,8 @@ class ManifestStore(Store):
     def close(self) -> None:
         if self._reads is not None:
             self._reads.close()
+        if self._checks is not None:
+            self._checks.close()
         super().close()
 
 

@@ -199,7 +199,7 @@ def _as_anndata_root(group: zarr.Group) -> zarr.Group:
     view = replace(manifest, nodes=nodes, chunks=chunks, recorded=None)
     part = ManifestStore(
         view, source_options=store.source_options, source_urls=store.source_urls, allow_local=store.allow_local
-    )
+    ).checking_as(store)
     return root_group(part)
 
 
@@ -233,7 +233,8 @@ def read_treedata(
         with _naming_bad_chunks(group):
             return treedata.read_tree_elems(group, adata)
     store = store_of(group)
-    adata = read_anndata(store.manifest, lazy=True, options=opening.but(verify=False))  # verified above
+    # verified above, unless its many sources are checked as they are read: then these reads check them
+    adata = read_anndata(store.manifest, lazy=True, options=opening if store.checks_on_read else opening.but(verify=False))
     return treedata.read_tree_elems(group, adata)
 
 

@@ -83,7 +83,7 @@ class SharedManifestStore(ManifestStore):
 
     @classmethod
     def of(cls, store: ManifestStore, origin: Origin | None = None) -> SharedManifestStore:
-        return cls(
+        shared = cls(
             store.manifest,
             source_options=store.source_options,
             source_urls=store.source_urls,
@@ -91,6 +91,8 @@ class SharedManifestStore(ManifestStore):
             origin=origin,
             decoded_cache_bytes=store.decoded_cache_bytes,
         )
+        shared.checking_as(store)
+        return shared
 
     @property
     def key(self) -> str:
@@ -104,7 +106,9 @@ class SharedManifestStore(ManifestStore):
         return (_shared_store, (self._key, self._handle()))
 
     def _handle(self) -> tuple[Any, ...]:
-        common = (self.source_options, self.source_urls, self.allow_local, self.decoded_cache_bytes)
+        # checks_on_read: a worker's store checks each source before it reads it, as this one does
+        on_read = self.checks_on_read
+        common = (self.source_options, self.source_urls, self.allow_local, self.decoded_cache_bytes, on_read)
         if self._origin is not None:
             sources = tuple(s.to_dict() for s in self.manifest.sources)
             return ("load", self._origin, sources, *common)
@@ -146,8 +150,8 @@ def _shared_store(key: str, handle: tuple[Any, ...]) -> ManifestStore:
 
 def _build(key: str, handle: tuple[Any, ...]) -> SharedManifestStore:
     if handle[0] == "object":
-        manifest, source_options, source_urls, allow_local, cache_bytes = pickle.loads(handle[1])  # the client's bytes
-        return SharedManifestStore(
+        manifest, source_options, source_urls, allow_local, cache_bytes, on_read = pickle.loads(handle[1])
+        made = SharedManifestStore(
             manifest,
             source_options=source_options,
             source_urls=source_urls,
@@ -155,7 +159,10 @@ def _build(key: str, handle: tuple[Any, ...]) -> SharedManifestStore:
             key=key,
             decoded_cache_bytes=cache_bytes,
         )
-    _, origin, sources, source_options, source_urls, allow_local, cache_bytes = handle
+        if on_read:
+            made.check_sources_on_first_read()
+        return made
+    _, origin, sources, source_options, source_urls, allow_local, cache_bytes, on_read = handle
     manifest = load_manifest(origin.location, storage_options=origin.storage_options or None, limits=origin.limits)
     found = tuple(s.to_dict() for s in manifest.sources)
     if found != sources:
@@ -164,7 +171,7 @@ def _build(key: str, handle: tuple[Any, ...]) -> SharedManifestStore:
             f"{[s['url'] for s in found]}); open it again",
             url=origin.location,
         )
-    return SharedManifestStore(
+    made = SharedManifestStore(
         manifest,
         source_options=source_options,
         source_urls=source_urls,
@@ -173,6 +180,9 @@ def _build(key: str, handle: tuple[Any, ...]) -> SharedManifestStore:
         key=key,
         decoded_cache_bytes=cache_bytes,
     )
+    if on_read:
+        made.check_sources_on_first_read()
+    return made
 
 
 def shared_store(group: zarr.Group, origin: Origin | None) -> SharedManifestStore:

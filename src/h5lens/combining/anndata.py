@@ -91,24 +91,37 @@ def combine_anndata(
     mappings = [sources.add(item) for item in inputs]
     docs = [item.manifest.nodes for item in inputs]
     with rectilinear_allowed(doc for nodes in docs for doc in nodes.values()):
-        variables = _vars(inputs)
-        differ = any(not var.index.equals(variables[0].index) for var in variables[1:])
-        referenced = _referenced(inputs, join, by_file=differ)
-        var_of = {id(item): var for item, var in zip(inputs, variables, strict=True)}
+        # one pass over the files reads each one's var and what anndata.concat concatenates, the
+        # matrices chosen as if every var were the first's; a pass again if one is not
+        first = EagerReader(inputs[0].store).read("var")
+        first_values = _element_values(inputs[0], "var")
+        inputs[0].close()
 
-        def skeleton_of(item: Input) -> Any:
+        def var_of(item: Input) -> Any:
+            same = item is inputs[0] or _same_element(inputs[0], item, "var", first_values)
+            return first if same else EagerReader(item.store).read("var")
+
+        def skeleton_of(item: Input, referenced: list[Matrix], var: Any = None) -> tuple[Any, Any]:
             pointers = [f"{m.path}/indptr" for m in referenced if m.kind == "csr_matrix"]
             # what is read of a remote file here, fetched at once (merged ranges), not a request each
-            item.store.prefetch_all(SKELETON_BYTES, _read_here(item, referenced, pointers, merge, uns_merge, pairwise))
+            wanted = _read_here(item, referenced, pointers, merge, uns_merge, pairwise)
+            item.store.prefetch_all(SKELETON_BYTES, lambda path: path.startswith("var/") or wanted(path))
+            var = var_of(item) if var is None else var
             for path in pointers:  # kept for _pointers, a later pass
                 item.kept[path] = item.values(path)
             reader = EagerReader(item.store)
-            found = _skeleton(
-                reader, item, var_of[id(item)], referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise
-            )  # fmt: skip
-            return with_trees(item, found) if trees else found
+            found = _skeleton(reader, item, var, referenced, merge=merge, uns_merge=uns_merge, pairwise=pairwise)
+            return var, with_trees(item, found) if trees else found
 
-        skeletons = each_file(inputs, skeleton_of)
+        referenced = _referenced(inputs, join)
+        passed = each_file(inputs, lambda item: skeleton_of(item, referenced))
+        variables = [var for var, _ in passed]
+        differ = any(not var.index.equals(variables[0].index) for var in variables[1:])
+        if differ and (along_files := _referenced(inputs, join, by_file=True)) != referenced:
+            referenced = along_files
+            read = {id(item): var for item, var in zip(inputs, variables, strict=True)}
+            passed = each_file(inputs, lambda item: skeleton_of(item, along_files, read[id(item)]))
+        skeletons = [skeleton for _, skeleton in passed]
     options: dict[str, Any] = {"join": join, "merge": merge, "uns_merge": uns_merge}  # checked by anndata
     if trees:  # treedata.concat: anndata.concat's, and the trees by treedata's rules
         result = concat_treedata(
@@ -153,9 +166,10 @@ def combine_anndata(
     return combined
 
 
-def _same_element(one: Input, other: Input, path: str) -> bool:
-    """Whether element ``path`` is stored alike in both manifests: the same documents, and
-    chunk tables of inline bytes only, equal."""
+def _same_element(one: Input, other: Input, path: str, values: dict[str, np.ndarray] | None = None) -> bool:
+    """Whether element ``path`` holds the same values in both files: the same documents, and
+    each array's chunk tables of inline bytes equal or, with ``values`` (``one``'s arrays'
+    values, read by :func:`_element_values`), its values read from ``other`` equal to them."""
 
     def members(item: Input) -> dict[str, Any]:
         return {p: d for p, d in item.manifest.nodes.items() if p == path or p.startswith(path + "/")}
@@ -167,21 +181,29 @@ def _same_element(one: Input, other: Input, path: str) -> bool:
         a, b = one.manifest.chunks.get(p), other.manifest.chunks.get(p)
         if (a is None) != (b is None):
             return False
-        if a is not None and (bool((a.source >= 0).any()) or a != b):
+        if a is None or (not bool((a.source >= 0).any()) and a == b):
+            continue  # no chunks, or the same inline bytes
+        if values is None or p not in values or not _equal(values[p], other.values(p)):
             return False
     return True
 
 
-def _vars(inputs: Sequence[Input]) -> list[Any]:
-    """Each file's var (a var stored byte for byte as the first file's, inline as small ones
-    are, is not read again)."""
-    first = EagerReader(inputs[0].store).read("var")
-    inputs[0].close()
+def _element_values(item: Input, path: str) -> dict[str, np.ndarray]:
+    """The values of the arrays of element ``path`` of ``item`` that reference its file and
+    that h5lens reads (numbers, booleans, strings), for :func:`_same_element`."""
+    found = {}
+    for p, doc in item.manifest.nodes.items():
+        inside = (p == path or p.startswith(path + "/")) and doc.get("node_type") == "array"
+        if inside and p in item.manifest.chunks and doc.get("shape") and bool((item.manifest.chunks[p].source >= 0).any()):
+            found[p] = item.values(p)
+    return found
 
-    def var(item: Input) -> Any:
-        return first if _same_element(inputs[0], item, "var") else EagerReader(item.store).read("var")
 
-    return [first, *each_file(inputs[1:], var)]
+def _equal(one: np.ndarray, other: np.ndarray) -> bool:
+    """Equal values (and dtypes, shapes); NaN equal to NaN where the values are floats."""
+    if one.dtype != other.dtype or one.shape != other.shape:
+        return False
+    return bool(np.array_equal(one, other, equal_nan=one.dtype.kind in "fc"))
 
 
 def _matrix_kind(nodes: Any, path: str) -> str | None:

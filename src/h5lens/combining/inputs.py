@@ -46,13 +46,17 @@ class Input:
 
     @property
     def store(self) -> ManifestStore:
-        """A store of the manifest: its sources checked the first time (a file that changed
-        since its manifest was made is refused, by name), not again when reopened. Closed by
-        :meth:`close`, so that combining a thousand files never holds a thousand open."""
+        """A store of the manifest: its sources checked the first time it is opened (a file
+        that changed since its manifest was made is refused, by name), not again when
+        reopened: before the first read of their bytes (so that a prefetch's requests go out
+        while the check's does), and all of them by :meth:`close` at the latest (a file whose
+        bytes were not read is checked too). Closed by :meth:`close`, so that combining a
+        thousand files never holds a thousand open."""
         if self._store is None:
-            options = self.options.but(verify=False) if self._verified else self.options
-            self._store = open_store(self.manifest, options=options)
-            self._verified = True
+            store = open_store(self.manifest, options=self.options.but(verify=False))
+            if self.options.verify and not self._verified:
+                store.check_sources_on_first_read()
+            self._store = store
         return self._store
 
     def values(self, path: str, bounds: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
@@ -75,14 +79,21 @@ class Input:
         return np.asarray(array[tuple(slice(a, b) for a, b in region)] if region else array[...])
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        """Close the store, its sources checked first if no read checked them all."""
+        store, self._store = self._store, None
+        if store is None:
+            return
+        try:
+            if store.checks_on_read:
+                store.verify_sources()  # those already checked are not checked again
+                self._verified = True
+        finally:
+            store.close()
 
 
 # Manifests loaded at once: each load is a few requests (HEAD, GET) of small objects, so a
 # thousand manifests on object storage take a thousand round trips; threads overlap them.
-LOADING_THREADS = 16
+LOADING_THREADS = 32
 
 
 def load_inputs(
@@ -170,7 +181,7 @@ def _index_files(
 # a file's rows end in): each is a few small requests, so on object storage the passes are
 # round trips, which threads overlap; locally they are small reads and the GIL is let go.
 FILE_THREADS = 8
-REMOTE_FILE_THREADS = 16  # files on object storage: waiting on round trips, not on the cores
+REMOTE_FILE_THREADS = 32  # files on object storage: waiting on round trips, not on the cores
 
 
 def each_file(inputs: Sequence[Input], work: Callable[[Input], Any]) -> list[Any]:

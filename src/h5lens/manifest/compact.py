@@ -281,8 +281,12 @@ class LazyTables(Mapping[str, ChunkTable]):
         encodings: dict[str, KeyEncoding],
         limits: Limits = DEFAULT_LIMITS,
         nodes: Mapping[str, dict[str, Any]] | None = None,
+        whole: bytes | None = None,
     ):
         self._read_range = read_range
+        # the whole file, where the first read held it all (a small manifest): its tables are
+        # decoded from these bytes, not fetched again one request each
+        self._whole = whole
         self._nodes = nodes or {}
         self._base = base
         self._entries = entries
@@ -311,7 +315,8 @@ class LazyTables(Mapping[str, ChunkTable]):
         elif "at" in entry:
             offset, length = entry["at"]  # checked when the header was read
             self._limits.check("a chunk table of (bytes)", length, "manifest_bytes", where)
-            blob = self._read_range(self._base + offset, length)
+            start = self._base + offset
+            blob = self._whole[start : start + length] if self._whole is not None else self._read_range(start, length)
             if len(blob) != length:
                 raise ManifestFormatError(f"{where}: the compact manifest is truncated (its table is cut short)")
         else:
@@ -339,6 +344,11 @@ class LazyTables(Mapping[str, ChunkTable]):
         """How many tables have been decoded so far."""
         return len(self._loaded)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_whole"] = None  # a copy (a dask task's) reads its tables from the file
+        return state
+
 
 def _check_entry(path: str, entry: Any) -> None:
     """One array's entry in the header: where its table is, how many chunks it holds."""
@@ -357,10 +367,16 @@ def _check_entry(path: str, entry: Any) -> None:
 
 
 def decode(
-    read_range: ReadRange, *, location: str | None = None, head: bytes = b"", limits: Limits = DEFAULT_LIMITS
+    read_range: ReadRange,
+    *,
+    location: str | None = None,
+    head: bytes = b"",
+    limits: Limits = DEFAULT_LIMITS,
+    whole: bool = False,
 ) -> ManifestParts:
     """A manifest's parts from the compact form, reading the header now and tables when used.
-    ``head`` are the file's first bytes if already read (the header often lies within)."""
+    ``head`` are the file's first bytes if already read (the header often lies within);
+    ``whole``: they are the whole file, whose tables are then decoded from them."""
     preamble = head if len(head) >= _PREAMBLE else read_range(0, _PREAMBLE)
     if not is_compact(preamble) or len(preamble) < _PREAMBLE:
         raise ManifestFormatError(f"{location}: not a compact h5lens manifest")
@@ -400,7 +416,9 @@ def decode(
         raise ManifestFormatError(f"{location}: tables for arrays the manifest does not hold: {unknown[:3]}")
     sources = [Source.from_dict(s) for s in info.get("sources", [])]
     encodings = {path: grammar.arrays[path][0] for path in grids}
-    tables = LazyTables(read_range, _PREAMBLE + length, entries, grids, sources, encodings, limits, nodes)
+    tables = LazyTables(
+        read_range, _PREAMBLE + length, entries, grids, sources, encodings, limits, nodes, head if whole else None
+    )
     return parts_of_file(
         info,
         nodes=nodes,

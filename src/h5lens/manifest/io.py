@@ -175,7 +175,8 @@ def read(
         # one request opens most manifests: the compact header, or a whole small JSON file
         head = ranges(0, _FIRST_READ)
         if compact.is_compact(head):
-            return compact.decode(ranges, location=resolved, head=head, limits=limits)
+            # a file shorter than the first read is all there: its tables need no request of their own
+            return compact.decode(ranges, location=resolved, head=head, limits=limits, whole=len(head) < _FIRST_READ)
         if _is_hdf5(head):
             raise NotAManifestError(
                 f"{location}: an HDF5 file, not a manifest; index it first (h5lens.index)", kind="hdf5"

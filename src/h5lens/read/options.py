@@ -128,5 +128,5 @@ class OpenOptions:
             decoded_cache_bytes=self.decoded_cache_bytes,
         )
         if self.verify:
-            store.verify_sources()
+            store.check_sources()  # a manifest of many sources: each before its first read
         return store

@@ -46,7 +46,7 @@ WHOLE_BYTES = 1 << 20
 def stored_values_store(store: ManifestStore) -> tuple[ManifestStore, dict[str, Record]]:
     """A store of ``store``'s manifest whose per-file arrays read as their stored values
     (``store`` itself where there are none), with the same sources and options; its sources
-    are not checked again."""
+    are checked as ``store``'s are (not again if ``store`` checked them at open)."""
     manifest, records = stored_values(store.manifest)
     if not records:
         return store, records
@@ -56,7 +56,7 @@ def stored_values_store(store: ManifestStore) -> tuple[ManifestStore, dict[str, 
         source_urls=store.source_urls,
         allow_local=store.allow_local,
         decoded_cache_bytes=store.decoded_cache_bytes,
-    )
+    ).checking_as(store)  # a combined manifest's many sources: checked as they are read, as store's are
     return opened, records
 
 
