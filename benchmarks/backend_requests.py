@@ -3,7 +3,8 @@
 
 On moto S3, plain HTTP, and where installed the GCS emulator and Azurite, each behind
 h5lens's counting proxy (``h5lens.testing.s3.CountingProxy``: any HTTP, counted, every
-request delayed by ``--latency-ms``), for an h5ad written by anndata:
+request delayed by ``--latency-ms``, every response streamed at ``--bandwidth`` bytes/s, one
+S3 connection's ~100 MB/s; 0 for as fast as the proxy goes), for an h5ad written by anndata:
 
 * **scan**: bytes a remote ``h5lens.index`` fetches over the file's metadata bytes (the
   file less every dataset's stored data, as ``benchmarks/remote_scan.py`` counts it);
@@ -21,7 +22,7 @@ request delayed by ``--latency-ms``), for an h5ad written by anndata:
 And without latency, as before: requests and MB of index and of read per backend, and an
 archive's bearer token with its signed redirects (how many redirects a read costs).
 
-    python benchmarks/backend_requests.py [--cells 20000] [--genes 2000] [--latency-ms 20]
+    python benchmarks/backend_requests.py [--cells 20000] [--genes 2000] [--latency-ms 20] [--bandwidth 100e6]
 
 ``remfile`` is needed for the NWB comparison only (``pip install remfile``; not an h5lens
 dependency); without it that row says so.
@@ -30,6 +31,7 @@ dependency); without it that row says so.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -114,6 +116,21 @@ print(json.dumps({"n": int(values.size)}))
 """
 
 
+@contextmanager
+def no_collection() -> Iterator[None]:
+    """The garbage collector off while a read is timed (as ``timeit`` has it), collecting
+    before and after. Not only fairness: h5py objects of a read over a file object, left in
+    cycles, collected on fsspec's IO thread while h5py's lock waits on that thread, deadlock
+    (anndata's read over fsspec's file hung for minutes, or timed out)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect()
+
+
 def latency_figures(backend: Backend, metadata_bytes: int) -> dict[str, Any]:
     """scan, read and round trips (see the module docstring) for one backend."""
     import fsspec
@@ -128,15 +145,17 @@ def latency_figures(backend: Backend, metadata_bytes: int) -> dict[str, Any]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             stats.reset()
-            start = time.perf_counter()
-            mine = h5lens.read_anndata(manifest, storage_options=backend.options)
-            read = {"h5lens_s": time.perf_counter() - start, "h5lens_requests": stats.requests}
+            with no_collection():
+                start = time.perf_counter()
+                mine = h5lens.read_anndata(manifest, storage_options=backend.options)
+                read = {"h5lens_s": time.perf_counter() - start, "h5lens_requests": stats.requests}
             fs, path = fsspec.core.url_to_fs(backend.url, skip_instance_cache=True, **backend.options)
             stats.reset()
-            start = time.perf_counter()
-            with fs.open(path, "rb") as f:
-                theirs = ad.read_h5ad(f)
-            read.update(anndata_s=time.perf_counter() - start, anndata_requests=stats.requests)
+            with no_collection():
+                start = time.perf_counter()
+                with fs.open(path, "rb") as f:
+                    theirs = ad.read_h5ad(f)
+                read.update(anndata_s=time.perf_counter() - start, anndata_requests=stats.requests)
         assert (mine.X != theirs.X).nnz == 0 and mine.obs.equals(theirs.obs), backend.name
 
         published = backend.publish(manifest)
@@ -174,7 +193,7 @@ print(json.dumps({"s": time.perf_counter() - t, "sum": int(values.astype(np.int6
 """
 
 
-def nwb_figures(directory: Path, latency_ms: float) -> dict[str, Any]:
+def nwb_figures(directory: Path, link: dict[str, Any]) -> dict[str, Any]:
     """One second of an ElectricalSeries over HTTP: through its published manifest, and by
     h5py over remfile, each from a fresh process, the same server and latency."""
     try:
@@ -183,7 +202,7 @@ def nwb_figures(directory: Path, latency_ms: float) -> dict[str, Any]:
         return {"missing": "remfile is not installed (pip install remfile)"}
     path = directory / "session.nwb"
     gen_nwb(str(path), NWB_ROWS, channels=32, chunk_rows=10_000)
-    with FileServer(directory) as server, CountingProxy(f"http://127.0.0.1:{server.port}", latency_ms=latency_ms) as proxy:
+    with FileServer(directory) as server, CountingProxy(f"http://127.0.0.1:{server.port}", **link) as proxy:
         url = f"{proxy.endpoint_url}/session.nwb"
         h5lens.index(url).to_json(directory / "session.nwb.json")
         args = (NWB_SERIES, *map(str, NWB_SLICE))
@@ -209,12 +228,13 @@ def request_counts(url: str, options: dict[str, Any], counted: Callable[[], tupl
     return {"index_requests": r1 - r0, "index_mb": (b1 - b0) / 1e6, "read_requests": r2 - r1, "read_mb": (b2 - b1) / 1e6}
 
 
-def backends(stack: ExitStack, path: Path, directory: Path, latency_ms: float) -> Iterator[Backend]:
-    """Each backend, started (and stopped by ``stack``), the h5ad put there, behind a proxy."""
+def backends(stack: ExitStack, path: Path, directory: Path, link: dict[str, Any]) -> Iterator[Backend]:
+    """Each backend, started (and stopped by ``stack``), the h5ad put there, behind a proxy
+    (``link``: its latency and bandwidth)."""
     s3 = stack.enter_context(LocalS3())
     s3.make_bucket("bench")
     s3.filesystem().put(str(path), "bench/atlas.h5ad")
-    proxy = stack.enter_context(CountingProxy(s3.endpoint_url, latency_ms=latency_ms))
+    proxy = stack.enter_context(CountingProxy(s3.endpoint_url, **link))
     options = s3.storage_options(proxy.endpoint_url)
 
     def to_s3(manifest: h5lens.Manifest, options: dict[str, Any] = options) -> str:
@@ -225,7 +245,7 @@ def backends(stack: ExitStack, path: Path, directory: Path, latency_ms: float) -
         yield Backend("s3 (moto)", client, "s3://bench/atlas.h5ad", options, proxy, to_s3)
 
     server = stack.enter_context(FileServer(directory))
-    proxy = stack.enter_context(CountingProxy(f"http://127.0.0.1:{server.port}", latency_ms=latency_ms))
+    proxy = stack.enter_context(CountingProxy(f"http://127.0.0.1:{server.port}", **link))
 
     def to_http(manifest: h5lens.Manifest, base: str = proxy.endpoint_url) -> str:
         manifest.to_json(directory / "atlas.h5ad.json")  # the server's directory: beside the file
@@ -237,7 +257,7 @@ def backends(stack: ExitStack, path: Path, directory: Path, latency_ms: float) -
         gcs = stack.enter_context(emulators.LocalGCS())
         gcs.make_bucket("bench")
         gcs.filesystem().put(str(path), "bench/atlas.h5ad")
-        proxy = stack.enter_context(CountingProxy(gcs.endpoint_url, latency_ms=latency_ms))
+        proxy = stack.enter_context(CountingProxy(gcs.endpoint_url, **link))
         options = {**gcs.storage_options(), "endpoint_url": proxy.endpoint_url}
 
         def to_gcs(manifest: h5lens.Manifest, options: dict[str, Any] = options) -> str:
@@ -251,7 +271,7 @@ def backends(stack: ExitStack, path: Path, directory: Path, latency_ms: float) -
         azure = stack.enter_context(emulators.LocalAzure())
         azure.make_container("bench")
         azure.filesystem().put(str(path), "bench/atlas.h5ad")
-        proxy = stack.enter_context(CountingProxy(f"http://127.0.0.1:{azure.port}", latency_ms=latency_ms))
+        proxy = stack.enter_context(CountingProxy(f"http://127.0.0.1:{azure.port}", **link))
         through = azure.connection_string.replace(f"127.0.0.1:{azure.port}", f"127.0.0.1:{proxy.port}")
         options = {"connection_string": through}
 
@@ -274,20 +294,23 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=20000)
     parser.add_argument("--genes", type=int, default=2000)
     parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--bandwidth", type=float, default=100e6, help="bytes/s of each response (0: unthrottled)")
     args = parser.parse_args()
+    link = {"latency_ms": args.latency_ms, "bandwidth": args.bandwidth or None}
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         path = directory / "atlas.h5ad"
         write_h5ad(path, args.cells, args.genes)
         metadata_bytes = describe(str(path))["metadata_bytes"]
         print(f"atlas.h5ad: {args.cells} x {args.genes}, {path.stat().st_size / 1e6:.1f} MB, "
-              f"metadata {metadata_bytes / 1e6:.3f} MB; every request +{args.latency_ms:g} ms")  # fmt: skip
+              f"metadata {metadata_bytes / 1e6:.3f} MB; every request +{args.latency_ms:g} ms, "
+              f"{f'{args.bandwidth / 1e6:g} MB/s a response' if args.bandwidth else 'responses unthrottled'}")  # fmt: skip
 
         print(f"\n{'backend':28} {'reader':8} {'scan MB/meta':>12}  {'read s h5lens/anndata':>22} {'ratio':>6}  "
               f"{'round trips':>11}")  # fmt: skip
         counts: list[tuple[str, str, dict[str, float]]] = []
         with ExitStack() as stack:
-            for backend in backends(stack, path, directory, args.latency_ms):
+            for backend in backends(stack, path, directory, link):
                 found = latency_figures(backend, metadata_bytes)
                 read = found["read"]
                 print(f"{backend.name:28} {backend.reader:8} {found['scan_ratio']:>12.2f}  "
@@ -304,7 +327,7 @@ def main() -> None:
                         backend.url, backend.options, lambda p=backend.proxy: (p.stats.requests, p.stats.bytes))))  # fmt: skip
                 backend.proxy.latency_ms = args.latency_ms
 
-        nwb = nwb_figures(directory, args.latency_ms)
+        nwb = nwb_figures(directory, link)
         print(f"\nNWB over HTTP, {NWB_ROWS:,} x 32 int16 in gzip chunks of 10,000 rows; rows {NWB_SLICE[0]:,}-{NWB_SLICE[1]:,}:")
         if "missing" in nwb:
             print(f"  skipped: {nwb['missing']}")

@@ -121,6 +121,25 @@ def check_manifest_on_the_backend(backend: Backend, files: Uploaded, tmp_path) -
     assert_equal(h5lens.read_anndata(published, storage_options=backend.options), expected)
 
 
+def check_round_trips(backend: Backend, files: Uploaded) -> None:
+    """Opening a manifest published beside its source and reading one small array, counted
+    at a proxy: three requests (the manifest, one check of the source, the data); the same
+    values as h5py's."""
+    from h5lens.testing.s3 import CountingProxy
+
+    with CountingProxy(backend.endpoint) as proxy:
+        options = backend.through(proxy.endpoint_url)
+        manifest_url = files.chunks + ".json"
+        h5lens.index(files.chunks, storage_options=options, inline_threshold=0).to_json(manifest_url, storage_options=options)
+        proxy.stats.reset()
+        group = h5lens.open_group(manifest_url, storage_options=options)
+        values = group["x"][:5]
+        requests = proxy.stats.requests
+    with h5py.File(files.local_chunks) as f:
+        np.testing.assert_array_equal(values, f["x"][:5])
+    assert requests <= 3, proxy.stats
+
+
 def check_staleness(backend: Backend, files: Uploaded) -> None:
     """An object written again is a stale source, named."""
     manifest = h5lens.index(files.chunks, storage_options=backend.options, inline_threshold=0)

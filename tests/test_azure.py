@@ -13,6 +13,7 @@ from backends import (
     check_index_and_read,
     check_manifest_on_the_backend,
     check_missing,
+    check_round_trips,
     check_secret_persists_nowhere,
     check_staleness,
     emulator_or_skip,
@@ -61,6 +62,10 @@ def test_index_and_read(backend, files):
 
 def test_manifest_on_azure(backend, files, tmp_path):
     check_manifest_on_the_backend(backend, files, tmp_path)
+
+
+def test_a_published_manifest_and_one_small_array_take_three_requests(backend, files):
+    check_round_trips(backend, files)
 
 
 def test_a_new_etag_is_a_stale_source(backend, files):

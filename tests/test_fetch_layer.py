@@ -154,6 +154,21 @@ def test_ranges_fetched_together_bridge_gaps_only_where_bandwidth_is_not_short()
     assert len(planner.bulk(replace(cost.OBJECT_STORE, total_bandwidth=25e6)).runs(offsets, lengths)) <= 256
 
 
+def test_a_long_request_goes_as_as_many_parts_as_the_bandwidth_in_all_carries():
+    """A request longer than ``part`` is split into parts of equal size, none shorter than
+    ``part``: as many streams (100 MB/s each) as the bandwidth in all fills, no more (more
+    parts would add requests, not bandwidth), and one stream where the link is narrower."""
+    reads = planner.reads(cost.OBJECT_STORE)  # 1 MiB parts at least; 500 MB/s assumed
+    parts = reads.parts(1000, 1000 + 12_800_000)
+    assert len(parts) == 5 and parts[0][0] == 1000 and parts[-1][1] == 1000 + 12_800_000
+    assert all(a[1] == b[0] for a, b in zip(parts, parts[1:], strict=False))
+    assert {e - s for s, e in parts[:-1]} == {2_560_000}
+    assert len(reads.parts(0, 3 << 20)) == 3  # short of five streams: parts of 1 MiB
+    assert reads.parts(0, 1 << 20) == [(0, 1 << 20)]
+    assert len(reads.parts(0, 12_800_000, 1e9)) == 10  # a measured 1 GB/s: ten streams
+    assert reads.parts(0, 12_800_000, 50e6) == [(0, 12_800_000)]  # a link narrower than a stream
+
+
 def test_the_meter_takes_the_bytes_time_for_the_bandwidth_in_all():
     """Busy periods, on a clock the test turns: the round trips and the requests' work
     explain part of a period, the bytes the rest."""

@@ -14,6 +14,7 @@ from backends import (
     check_index_and_read,
     check_manifest_on_the_backend,
     check_missing,
+    check_round_trips,
     check_staleness,
     emulator_or_skip,
     upload,
@@ -57,12 +58,23 @@ def test_manifest_on_gcs(backend, files, tmp_path):
     check_manifest_on_the_backend(backend, files, tmp_path)
 
 
+def test_a_published_manifest_and_one_small_array_take_three_requests(backend, files):
+    check_round_trips(backend, files)
+
+
 def test_a_new_generation_is_a_stale_source(backend, files):
     check_staleness(backend, files)
 
 
 def test_missing_object_and_bucket(backend, files, tmp_path):
     check_missing(backend, files, tmp_path)
+
+
+def test_a_prefix_is_a_directory_not_a_missing_object(backend, files):
+    """The check of a source gets the object alone (one request); a key that is no object
+    but the prefix of others is still told apart from one that is not there."""
+    with pytest.raises(h5lens.NotHDF5Error, match="a directory"):
+        h5lens.index(backend.url(files.prefix), storage_options=backend.options)
 
 
 def test_retries_under_injected_faults(backend, files):

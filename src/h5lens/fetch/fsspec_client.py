@@ -19,7 +19,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -189,7 +189,7 @@ class FsspecClient:
 
         async def attempt() -> dict[str, Any]:
             if getattr(fs, "asynchronous", False):
-                return await fs._info(path)
+                return await _object_info(fs, path)
             return await asyncio.to_thread(fs.info, path)
 
         try:  # retried as reads are: a 503 on the HEAD is as transient as on a GET
@@ -249,6 +249,22 @@ class FsspecClient:
             "_fs": None, "_path": None, "_client": None, "_loop": None, "_first": FirstRequest(self.url), "_answered": False,
             "_making": weakref.WeakKeyDictionary(),
         }  # fmt: skip
+
+
+async def _object_info(fs: Any, path: str) -> dict[str, Any]:
+    """``fs._info(path)`` in one request where the filesystem can: gcsfs's ``_info`` lists
+    the key as a directory alongside getting the object (and, the listing empty, gets the
+    object again), three requests where its ``_get_object`` is one. Only an object that is
+    not there is asked about again, as ``_info`` (a directory, or nothing)."""
+    protocols = getattr(fs, "protocol", ())
+    gcs = "gs" in (protocols if isinstance(protocols, (tuple, list)) else (protocols,))
+    get_object = getattr(fs, "_get_object", None) if gcs else None
+    if get_object is None:
+        return cast("dict[str, Any]", await fs._info(path))
+    try:
+        return cast("dict[str, Any]", await get_object(path))
+    except FileNotFoundError:
+        return cast("dict[str, Any]", await fs._info(path))
 
 
 def version_tag(url: str, info: dict[str, Any]) -> str | None:
