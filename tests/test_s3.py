@@ -133,7 +133,22 @@ def test_stale_source_is_refused_after_overwrite(s3, tmp_path):
     s3.filesystem().put(str(local), url.removeprefix("s3://"))
     with pytest.raises(h5lens.StaleSourceError, match=url):
         h5lens.open_group(manifest, storage_options=options)
+    # an eager read checks while its bytes are on their way: refused all the same
+    with pytest.raises(h5lens.StaleSourceError, match=url):
+        h5lens.read_anndata(manifest, storage_options=options)
     h5lens.open_group(manifest, storage_options=options, verify=False)  # opt-out
+
+
+def test_an_eager_read_of_a_deleted_object_names_it(s3, tmp_path):
+    """The eager read's prefetch asks for the bytes of an object that is gone before its
+    check has answered: the error is the check's, naming the object."""
+    url = _upload(s3, write_sample(tmp_path / "gone.h5ad"), "gone.h5ad")
+    options = s3.storage_options()
+    manifest = h5lens.index(url, storage_options=options, inline_threshold=0)
+    s3.filesystem().rm(url.removeprefix("s3://"))
+    with pytest.raises(h5lens.SourceNotFoundError, match=url) as info:
+        h5lens.read_anndata(manifest, storage_options=options)
+    assert "is not there" in str(info.value)
 
 
 def test_faults_are_retried_without_corrupting(s3, chunky):
