@@ -150,8 +150,8 @@ def _open_anndata(manifest: PathOrManifest, opening: OpenOptions, *, lazy: bool,
         try:
             store_of(root).verify_sources()
         except BaseException:
-            for store in {id(s): s for s in (store_of(group), store_of(root))}.values():
-                store.close()
+            for opened in {id(s): s for s in (store_of(group), store_of(root))}.values():
+                opened.close()
             raise
     return _Opened(group, None)
 
