@@ -50,20 +50,23 @@ class SourceChecks:
             [s.size is None and s.etag is None and s.mtime is None and s.fingerprint is None for s in sources],
             dtype=bool,
         )
+        self._all_done = bool(self._done.all())
         self._pending: dict[int, Future[None]] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
 
-    def unchecked(self, sources: Iterable[int]) -> list[int]:
+    def unchecked(self, sources: Iterable[int] | np.ndarray) -> list[int]:
         """Those of ``sources`` (source indices; negative ones, inline or missing, ignored)
         not checked yet, each once, in order."""
-        found = np.fromiter(sources, dtype=np.int64)
+        if self._all_done:  # every read after the first of each source: nothing to look at
+            return []
+        found = sources.astype(np.int64, copy=False) if isinstance(sources, np.ndarray) else np.fromiter(sources, dtype=np.int64)
         if found.size > 1:
             found = np.unique(found)
         found = found[found >= 0]
         return found[~self._done[found]].tolist()
 
-    def _start(self, sources: Iterable[int], *, here: bool = False) -> list[Future[None]]:
+    def _start(self, sources: Iterable[int] | np.ndarray, *, here: bool = False) -> list[Future[None]]:
         """The checks of those of ``sources`` not checked yet, started (or already running), in
         order; ``here``: a single one to start runs on the calling thread (a store of one
         file: no thread started for it)."""
@@ -104,15 +107,17 @@ class SourceChecks:
         with self._lock:
             self._done[index] = True
             self._pending.pop(index, None)
+            if not self._pending:
+                self._all_done = bool(self._done.all())
 
-    def ensure(self, sources: Iterable[int]) -> None:
+    def ensure(self, sources: Iterable[int] | np.ndarray) -> None:
         """Check those of ``sources`` not checked yet, at once; raises the error of the first
         (in source order) that fails."""
         futures = self._start(sources, here=True)
         errors = [future.exception() for future in futures]  # every one waited for
         _raise_first(errors)
 
-    async def ensure_async(self, sources: Iterable[int]) -> None:
+    async def ensure_async(self, sources: Iterable[int] | np.ndarray) -> None:
         """:meth:`ensure` on the event loop: the checks run on this object's threads (a remote
         source's check may itself use this loop), waited for without blocking it."""
         futures = self._start(sources)
@@ -168,7 +173,7 @@ class CheckedReads(SourceReads):
         sources = self.tables[path].source.reshape(-1)
         return sources if flats is None else sources[np.asarray(flats, dtype=np.int64)]
 
-    async def _checked(self, sources: Iterable[int], reading: Callable[[], Awaitable[T]]) -> T:
+    async def _checked(self, sources: Iterable[int] | np.ndarray, reading: Callable[[], Awaitable[T]]) -> T:
         """``reading()``, once the sources it reads are checked (the check first: it is also
         the first request to each, which the fetch layer plans the next ones by)."""
         await self.checks.ensure_async(sources)
@@ -183,13 +188,13 @@ class CheckedReads(SourceReads):
 
     async def read_many(self, path: str, flats: np.ndarray | None = None) -> dict[int, bytes | memoryview]:
         return await self._checked(
-            self._sources_of(path, flats).tolist(), lambda: super(CheckedReads, self).read_many(path, flats)
+            self._sources_of(path, flats), lambda: super(CheckedReads, self).read_many(path, flats)
         )
 
     def read_many_now(self, path: str, flats: np.ndarray) -> dict[int, bytes | memoryview] | None:
         if not self.reads_here(path, flats):
             return None  # read by read_many, which checks
-        self.checks.ensure(self._sources_of(path, flats).tolist())  # local files: no round trip
+        self.checks.ensure(self._sources_of(path, flats))  # local files: no round trip
         return super().read_many_now(path, flats)
 
 
